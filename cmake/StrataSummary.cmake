@@ -1,0 +1,12 @@
+# One line saying what this configuration found and builds.
+set(_s "strata: CUDA=${STRATA_HAS_CUDA}")
+if(STRATA_HAS_CUDA)
+  string(APPEND _s " (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
+endif()
+string(APPEND _s " NCCL=${STRATA_HAS_NCCL} io_uring=liburing-${URING_VERSION} hwloc=${HWLOC_VERSION}")
+string(APPEND _s " MPI=${MPI_C_VERSION} BLAS=openblas-${OPENBLAS_VERSION} TBB=${TBB_VERSION}")
+if(STRATA_SANITIZE)
+  string(APPEND _s " sanitize=${STRATA_SANITIZE}")
+endif()
+string(APPEND _s " werror=${STRATA_WERROR} build=${CMAKE_BUILD_TYPE}")
+message(STATUS "${_s}")

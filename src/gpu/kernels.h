@@ -1,0 +1,111 @@
+// The kernels of a Device (DESIGN.md §3), llm.c-style: each op and its backward, enqueued on a
+// Stream. All tensor pointers are device memory of the Device the Kernels belong to. Kernels
+// never allocate device memory. Unless stated, 16-bit tensors are computed in fp32 and rounded
+// to nearest even on store; layernorm statistics, losses and reductions are fp32.
+//
+// Shapes use B (batch), T (time), C (channels), NH (heads), HS = C/NH, V (vocab), Vp (padded
+// vocab, the row stride of logits and of the embedding table), N = rows.
+// Every op returns a Status for argument errors found at enqueue time (bad shape, bad dtype
+// combination); errors while running surface at the next synchronize.
+//
+// Determinism: for the same inputs, every op gives the same bits on every run (fixed reduction
+// orders; no floating-point atomics whose order depends on timing).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "gpu/device.h"
+
+namespace strata::gpu {
+
+// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C (+ bias[N] on every row).
+// op(A) = A stored [M,K], or A stored [K,M] transposed when trans_a. op(B) = B stored [K,N], or
+// B stored [N,K] transposed when trans_b. Leading dimensions are the stored row lengths.
+// fp32 accumulation. A and B share dtype_ab; C and bias have dtype_c. beta = 0 never reads C.
+struct MatmulArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  const void* bias = nullptr;  // optional, [N], dtype_c
+  DType dtype_ab = DType::kF32;
+  DType dtype_c = DType::kF32;
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// All tensors of one call share `dtype` except where a parameter says fp32 or int32.
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  virtual Status matmul(Stream& s, const MatmulArgs& args) = 0;
+  // dbias[N] (+)= sum over rows of dout[M,N]; accumulate adds into dbias, else overwrites.
+  virtual Status bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,
+                               DType dtype, bool accumulate) = 0;
+
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. tokens int32 in [0, V); wte [Vp,C], wpe [T',C]
+  // with T' >= T.
+  virtual Status embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte,
+                                   const void* wpe, int64_t B, int64_t T, int64_t C,
+                                   DType dtype) = 0;
+  // dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic order.
+  virtual Status embedding_backward(Stream& s, void* dwte, void* dwpe, const void* dout,
+                                    const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                    DType dtype) = 0;
+
+  // out[N,C] = (inp - mean) * rstd * weight + bias, per row; mean/rstd fp32 [N] are saved.
+  virtual Status layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int64_t N, int64_t C,
+                                   float eps, DType dtype) = 0;
+  // dinp += d/dinp; dweight += ...; dbias += ... (all three accumulate).
+  virtual Status layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias,
+                                    const void* dout, const void* inp, const void* weight,
+                                    const float* mean, const float* rstd, int64_t N, int64_t C,
+                                    DType dtype) = 0;
+
+  // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual Status gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) = 0;
+  // dinp = gelu'(inp) * dout (overwrites).
+  virtual Status gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n,
+                               DType dtype) = 0;
+
+  // Causal self-attention. qkv [B,T,3C] holds q | k | v, each C split into NH heads of HS.
+  // out [B,T,C]; lse fp32 [B,NH,T] = log-sum-exp of each row's scaled scores (saved for the
+  // backward). Scores are q.k / sqrt(HS), softmax in fp32.
+  virtual Status attention_forward(Stream& s, void* out, float* lse, const void* qkv, int64_t B,
+                                   int64_t T, int64_t C, int64_t NH, DType dtype) = 0;
+  // dqkv [B,T,3C] = gradient w.r.t. qkv (overwrites), from dout [B,T,C], the forward's qkv, out
+  // and lse.
+  virtual Status attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
+                                    const void* out, const float* lse, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, DType dtype) = 0;
+
+  // out = a + b (n elements; out may alias a or b).
+  virtual Status add(Stream& s, void* out, const void* a, const void* b, int64_t n,
+                     DType dtype) = 0;
+  // x *= factor (n elements).
+  virtual Status scale(Stream& s, void* x, float factor, int64_t n, DType dtype) = 0;
+  // dst = src converted (n elements), round to nearest even.
+  virtual Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                      int64_t n) = 0;
+
+  // Softmax over the first V of Vp columns of logits [N,Vp], then per row:
+  // losses[r] = -log p[targets[r]] (fp32), and logits are overwritten with the gradient
+  // dlogits = (p - onehot(target)) * dloss (padded columns set to 0). A row whose target is
+  // negative is ignored: loss 0 and gradient 0.
+  virtual Status softmax_cross_entropy(Stream& s, float* losses, void* logits,
+                                       const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                                       float dloss, DType dtype) = 0;
+
+  // out fp32 [2]: out[0] = sum of x^2 (fp32 accumulation, fixed order), out[1] = 1.0f if any
+  // element is NaN or Inf else 0.0f. When accumulate, out[0] += and out[1] = max(out[1], ...).
+  virtual Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
+                             bool accumulate) = 0;
+};
+
+}  // namespace strata::gpu
