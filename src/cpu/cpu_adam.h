@@ -8,6 +8,15 @@
 // arithmetic is independent of the chunking, and reductions combine per-chunk partial sums in
 // chunk order, so results are bit-identical for any thread count or timing.
 //
+// The update, per element, in fp32 (constants computed in double, rounded to float once):
+//   g = grad * grad_scale;            Adam: g = fma(wd, p, g)
+//   m = fma(b1, m, (1 - b1) * g);     v = fma(b2, v, ((1 - b2) * g) * g)
+//   d = fma(sqrt(v), 1 / sqrt(1 - b2^t), eps)      (= sqrt(v / (1 - b2^t)) + eps, PyTorch's form)
+//   AdamW: p = p * (1 - lr * wd);     p = fma(-lr / (1 - b1^t), m / d, p)
+// Without bias correction the two correction factors are 1. Every ISA path runs exactly these
+// operations (one definition, cpu_adam_simd.h), so scalar, AVX2 and AVX-512 give identical bits.
+// Gradients are not checked here: a NaN/Inf gradient makes NaN state (use grad_check first).
+//
 // Thread safety: a CpuAdam is immutable after construction; concurrent step() calls on disjoint
 // buffers are safe.
 #pragma once
@@ -64,6 +73,9 @@ struct AdamStep {
 struct CpuAdamOptions {
   Isa isa = detect_isa();
   int64_t chunk_numel = 1 << 16;  // fixed work unit (a multiple of 64)
+  // Write out16 with non-temporal stores (when out16 is 32-byte aligned): the 16-bit copy goes
+  // to the GPU, not back through this CPU's caches, and streaming skips the read-for-ownership.
+  bool stream_out16 = true;
 };
 
 class CpuAdam {
@@ -74,7 +86,8 @@ class CpuAdam {
   void set_lr(float lr) { hyper_.lr = lr; }
   Isa isa() const { return options_.isa; }
 
-  // Validates the buffers (non-null where numel > 0, out_dtype 16-bit) and updates them.
+  // Validates the buffers (non-null where numel > 0, out_dtype 16-bit), the hyper-parameters,
+  // the step and the options (chunk size, ISA supported by this CPU), then updates the buffers.
   Status step(const AdamBuffers& buffers, const AdamStep& step) const;
 
  private:
@@ -89,8 +102,19 @@ struct GradStats {
 };
 
 // One pass over a gradient buffer: sum of squares (for the global norm) and the NaN/Inf test
-// (for fp16 overflow), with the same fixed chunking and determinism as CpuAdam.
+// (for fp16 overflow), with the same fixed chunking and determinism as CpuAdam. Within a chunk,
+// g^2 (exact in fp64) is summed into 16 fp64 lanes (element i -> lane i % 16), the lanes are
+// added in order, the chunk partials are added in chunk order and the total is multiplied by
+// scale^2 in fp64: the bits do not depend on the thread count or the ISA path (an ISA this CPU
+// lacks is replaced by detect_isa(), which gives the same bits). has_nonfinite is exact: a sum of
+// squares of finite fp32 values cannot overflow fp64. Preconditions (a bug otherwise, checked):
+// grads non-null when numel > 0, numel >= 0, chunk_numel a positive multiple of 64.
 GradStats grad_check(const void* grads, DType dtype, int64_t numel, float scale = 1.0f,
                      Isa isa = detect_isa(), int64_t chunk_numel = 1 << 16);
+
+// Writes numel fp32 params as fp16/bf16 (round to nearest even) with the SIMD paths and fixed
+// chunks of `options` (the separate copy-out pass of a two-pass optimizer step).
+Status cast_params_16(const float* params, void* out16, DType out_dtype, int64_t numel,
+                      const CpuAdamOptions& options = {});
 
 }  // namespace strata::cpu

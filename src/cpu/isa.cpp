@@ -18,7 +18,11 @@ Isa detect_isa() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
     return Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  // F16C is present on every AVX2 CPU made so far, but the AVX2 kernels use it, so ask.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
   return Isa::kScalar;
 }
 

@@ -1,6 +1,6 @@
 // The backend registry: the one file that knows which backends were built (DESIGN.md §2).
-#include "gpu/device.h"
 #include "gpu/cpu_device.h"
+#include "gpu/device.h"
 
 #if STRATA_WITH_CUDA
 #include "gpu/cuda/cuda_backend.h"
@@ -20,7 +20,8 @@ Result<DeviceKind> parse_device_kind(std::string_view name) {
   if (name == "cpu") return DeviceKind::kCpu;
   if (name == "cuda" || name == "gpu") return DeviceKind::kCuda;
   if (name == "auto") return cuda_device_count() > 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
-  return make_error(ErrorCode::kConfig, "device '", name, "' is not accepted (use auto, cpu or cuda)");
+  return make_error(ErrorCode::kConfig, "device '", name,
+                    "' is not accepted (use auto, cpu or cuda)");
 }
 
 int cuda_device_count() {
