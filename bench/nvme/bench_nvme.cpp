@@ -1,0 +1,334 @@
+// bench_nvme: (1) sequential write then read of N GiB through the swap store, and the same
+// workload through fio (same block size, queue depth, O_DIRECT, io_uring), side by side;
+// (2) the pipelined optimizer step with all state on NVMe versus max(pure I/O time, pure Adam
+// time) measured in the same run. Prints a table, then one JSON line.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_adam.h"
+#include "cpu/pinned_memory.h"
+#include "engine/offloaded_optimizer.h"
+#include "nvme/swap_store.h"
+
+using namespace strata;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+// fio bandwidth in GB/s for one sequential pass, or nullopt when fio is missing or fails.
+std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
+                               int depth) {
+  const std::string cmd =
+      "fio --name=strata_seq --filename=" + file + " --rw=" + (write ? "write" : "read") +
+      " --size=" + std::to_string(size) + " --bs=" + std::to_string(bs) +
+      " --iodepth=" + std::to_string(depth) +
+      " --direct=1 --ioengine=io_uring --numjobs=1 --output-format=json 2>/dev/null";
+  const std::string out = run_command(cmd);
+  const size_t brace = out.find('{');
+  if (brace == std::string::npos) return std::nullopt;
+  auto j = nlohmann::json::parse(out.substr(brace), nullptr, false);
+  if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty()) return std::nullopt;
+  const double bw = j["jobs"][0][write ? "write" : "read"]["bw_bytes"].get<double>();
+  return bw / 1e9;
+}
+
+struct Buffers {
+  std::vector<cpu::PinnedBuffer> bufs;
+};
+
+// One sequential pass through the store: objects of object_bytes, `ring` buffers in flight.
+Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, uint64_t object_bytes,
+                          std::vector<cpu::PinnedBuffer>& bufs) {
+  const uint64_t objects = total / object_bytes;
+  std::vector<nvme::IoHandle> h(bufs.size());
+  const auto t0 = Clock::now();
+  for (uint64_t k = 0; k < objects; ++k) {
+    auto& slot = h[k % bufs.size()];
+    if (slot.valid()) STRATA_RETURN_IF_ERROR(slot.wait());
+    slot = write ? store.write(k, bufs[k % bufs.size()].data(), object_bytes)
+                 : store.read(k, bufs[k % bufs.size()].data(), object_bytes);
+  }
+  for (auto& x : h) {
+    if (x.valid()) STRATA_RETURN_IF_ERROR(x.wait());
+  }
+  return static_cast<double>(objects * object_bytes) / seconds_since(t0) / 1e9;
+}
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "bench_nvme: %s\n", st.to_string().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"NVMe swap store and pipelined optimizer step benchmark"};
+  bool quick = false;
+  std::string dir = ".";
+  double size_gib = 0;
+  uint64_t block_bytes = 1 << 20;
+  int depth = 32;
+  int repeats = 5;
+  int64_t step_params = 0;
+  int64_t partition_numel = 0;
+  int staging_slots = 3;
+  bool no_verify = false;
+  app.add_flag("--quick", quick, "small sizes (under 30 s)");
+  app.add_option("--dir", dir, "directory for the swap and fio files (a real disk)");
+  app.add_option("--size-gib", size_gib, "GiB written and read (default 4, quick 0.5)");
+  app.add_option("--block-size", block_bytes, "bytes per request (multiple of 4096)");
+  app.add_option("--queue-depth", depth, "requests in flight")->check(CLI::Range(1, 4096));
+  app.add_option("--repeats", repeats, "timed repeats (median)")->check(CLI::Range(1, 100));
+  app.add_option("--step-params", step_params, "optimizer elements (default 128M, quick 32M)");
+  app.add_option("--partition-numel", partition_numel,
+                 "elements per partition (default 8M, quick 4M)");
+  app.add_option("--staging-slots", staging_slots, "optimizer staging slots (>= 3)")
+      ->check(CLI::Range(3, 64));
+  app.add_flag("--no-checksums", no_verify, "switch checksum hashing and verification off");
+  CLI11_PARSE(app, argc, argv);
+  if (size_gib <= 0) size_gib = quick ? 0.5 : 4.0;
+  if (step_params <= 0) step_params = quick ? (32ll << 20) : (128ll << 20);
+  if (partition_numel <= 0) partition_numel = quick ? (4ll << 20) : (8ll << 20);
+  if (block_bytes == 0 || block_bytes % 4096 != 0) {
+    std::fprintf(stderr, "bench_nvme: --block-size %llu is not accepted (a multiple of 4096)\n",
+                 static_cast<unsigned long long>(block_bytes));
+    return 1;
+  }
+  if (!std::filesystem::is_directory(dir)) {
+    std::fprintf(stderr, "bench_nvme: --dir '%s' is not a directory\n", dir.c_str());
+    return 1;
+  }
+  const uint64_t object_bytes = 64ull << 20;
+  const uint64_t total = std::max<uint64_t>(
+      object_bytes, static_cast<uint64_t>(size_gib * (1ull << 30)) / object_bytes * object_bytes);
+
+  std::printf("== device under %s ==\n%s", dir.c_str(), run_command("df -hT " + dir).c_str());
+  const std::string src = run_command("df --output=source " + dir + " | tail -1");
+  std::printf(
+      "%s",
+      run_command("command -v lsblk >/dev/null && lsblk -o NAME,MODEL,SIZE,ROTA,TYPE 2>/dev/null")
+          .c_str());
+
+  cpu::PinnedPool pool;
+  nvme::SwapStoreOptions so;
+  so.dirs = {dir};
+  so.capacity_bytes = total;
+  so.extent_bytes = block_bytes;
+  so.block_bytes = block_bytes;
+  so.queue.queue_depth = static_cast<uint32_t>(depth);
+  so.verify_checksums = !no_verify;
+  std::vector<cpu::PinnedBuffer> bufs;
+  std::vector<nvme::BufferRegion> regions;
+  for (int i = 0; i < 4; ++i) {
+    auto b = pool.allocate(object_bytes);
+    if (!b.ok()) return fail(b.status());
+    for (uint64_t k = 0; k < object_bytes; k += 8)
+      *reinterpret_cast<uint64_t*>(b->bytes() + k) = k * 2654435761u + i;
+    regions.push_back({b->data(), b->mapped_bytes()});
+    bufs.push_back(std::move(b).value());
+  }
+  std::vector<double> w, r, fw, fr, w_ratio, r_ratio;
+  std::string setup;
+  {
+    auto store = nvme::SwapStore::open(so);
+    if (!store.ok()) return fail(store.status());
+    if (Status st = (*store)->register_buffers(regions); !st.ok()) return fail(st);
+    setup = (*store)->describe();
+    const std::string fio_file = dir + "/strata_bench_fio.bin";
+    // rep 0 is the warm-up. The store and fio alternate which goes first (ABBA), so a drift of
+    // the disk's speed during the run does not favour either; ratios are taken per repeat.
+    for (int rep = 0; rep <= repeats; ++rep) {
+      const bool fio_first = rep % 2 == 1;
+      std::optional<double> fa, fb;
+      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, depth);
+      auto a = store_pass(**store, true, total, object_bytes, bufs);
+      if (!a.ok()) return fail(a.status());
+      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, depth);
+      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, depth);
+      auto b = store_pass(**store, false, total, object_bytes, bufs);
+      if (!b.ok()) return fail(b.status());
+      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, depth);
+      if (rep == 0) continue;
+      w.push_back(*a);
+      r.push_back(*b);
+      if (fa && fb) {
+        fw.push_back(*fa);
+        fr.push_back(*fb);
+        w_ratio.push_back(*a / *fa);
+        r_ratio.push_back(*b / *fb);
+      }
+      std::printf("repeat %d: store write %.3f read %.3f GB/s, fio write %.3f read %.3f GB/s\n",
+                  rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
+    }
+    std::filesystem::remove(fio_file);
+  }
+  bufs.clear();
+  const double wm = median(w), rm = median(r);
+  const bool have_fio = !fw.empty() && !fr.empty();
+  const double fwm = have_fio ? median(fw) : 0, frm = have_fio ? median(fr) : 0;
+  const double wq = have_fio ? median(w_ratio) : 0, rq = have_fio ? median(r_ratio) : 0;
+  std::printf("\n== sequential %.2f GiB, block %llu B, depth %d, median of %d ==\n",
+              total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), depth,
+              repeats);
+  std::printf("store: %s\n", setup.c_str());
+  std::printf("%-8s %12s %12s %8s  (ratio: median of the per-repeat ratios)\n", "", "store GB/s",
+              "fio GB/s", "ratio");
+  std::printf("%-8s %12.3f %12.3f %8.3f\n", "write", wm, fwm, wq);
+  std::printf("%-8s %12.3f %12.3f %8.3f\n", "read", rm, frm, rq);
+  if (!have_fio)
+    std::printf("fio not found on PATH or failed: no fio figures (scripts/setup installs it)\n");
+
+  // ---- pipelined optimizer step, all state on NVMe ----
+  const int64_t parts_n = std::max<int64_t>(1, step_params / partition_numel);
+  std::vector<int64_t> parts(static_cast<size_t>(parts_n), partition_numel);
+  const uint64_t state = 12ull * partition_numel * parts_n;
+  nvme::SwapStoreOptions so2 = so;
+  so2.capacity_bytes = state + (16ull << 20);
+  auto store = nvme::SwapStore::open(so2);
+  if (!store.ok()) return fail(store.status());
+  cpu::AdamHyper hyper;
+  cpu::CpuAdam adam(hyper);
+  engine::OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = 1.0;
+  oo.store = store->get();
+  oo.pool = &pool;
+  oo.staging_slots = staging_slots;
+  auto opt = engine::OffloadedOptimizer::create(parts, adam, oo);
+  if (!opt.ok()) return fail(opt.status());
+  auto grads = pool.allocate(2 * partition_numel);
+  auto out16 = pool.allocate(2 * partition_numel);
+  if (!grads.ok() || !out16.ok()) return fail(grads.ok() ? out16.status() : grads.status());
+  auto* g16 = grads->as<uint16_t>();
+  for (int64_t k = 0; k < partition_numel; ++k)
+    g16[k] = f32_to_bf16(1e-3f * static_cast<float>(k % 1000 - 500));
+  std::vector<engine::PartitionGrad> pg(
+      parts.size(),
+      engine::PartitionGrad{grads->data(), DType::kBF16, out16->data(), DType::kBF16});
+  // Baselines use their own slots of the same size and number, so memory behaviour matches.
+  std::vector<cpu::PinnedBuffer> slots;
+  const size_t ns = static_cast<size_t>(staging_slots);
+  for (size_t s = 0; s < ns; ++s) {
+    auto b = pool.allocate(12ull * partition_numel);
+    if (!b.ok()) return fail(b.status());
+    slots.push_back(std::move(b).value());
+  }
+  const uint64_t pbytes = 12ull * partition_numel;
+  std::vector<double> t_step, t_io, t_adam;
+  for (int rep = 0; rep <= repeats; ++rep) {
+    auto t0 = Clock::now();
+    if (Status st = opt->step(pg, cpu::AdamStep{rep + 1, 1.0f}); !st.ok()) return fail(st);
+    const double ts = seconds_since(t0);
+    // Pure I/O: the same reads and writes, as many partitions in flight as slots, no compute.
+    t0 = Clock::now();
+    std::vector<nvme::IoHandle> h(ns);
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (h[j % ns].valid()) {
+        if (Status st = h[j % ns].wait(); !st.ok()) return fail(st);
+      }
+      h[j % ns] = (*store)->read(oo.key_base + j, slots[j % ns].data(), pbytes);
+    }
+    for (auto& x : h) {
+      if (x.valid()) {
+        if (Status st = x.wait(); !st.ok()) return fail(st);
+      }
+      x = nvme::IoHandle();
+    }
+    for (size_t j = 0; j < parts.size(); ++j) {
+      if (h[j % ns].valid()) {
+        if (Status st = h[j % ns].wait(); !st.ok()) return fail(st);
+      }
+      h[j % ns] = (*store)->write(oo.key_base + j, slots[j % ns].data(), pbytes);
+    }
+    for (auto& x : h) {
+      if (x.valid()) {
+        if (Status st = x.wait(); !st.ok()) return fail(st);
+      }
+    }
+    const double tio = seconds_since(t0);
+    // Pure Adam: the same updates on the 3 resident slots.
+    t0 = Clock::now();
+    for (size_t j = 0; j < parts.size(); ++j) {
+      auto* p = slots[j % ns].as<float>();
+      cpu::AdamBuffers b{p,
+                         p + partition_numel,
+                         p + 2 * partition_numel,
+                         grads->data(),
+                         DType::kBF16,
+                         out16->data(),
+                         DType::kBF16,
+                         partition_numel};
+      if (Status st = adam.step(b, cpu::AdamStep{rep + 1, 1.0f}); !st.ok()) return fail(st);
+    }
+    const double tad = seconds_since(t0);
+    if (rep == 0) continue;
+    t_step.push_back(ts);
+    t_io.push_back(tio);
+    t_adam.push_back(tad);
+  }
+  const double s_med = median(t_step), io_med = median(t_io), ad_med = median(t_adam);
+  const double ratio = s_med / std::max(io_med, ad_med);
+  std::printf(
+      "\n== optimizer step, %lld params in %lld partitions, all state on NVMe (%.2f GiB), median "
+      "of %d ==\n",
+      static_cast<long long>(parts_n * partition_numel), static_cast<long long>(parts_n),
+      state / double(1ull << 30), repeats);
+  std::printf("staging bound: %llu bytes (%d slots x 12 B x %lld elements, page-rounded)\n",
+              static_cast<unsigned long long>(opt->staging_bytes()), oo.staging_slots,
+              static_cast<long long>(partition_numel));
+  std::printf("%-28s %10.3f s\n", "pure I/O (read+write all)", io_med);
+  std::printf("%-28s %10.3f s\n", "pure CPU Adam", ad_med);
+  std::printf("%-28s %10.3f s\n", "pipelined step", s_med);
+  std::printf("%-28s %10.3f\n", "step / max(io, adam)", ratio);
+
+  nlohmann::json j;
+  j["bench"] = "nvme";
+  j["quick"] = quick;
+  j["device"] = src.substr(0, src.find('\n'));
+  j["size_bytes"] = total;
+  j["block_bytes"] = block_bytes;
+  j["queue_depth"] = depth;
+  j["write_gbps"] = wm;
+  j["read_gbps"] = rm;
+  j["fio_write_gbps"] = have_fio ? nlohmann::json(fwm) : nlohmann::json(nullptr);
+  j["fio_read_gbps"] = have_fio ? nlohmann::json(frm) : nlohmann::json(nullptr);
+  j["write_over_fio"] = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
+  j["read_over_fio"] = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
+  j["checksums"] = !no_verify;
+  j["step_s"] = s_med;
+  j["pure_io_s"] = io_med;
+  j["pure_adam_s"] = ad_med;
+  j["pipelined_step_over_max"] = ratio;
+  j["staging_bytes"] = opt->staging_bytes();
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,99 @@
+// Pinned host memory: page-aligned, page-locked (mmap + mlock) buffers for I/O staging and the
+// optimizer's host state. Every byte handed out is accounted for in the pool's counters, which
+// the memory planner reads.
+//
+// When the OS refuses to lock (RLIMIT_MEMLOCK, EPERM, ENOMEM), the pool falls back to unlocked
+// (still page-aligned) memory and logs one warning per pool; PinnedPoolOptions::force_unlocked
+// takes that path on purpose (for tests). A later CUDA backend registers the same memory with
+// the driver.
+//
+// Ownership: a PinnedBuffer owns its mapping (move-only, unmapped on destruction) and keeps the
+// pool's counters alive, so it may outlive the PinnedPool object that made it.
+// Thread safety: PinnedPool::allocate and the counters are safe to call from any thread; a
+// PinnedBuffer is not synchronized (one owner at a time).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "core/status.h"
+
+namespace strata::cpu {
+
+// Alignment of every PinnedBuffer (a page; also satisfies O_DIRECT).
+inline constexpr size_t kPinnedAlignment = 4096;
+
+struct PinnedPoolOptions {
+  bool force_unlocked = false;  // never mlock (the fallback path, forced)
+  // Cap on the bytes held at once (locked or not); 0 means no cap. An allocation past it is
+  // an error of kind kOutOfMemory.
+  size_t limit_bytes = 0;
+};
+
+// Counters shared by a pool and its buffers.
+struct PinnedPoolCounters {
+  std::atomic<size_t> locked_bytes{0};    // held now, page-locked
+  std::atomic<size_t> unlocked_bytes{0};  // held now, fell back to unlocked memory
+  std::atomic<size_t> peak_bytes{0};      // most ever held at once (locked + unlocked)
+  std::atomic<size_t> allocations{0};     // buffers held now
+  std::once_flag warned;                  // the fallback warning is logged once
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { release(); }
+  PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  std::byte* bytes() const { return static_cast<std::byte*>(data_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size_bytes() const { return size_bytes_; }      // as requested
+  size_t mapped_bytes() const { return mapped_bytes_; }  // rounded up to whole pages
+  bool locked() const { return locked_; }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  friend class PinnedPool;
+  void release();
+
+  void* data_ = nullptr;
+  size_t size_bytes_ = 0;
+  size_t mapped_bytes_ = 0;
+  bool locked_ = false;
+  std::shared_ptr<PinnedPoolCounters> counters_;
+};
+
+class PinnedPool {
+ public:
+  explicit PinnedPool(PinnedPoolOptions options = {});
+
+  // A zero-filled buffer of at least size_bytes (whole pages are mapped). size_bytes == 0
+  // gives an empty buffer.
+  Result<PinnedBuffer> allocate(size_t size_bytes);
+
+  size_t locked_bytes() const { return counters_->locked_bytes.load(); }
+  size_t unlocked_bytes() const { return counters_->unlocked_bytes.load(); }
+  size_t held_bytes() const { return locked_bytes() + unlocked_bytes(); }
+  size_t peak_bytes() const { return counters_->peak_bytes.load(); }
+  size_t allocations() const { return counters_->allocations.load(); }
+  const PinnedPoolOptions& options() const { return options_; }
+
+ private:
+  PinnedPoolOptions options_;
+  std::shared_ptr<PinnedPoolCounters> counters_;
+};
+
+// The process-wide pool (no cap, locking attempted).
+PinnedPool& default_pinned_pool();
+
+}  // namespace strata::cpu

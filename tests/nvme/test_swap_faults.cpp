@@ -1,0 +1,165 @@
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "swap_test_util.h"
+
+namespace strata::nvme::test {
+namespace {
+
+class SwapFaults : public ::testing::TestWithParam<EngineCase> {};
+
+// A store whose requests are small, so one object is many completions.
+SwapStoreOptions fault_options(const std::string& dir, const EngineCase& c) {
+  auto o = small_options(dir, c.engine, c.direct);
+  o.block_bytes = 64 << 10;
+  o.queue.queue_depth = 4;
+  return o;
+}
+
+TEST_P(SwapFaults, EioOnNthCompletionNamesFileAndOffset) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  STRATA_OPEN_STORE_OR_SKIP(store, fault_options(dir.path(), GetParam()));
+  const size_t size = 1 << 20;
+  auto src = random_buffer(size, 1);
+  auto dst = sentinel_buffer(size);
+  ASSERT_TRUE(store->write(1, src.data(), size).wait().ok());
+  store->set_fault_injection(FaultInjection{5, FaultKind::kEio});
+  const Status st = store->read(1, dst.data(), size).wait();
+  ASSERT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
+  EXPECT_NE(st.message().find(store->paths()[0]), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("offset"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(std::strerror(EIO)), std::string::npos) << st.message();
+  // The failure does not poison the store: the next read succeeds.
+  store->set_fault_injection(FaultInjection{});
+  ASSERT_TRUE(store->read(1, dst.data(), size).wait().ok());
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), size), 0);
+  // A write failure is reported too.
+  store->set_fault_injection(FaultInjection{2, FaultKind::kEio});
+  EXPECT_EQ(store->write(1, src.data(), size).wait().code(), ErrorCode::kIo);
+}
+
+TEST_P(SwapFaults, ShortResultsAreResubmitted) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  STRATA_OPEN_STORE_OR_SKIP(store, fault_options(dir.path(), GetParam()));
+  const size_t size = (1 << 20) + 100;
+  auto src = random_buffer(size, 2);
+  auto dst = sentinel_buffer(size);
+  store->set_fault_injection(FaultInjection{3, FaultKind::kShort});
+  ASSERT_TRUE(store->write(1, src.data(), size).wait().ok());
+  store->set_fault_injection(FaultInjection{4, FaultKind::kShort});
+  const Status st = store->read(1, dst.data(), size).wait();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), size), 0);
+}
+
+TEST_P(SwapFaults, UnrecoverableShortReadIsAnError) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  STRATA_OPEN_STORE_OR_SKIP(store, fault_options(dir.path(), GetParam()));
+  const size_t size = 1 << 20;
+  auto src = random_buffer(size, 3);
+  auto dst = sentinel_buffer(size);
+  ASSERT_TRUE(store->write(1, src.data(), size).wait().ok());
+  store->set_fault_injection(FaultInjection{2, FaultKind::kZero});
+  const Status st = store->read(1, dst.data(), size).wait();
+  ASSERT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
+  EXPECT_NE(st.message().find("short read"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(store->paths()[0]), std::string::npos) << st.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, SwapFaults,
+                         ::testing::Values(EngineCase{IoEngine::kUring, true, "uring"},
+                                           EngineCase{IoEngine::kThreadPool, true, "pool"}),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+TEST(SwapStore, FlippedByteIsDetectedOnRead) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto options = small_options(dir.path(), IoEngine::kAuto, true);
+  STRATA_OPEN_STORE_OR_SKIP(store, options);
+  const size_t size = 2 * (1 << 20) + 10;
+  auto src = random_buffer(size, 4);
+  auto dst = sentinel_buffer(size);
+  ASSERT_TRUE(store->write(7, src.data(), size).wait().ok());
+  auto loc = store->locate(7);
+  ASSERT_TRUE(loc.ok());
+  const auto& e = (*loc)[1];  // second extent
+  const int fd = ::open(e.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t byte = 0;
+  const off_t where = static_cast<off_t>(e.offset + 12345);
+  ASSERT_EQ(pread(fd, &byte, 1, where), 1);
+  byte ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &byte, 1, where), 1);
+  ASSERT_EQ(fsync(fd), 0);
+  close(fd);
+  const Status st = store->read(7, dst.data(), size).wait();
+  ASSERT_EQ(st.code(), ErrorCode::kCorrupt) << st.to_string();
+  EXPECT_NE(st.message().find(e.path), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("offset " + std::to_string(e.offset)), std::string::npos)
+      << st.message();
+}
+
+TEST(SwapStore, ChecksumVerificationCanBeSwitchedOff) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto options = small_options(dir.path(), IoEngine::kAuto, true);
+  options.verify_checksums = false;
+  STRATA_OPEN_STORE_OR_SKIP(store, options);
+  auto src = random_buffer(8192, 4);
+  auto dst = sentinel_buffer(8192);
+  ASSERT_TRUE(store->write(7, src.data(), 8192).wait().ok());
+  auto loc = store->locate(7);
+  ASSERT_TRUE(loc.ok());
+  const int fd = ::open((*loc)[0].path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint8_t flipped = static_cast<uint8_t>(src.as<uint8_t>()[100] ^ 0xff);
+  ASSERT_EQ(pwrite(fd, &flipped, 1, static_cast<off_t>((*loc)[0].offset + 100)), 1);
+  ASSERT_EQ(fsync(fd), 0);
+  close(fd);
+  ASSERT_TRUE(store->read(7, dst.data(), 8192).wait().ok());
+  EXPECT_EQ(dst.as<uint8_t>()[100], flipped);  // read as stored, unverified
+}
+
+TEST(SwapStore, OutOfReservedSpaceIsAnError) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto options = small_options(dir.path(), IoEngine::kAuto, true);
+  options.capacity_bytes = 2 << 20;
+  STRATA_OPEN_STORE_OR_SKIP(store, options);
+  auto src = random_buffer(3 << 20, 4);
+  ASSERT_TRUE(store->write(1, src.data(), 1 << 20).wait().ok());
+  const Status st = store->write(2, src.data(), 2 << 20).wait();
+  EXPECT_EQ(st.code(), ErrorCode::kOutOfMemory) << st.to_string();
+  ASSERT_TRUE(store->remove(1).ok());
+  EXPECT_TRUE(store->write(2, src.data(), 2 << 20).wait().ok());
+}
+
+// ENOSPC from a real, tiny filesystem appears at open (space is reserved up front).
+TEST(SwapStore, EnospcAtOpenFromTinyFilesystem) {
+  strata::test::ScratchDir mnt;
+  ASSERT_TRUE(mnt.ok());
+  if (mount("strata_test", mnt.path().c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a 1 MiB tmpfs here (" << std::strerror(errno)
+                 << "); ENOSPC not exercised";
+  }
+  auto options = small_options(mnt.path(), IoEngine::kAuto, true);
+  options.capacity_bytes = 8 << 20;
+  auto store = SwapStore::open(options);
+  umount2(mnt.path().c_str(), MNT_DETACH);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), ErrorCode::kIo);
+  EXPECT_NE(store.status().message().find(std::strerror(ENOSPC)), std::string::npos)
+      << store.status().message();
+  EXPECT_NE(store.status().message().find(mnt.path()), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::nvme::test
