@@ -1,0 +1,217 @@
+// bench_model: GPT forward+backward throughput on a Device, and its fraction of the same
+// device's dense matmul rate measured in the same run.
+//
+//   tokens_per_s       B*T / (median time of zero_grad + forward + backward), after a warm-up
+//   flops_per_token    6*N + 6*L*C*T (llm.c's convention: N = all parameters including the padded
+//                      vocabulary rows and wpe; attention counted as 6*L*C*T, recompute from
+//                      activation checkpointing not counted)
+//   matmul_flops_per_s 2*M*N*K / (median time of one square matmul via Kernels::matmul, in the
+//                      model's dtype, fp32 accumulation)
+//   mfu                tokens_per_s * flops_per_token / matmul_flops_per_s
+// On CpuDevice this is a CPU figure; on a GPU it is the model FLOPs utilisation against the
+// measured (not datasheet) matmul rate.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gpu/device.h"
+#include "gpu/kernels.h"
+#include "model/gpt.h"
+
+namespace {
+
+using namespace strata;
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds of one n x n x n matmul (median over repeats of `iters` back-to-back calls).
+Result<double> time_matmul(gpu::Device& dev, int64_t n, DType dt, int repeats, int iters) {
+  const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer a, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer b, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer c, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(auto stream, dev.create_stream());
+  // Random data in [-1, 1): zeros would flatter a GPU (less power, higher clocks).
+  std::vector<float> host_f32(static_cast<size_t>(n * n));
+  for (size_t i = 0; i < host_f32.size(); ++i) {
+    host_f32[i] = static_cast<float>((i * 2654435761u) % 2048u) / 1024.0f - 1.0f;
+  }
+  std::vector<char> host(bytes);
+  convert(host_f32.data(), DType::kF32, host.data(), dt, host_f32.size());
+  STRATA_RETURN_IF_ERROR(stream->copy(a.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(stream->copy(b.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
+  gpu::MatmulArgs mm;
+  mm.a = a.data();
+  mm.b = b.data();
+  mm.c = c.data();
+  mm.dtype_ab = dt;
+  mm.dtype_c = dt;
+  mm.m = mm.n = mm.k = n;
+  mm.trans_b = true;  // the layout of the model's forward matmuls
+  STRATA_RETURN_IF_ERROR(dev.kernels().matmul(*stream, mm));  // warm-up
+  STRATA_RETURN_IF_ERROR(stream->synchronize());
+  std::vector<double> secs;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) STRATA_RETURN_IF_ERROR(dev.kernels().matmul(*stream, mm));
+    STRATA_RETURN_IF_ERROR(stream->synchronize());
+    secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  }
+  return median(secs);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "bench_model: GPT forward+backward tokens/s and MFU against the measured matmul rate"};
+  std::string device_name = "auto", dtype_name_flag = "bf16";
+  int64_t layers = 4, channels = 256, heads = 4, seq = 128, batch = 8, vocab = 50257;
+  int64_t ckpt = 0, matmul_n = 0;
+  int repeats = 5;
+  bool quick = false;
+  app.add_option("--device", device_name, "auto|cpu|cuda")->capture_default_str();
+  app.add_option("--layers", layers)->capture_default_str();
+  app.add_option("--channels", channels)->capture_default_str();
+  app.add_option("--heads", heads)->capture_default_str();
+  app.add_option("--seq", seq)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str();
+  app.add_option("--vocab", vocab)->capture_default_str();
+  app.add_option("--dtype", dtype_name_flag, "bf16|fp16|fp32")->capture_default_str();
+  app.add_option("--checkpoint-interval", ckpt, "K (0 = keep every layer)")->capture_default_str();
+  app.add_option("--matmul-size", matmul_n, "n of the n^3 rate matmul (0 = by device)");
+  app.add_option("--repeats", repeats)->capture_default_str();
+  app.add_flag("--quick", quick, "small config, under 30 s");
+  CLI11_PARSE(app, argc, argv);
+
+  auto kind = gpu::parse_device_kind(device_name);
+  if (!kind.ok()) {
+    std::fprintf(stderr, "bench_model: --device %s: %s\n", device_name.c_str(),
+                 kind.status().message().c_str());
+    return 2;
+  }
+  auto dt = parse_dtype(dtype_name_flag);
+  if (!dt.ok()) {
+    std::fprintf(stderr, "bench_model: --dtype %s is not accepted (bf16|fp16|fp32)\n",
+                 dtype_name_flag.c_str());
+    return 2;
+  }
+  if (repeats < 1) {
+    std::fprintf(stderr, "bench_model: --repeats %d must be >= 1\n", repeats);
+    return 2;
+  }
+  const bool is_cuda = kind.value() == gpu::DeviceKind::kCuda;
+  if (quick && !is_cuda) {
+    layers = std::min<int64_t>(layers, 2);
+    channels = std::min<int64_t>(channels, 128);
+    heads = std::min<int64_t>(heads, 4);
+    seq = std::min<int64_t>(seq, 64);
+    batch = std::min<int64_t>(batch, 4);
+    vocab = std::min<int64_t>(vocab, 8192);
+  }
+  if (matmul_n <= 0) matmul_n = is_cuda ? 8192 : (quick ? 1024 : 2048);
+
+  auto dev_r = gpu::create_device(kind.value(), {});
+  if (!dev_r.ok()) {
+    std::fprintf(stderr, "bench_model: --device %s: %s\n", device_name.c_str(),
+                 dev_r.status().to_string().c_str());
+    return 1;
+  }
+  gpu::Device& dev = *dev_r.value();
+
+  model::GptConfig cfg;
+  cfg.vocab = vocab;
+  cfg.max_seq = seq;
+  cfg.layers = layers;
+  cfg.heads = heads;
+  cfg.channels = channels;
+  cfg.dtype = dt.value();
+  const model::RunShape shape{batch, seq, ckpt};
+  std::vector<double> step_s;
+  {
+    auto model_r = model::GptModel::create(dev, cfg, shape);
+    if (!model_r.ok()) {
+      std::fprintf(stderr, "bench_model: %s\n", model_r.status().to_string().c_str());
+      return 1;
+    }
+    model::GptModel& model = *model_r.value();
+    Status st = model.init_params(1);
+    std::vector<int32_t> tokens(static_cast<size_t>(batch * seq)), targets(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 2654435761u) % static_cast<uint64_t>(vocab));
+      targets[i] = static_cast<int32_t>((i * 40503u + 7) % static_cast<uint64_t>(vocab));
+    }
+    for (int r = -1; r < repeats && st.ok(); ++r) {  // r = -1: warm-up
+      const auto t0 = Clock::now();
+      st = model.zero_grad();
+      if (st.ok()) st = model.forward(tokens.data(), targets.data()).status();
+      if (st.ok()) st = model.backward();
+      if (r >= 0) step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_model: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }  // free the model before the matmul buffers
+  auto mm_s = time_matmul(dev, matmul_n, dt.value(), std::max(repeats, 5), is_cuda ? 20 : 1);
+  if (!mm_s.ok()) {
+    std::fprintf(stderr, "bench_model: matmul rate: %s\n", mm_s.status().to_string().c_str());
+    return 1;
+  }
+  const double step = median(step_s);
+  const double tokens_per_s = static_cast<double>(batch * seq) / step;
+  const double flops_per_token = 6.0 * static_cast<double>(cfg.num_params()) +
+                                 6.0 * static_cast<double>(layers * channels * seq);
+  const double matmul_rate = 2.0 * std::pow(static_cast<double>(matmul_n), 3) / mm_s.value();
+  const double mfu = tokens_per_s * flops_per_token / matmul_rate;
+
+  std::printf("device            %s\n", dev.name().c_str());
+  std::printf("model             %s, B=%lld T=%lld K=%lld, %.2fM params\n", cfg.describe().c_str(),
+              static_cast<long long>(batch), static_cast<long long>(seq),
+              static_cast<long long>(ckpt), static_cast<double>(cfg.num_params()) / 1e6);
+  std::printf("step (fwd+bwd)    %.2f ms (median of %d)\n", step * 1e3, repeats);
+  std::printf("tokens/s          %.0f\n", tokens_per_s);
+  std::printf("FLOPs/token       %.3g (6N + 6LCT)\n", flops_per_token);
+  std::printf("model FLOP/s      %.3g\n", tokens_per_s * flops_per_token);
+  std::printf("matmul FLOP/s     %.3g (%lld^3 %s)\n", matmul_rate, static_cast<long long>(matmul_n),
+              dtype_name(cfg.dtype).data());
+  std::printf("MFU vs matmul     %.3f\n", mfu);
+
+  nlohmann::json j;
+  j["bench"] = "model";
+  j["device"] = std::string(gpu::device_kind_name(dev.kind()));
+  j["device_name"] = dev.name();
+  j["quick"] = quick;
+  j["layers"] = layers;
+  j["channels"] = channels;
+  j["heads"] = heads;
+  j["seq"] = seq;
+  j["batch"] = batch;
+  j["vocab"] = vocab;
+  j["dtype"] = std::string(dtype_name(cfg.dtype));
+  j["checkpoint_interval"] = ckpt;
+  j["params"] = cfg.num_params();
+  j["step_ms"] = step * 1e3;
+  j["tokens_per_s"] = tokens_per_s;
+  j["flops_per_token"] = flops_per_token;
+  j["flops_per_token_formula"] = "6N+6LCT";
+  j["matmul_size"] = matmul_n;
+  j["matmul_flops_per_s"] = matmul_rate;
+  j["mfu"] = mfu;
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

@@ -1,0 +1,213 @@
+// Reductions with a fixed order: bias_backward (column sums), the embedding forward/backward and
+// sum_squares (two passes through per-stream scratch). No floating-point atomics anywhere, so
+// every run gives the same bits.
+#include "gpu/cuda/common.cuh"
+
+namespace strata::gpu::cuda {
+namespace {
+
+// bias_backward: a block of 32 columns x kRowGroups row groups; thread (x, y) sums rows
+// y, y + kRowGroups, ... of its column in order, then row 0 of the block adds the kRowGroups
+// partials in order.
+constexpr int kRowGroups = 16;
+
+template <typename T>
+__global__ void bias_backward_kernel(T* dbias, const T* dout, int64_t m, int64_t n,
+                                     bool accumulate) {
+  __shared__ float partial[kRowGroups][32];
+  const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  float sum = 0.0f;
+  if (col < n) {
+    for (int64_t r = threadIdx.y; r < m; r += kRowGroups) sum += load_f32(dout + r * n + col);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    float total = 0.0f;
+    for (int g = 0; g < kRowGroups; ++g) total += partial[g][threadIdx.x];
+    if (accumulate) total += load_f32(dbias + col);
+    store_f32(dbias + col, total);
+  }
+}
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                         int64_t B, int64_t T_, int64_t C) {
+  const int64_t total = B * T_ * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t bt = i / C;
+    const int64_t c = i % C;
+    const int64_t t = bt % T_;
+    const int32_t tok = tokens[bt];
+    const float w = tok >= 0 ? load_f32(wte + tok * C + c) : 0.0f;
+    store_f32(out + i, w + load_f32(wpe + t * C + c));
+  }
+}
+
+// dwpe[t, c] += sum over b in order of dout[b, t, c]; one thread per (t, c).
+template <typename T>
+__global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int64_t B, int64_t T_,
+                                              int64_t C) {
+  const int64_t total = T_ * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float acc = load_f32(dwpe + i);
+    for (int64_t b = 0; b < B; ++b) acc += load_f32(dout + b * T_ * C + i);
+    store_f32(dwpe + i, acc);
+  }
+}
+
+// dwte: block (x, y) owns channels [x * kThreads, (x + 1) * kThreads) of the vocabulary rows
+// whose index is y modulo kBuckets, and scans all tokens in order, so each element of dwte
+// receives its additions in token order from a single thread.
+constexpr int kEmbThreads = 256;
+constexpr int kBuckets = 32;
+
+template <typename T>
+__global__ void embedding_backward_wte_kernel(T* dwte, const T* dout, const int32_t* tokens,
+                                              int64_t BT, int64_t C) {
+  __shared__ int32_t chunk[kEmbThreads];
+  const int64_t c = blockIdx.x * int64_t{kEmbThreads} + threadIdx.x;
+  const int32_t bucket = static_cast<int32_t>(blockIdx.y);
+  for (int64_t base = 0; base < BT; base += kEmbThreads) {
+    const int64_t idx = base + threadIdx.x;
+    chunk[threadIdx.x] = idx < BT ? tokens[idx] : -1;
+    __syncthreads();
+    const int64_t count = BT - base < kEmbThreads ? BT - base : kEmbThreads;
+    if (c < C) {
+      for (int64_t j = 0; j < count; ++j) {
+        const int32_t tok = chunk[j];
+        if (tok >= 0 && tok % kBuckets == bucket) {
+          T* p = dwte + tok * C + c;
+          store_f32(p, load_f32(p) + load_f32(dout + (base + j) * C + c));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// sum_squares, pass 1: block b writes (sum of squares, non-finite flag) of its grid-stride share
+// to scratch[2b], scratch[2b + 1]. Pass 2: one block combines the partials in order.
+constexpr int kSqThreads = 512;
+constexpr int kSqMaxBlocks = static_cast<int>(kSumSquaresScratchFloats / 2);
+
+template <typename T>
+__global__ void sum_squares_partial_kernel(float* scratch, const T* x, int64_t n) {
+  __shared__ float shared[32];
+  float sum = 0.0f;
+  float bad = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = load_f32(x + i);
+    sum += v * v;
+    if (!isfinite(v)) bad = 1.0f;
+  }
+  sum = block_sum(sum, shared);
+  bad = block_max(bad, shared);
+  if (threadIdx.x == 0) {
+    scratch[2 * blockIdx.x] = sum;
+    scratch[2 * blockIdx.x + 1] = bad;
+  }
+}
+
+__global__ void sum_squares_final_kernel(float* out, const float* scratch, int blocks,
+                                         bool accumulate) {
+  __shared__ float shared[32];
+  const int i = static_cast<int>(threadIdx.x);
+  float sum = i < blocks ? scratch[2 * i] : 0.0f;
+  float bad = i < blocks ? scratch[2 * i + 1] : 0.0f;
+  sum = block_sum(sum, shared);
+  bad = block_max(bad, shared);
+  if (threadIdx.x == 0) {
+    if (accumulate) {
+      out[0] += sum;
+      out[1] = fmaxf(out[1], bad);
+    } else {
+      out[0] = sum;
+      out[1] = bad;
+    }
+  }
+}
+
+struct BiasBackward {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, void* dbias, const void* dout, int64_t m, int64_t n,
+                         bool accumulate) {
+    const dim3 block(32, kRowGroups);
+    const dim3 grid(static_cast<unsigned>((n + 31) / 32));
+    bias_backward_kernel<T><<<grid, block, 0, s>>>(static_cast<T*>(dbias),
+                                                   static_cast<const T*>(dout), m, n, accumulate);
+    return launch_result();
+  }
+};
+
+struct EmbeddingForward {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, void* out, const int32_t* tokens, const void* wte,
+                         const void* wpe, int64_t B, int64_t T_, int64_t C) {
+    embedding_forward_kernel<T><<<grid_for(B * T_ * C, 256), 256, 0, s>>>(
+        static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), B, T_,
+        C);
+    return launch_result();
+  }
+};
+
+struct EmbeddingBackward {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, void* dwte, void* dwpe, const void* dout,
+                         const int32_t* tokens, int64_t B, int64_t T_, int64_t C) {
+    embedding_backward_wpe_kernel<T><<<grid_for(T_ * C, 256), 256, 0, s>>>(
+        static_cast<T*>(dwpe), static_cast<const T*>(dout), B, T_, C);
+    cudaError_t err = launch_result();
+    if (err != cudaSuccess) return err;
+    const dim3 grid(static_cast<unsigned>((C + kEmbThreads - 1) / kEmbThreads), kBuckets);
+    embedding_backward_wte_kernel<T><<<grid, kEmbThreads, 0, s>>>(
+        static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, B * T_, C);
+    return launch_result();
+  }
+};
+
+struct SumSquares {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, float* out, const void* x, int64_t n, bool accumulate,
+                         float* scratch) {
+    const int blocks = static_cast<int>(grid_for(n, kSqThreads * 4, kSqMaxBlocks));
+    sum_squares_partial_kernel<T>
+        <<<blocks, kSqThreads, 0, s>>>(scratch, static_cast<const T*>(x), n);
+    cudaError_t err = launch_result();
+    if (err != cudaSuccess) return err;
+    sum_squares_final_kernel<<<1, kSqMaxBlocks, 0, s>>>(out, scratch, blocks, accumulate);
+    return launch_result();
+  }
+};
+
+}  // namespace
+
+cudaError_t launch_bias_backward(cudaStream_t stream, void* dbias, const void* dout, int64_t m,
+                                 int64_t n, ElemType t, bool accumulate) {
+  if (n == 0) return cudaSuccess;
+  return dispatch<BiasBackward>(t, stream, dbias, dout, m, n, accumulate);
+}
+
+cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32_t* tokens,
+                                     const void* wte, const void* wpe, int64_t B, int64_t T,
+                                     int64_t C, ElemType t) {
+  if (B * T * C == 0) return cudaSuccess;
+  return dispatch<EmbeddingForward>(t, stream, out, tokens, wte, wpe, B, T, C);
+}
+
+cudaError_t launch_embedding_backward(cudaStream_t stream, void* dwte, void* dwpe, const void* dout,
+                                      const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                      ElemType t) {
+  if (B * T * C == 0) return cudaSuccess;
+  return dispatch<EmbeddingBackward>(t, stream, dwte, dwpe, dout, tokens, B, T, C);
+}
+
+cudaError_t launch_sum_squares(cudaStream_t stream, float* out, const void* x, int64_t n,
+                               ElemType t, bool accumulate, float* scratch) {
+  return dispatch<SumSquares>(t, stream, out, x, n, accumulate, scratch);
+}
+
+}  // namespace strata::gpu::cuda

@@ -1,0 +1,72 @@
+// Plain launch functions of the CUDA kernels (kernels_*.cu), called by CudaKernels
+// (cuda_kernels.cpp) after it has validated the arguments. This header is shared by C++20 and
+// CUDA C++17 translation units, so it includes only <cstdint> and the CUDA runtime API.
+//
+// Every function enqueues on `stream` and returns the launch error (cudaGetLastError after each
+// launch); errors while the kernel runs surface at the next synchronize. Element types follow
+// `ElemType`; all arithmetic is fp32 and 16-bit stores round to nearest even. Pointers are device
+// memory. Semantics are those of the same-named ops in gpu/kernels.h.
+// Thread safety: stateless; the caller orders the work through the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::gpu::cuda {
+
+// Same values as strata::DType (core/dtype.h), which .cu files cannot include (C++20).
+enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// Largest head size the attention kernels support.
+inline constexpr int64_t kMaxHeadSize = 256;
+// Floats of per-stream scratch that sum_squares needs (partials of its first pass).
+inline constexpr int64_t kSumSquaresScratchFloats = 2 * 1024;
+
+cudaError_t launch_add_bias_rows(cudaStream_t stream, void* c, const void* bias, int64_t m,
+                                 int64_t n, ElemType t);
+cudaError_t launch_bias_backward(cudaStream_t stream, void* dbias, const void* dout, int64_t m,
+                                 int64_t n, ElemType t, bool accumulate);
+
+cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32_t* tokens,
+                                     const void* wte, const void* wpe, int64_t B, int64_t T,
+                                     int64_t C, ElemType t);
+cudaError_t launch_embedding_backward(cudaStream_t stream, void* dwte, void* dwpe, const void* dout,
+                                      const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                      ElemType t);
+
+cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
+                                     const void* inp, const void* weight, const void* bias,
+                                     int64_t N, int64_t C, float eps, ElemType t);
+cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dweight, void* dbias,
+                                      const void* dout, const void* inp, const void* weight,
+                                      const float* mean, const float* rstd, int64_t N, int64_t C,
+                                      ElemType t);
+
+cudaError_t launch_gelu_forward(cudaStream_t stream, void* out, const void* inp, int64_t n,
+                                ElemType t);
+cudaError_t launch_gelu_backward(cudaStream_t stream, void* dinp, const void* inp, const void* dout,
+                                 int64_t n, ElemType t);
+
+cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
+                                     int64_t B, int64_t T, int64_t C, int64_t NH, ElemType t);
+cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const void* dout,
+                                      const void* qkv, const void* out, const float* lse, int64_t B,
+                                      int64_t T, int64_t C, int64_t NH, ElemType t);
+
+cudaError_t launch_add(cudaStream_t stream, void* out, const void* a, const void* b, int64_t n,
+                       ElemType t);
+cudaError_t launch_scale(cudaStream_t stream, void* x, float factor, int64_t n, ElemType t);
+cudaError_t launch_cast(cudaStream_t stream, void* dst, ElemType dst_t, const void* src,
+                        ElemType src_t, int64_t n);
+
+// A target outside [0, V) other than a negative one gives a NaN loss (and no one-hot term).
+cudaError_t launch_softmax_cross_entropy(cudaStream_t stream, float* losses, void* logits,
+                                         const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                                         float dloss, ElemType t);
+
+// `scratch` holds kSumSquaresScratchFloats floats of device memory owned by the stream.
+cudaError_t launch_sum_squares(cudaStream_t stream, float* out, const void* x, int64_t n,
+                               ElemType t, bool accumulate, float* scratch);
+
+}  // namespace strata::gpu::cuda

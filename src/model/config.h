@@ -1,0 +1,44 @@
+// GptConfig: the shape of a GPT-2-style decoder (pre-LayerNorm, GELU MLP of 4C, tied input and
+// output embedding) and its storage dtype. Values; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace strata::model {
+
+struct GptConfig {
+  int64_t vocab = 0;  // V: real vocabulary size (tokens are in [0, V))
+  int64_t padded_vocab =
+      0;  // Vp >= V: row count of wte and row stride of logits; 0 = V rounded up to 64
+  int64_t max_seq = 0;        // maxT: rows of wpe (longest context)
+  int64_t layers = 0;         // L
+  int64_t heads = 0;          // NH (must divide channels)
+  int64_t channels = 0;       // C
+  DType dtype = DType::kF32;  // storage of parameters, gradients and activations
+
+  // Vp as used (padded_vocab, or V rounded up to a multiple of 64 when 0).
+  int64_t vp() const { return padded_vocab > 0 ? padded_vocab : (vocab + 63) / 64 * 64; }
+  // Parameter count: Vp*C + maxT*C + L*(12C^2 + 13C) + 2C (llm.c counts the padded rows too).
+  int64_t num_params() const;
+  // "L=2 C=64 NH=4 V=13(Vp=64) maxT=16 f32"
+  std::string describe() const;
+  // kConfig naming the field, its value and what is accepted.
+  Status validate() const;
+};
+
+// The shape of one forward/backward call: B sequences of T tokens (T <= max_seq), and the
+// activation checkpoint interval K: the input of every K-th layer is kept and the other layers'
+// activations are recomputed in backward. K = 0 (or K >= L) keeps every layer's activations.
+struct RunShape {
+  int64_t batch = 0;                // B
+  int64_t seq = 0;                  // T
+  int64_t checkpoint_interval = 0;  // K
+
+  Status validate(const GptConfig& config) const;
+};
+
+}  // namespace strata::model

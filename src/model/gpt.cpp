@@ -1,0 +1,232 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/gpt_internal.h"
+#include "model/init.h"
+
+namespace strata::model {
+
+GptModel::GptModel(gpu::Device& device, const GptConfig& config, const RunShape& shape)
+    : device_(device), k_ops_(device.kernels()), config_(config), shape_(shape) {
+  const int64_t l = config.layers;
+  k_ = (shape.checkpoint_interval <= 0 || shape.checkpoint_interval >= l)
+           ? l
+           : shape.checkpoint_interval;
+  ll_ = layer_layout(config);
+  sl_ = shared_layout(config);
+}
+
+GptModel::~GptModel() {
+  if (stream_) (void)stream_->synchronize();
+}
+
+Result<std::unique_ptr<GptModel>> GptModel::create(gpu::Device& device, const GptConfig& config,
+                                                   const RunShape& shape) {
+  STRATA_RETURN_IF_ERROR(config.validate());
+  STRATA_RETURN_IF_ERROR(shape.validate(config));
+  std::unique_ptr<GptModel> model(new GptModel(device, config, shape));
+  STRATA_ASSIGN_OR_RETURN(model->stream_, device.create_stream());
+  STRATA_RETURN_IF_ERROR(
+      model->allocate_all().with_context("allocating GPT (" + config.describe() + ", " +
+                                         std::to_string(config.num_params()) + " params)"));
+  return model;
+}
+
+Result<gpu::DeviceBuffer> GptModel::alloc(size_t bytes) {
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, device_.allocate(std::max<size_t>(bytes, 1)));
+  device_bytes_ += buf.size_bytes();
+  return buf;
+}
+
+int64_t GptModel::block_numel(int64_t block) const {
+  return block == config_.layers ? sl_.numel : ll_.numel;
+}
+
+Status GptModel::allocate_all() {
+  const size_t es = dtype_size(config_.dtype);
+  const auto n = static_cast<size_t>(shape_.batch * shape_.seq);  // rows B*T
+  const auto c = static_cast<size_t>(config_.channels);
+  const auto nh = static_cast<size_t>(config_.heads);
+  const auto vp = static_cast<size_t>(config_.vp());
+  for (int64_t b = 0; b < num_blocks(); ++b) {
+    const size_t bytes = static_cast<size_t>(block_numel(b)) * es;
+    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer p, alloc(bytes));
+    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer g, alloc(bytes));
+    params_.push_back(std::move(p));
+    grads_.push_back(std::move(g));
+  }
+  const int64_t segments = (config_.layers + k_ - 1) / k_;
+  for (int64_t s = 0; s < segments; ++s) {
+    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer x, alloc(n * c * es));
+    checkpoints_.push_back(std::move(x));
+  }
+  for (int64_t s = 0; s < k_; ++s) {
+    auto a = std::make_unique<Activations>();
+    if (s > 0) {
+      STRATA_ASSIGN_OR_RETURN(a->x_in, alloc(n * c * es));
+    }
+    STRATA_ASSIGN_OR_RETURN(a->ln1, alloc(n * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->ln1_mean, alloc(n * 4));
+    STRATA_ASSIGN_OR_RETURN(a->ln1_rstd, alloc(n * 4));
+    STRATA_ASSIGN_OR_RETURN(a->qkv, alloc(n * 3 * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->atty, alloc(n * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->lse, alloc(n * nh * 4));
+    STRATA_ASSIGN_OR_RETURN(a->res2, alloc(n * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->ln2, alloc(n * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->ln2_mean, alloc(n * 4));
+    STRATA_ASSIGN_OR_RETURN(a->ln2_rstd, alloc(n * 4));
+    STRATA_ASSIGN_OR_RETURN(a->fch, alloc(n * 4 * c * es));
+    STRATA_ASSIGN_OR_RETURN(a->fch_gelu, alloc(n * 4 * c * es));
+    sets_.push_back(std::move(a));
+  }
+  STRATA_ASSIGN_OR_RETURN(x_final_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(lnf_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(lnf_mean_, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(lnf_rstd_, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(logits_, alloc(n * vp * es));
+  STRATA_ASSIGN_OR_RETURN(losses_, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(tokens_, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(targets_, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(tmp_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(dres_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(dbuf_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(dqkv_, alloc(n * 3 * c * es));
+  STRATA_ASSIGN_OR_RETURN(d4a_, alloc(n * 4 * c * es));
+  STRATA_ASSIGN_OR_RETURN(d4b_, alloc(n * 4 * c * es));
+  host_losses_.resize(n);
+  return zero_grad();
+}
+
+void* GptModel::layer_input(int64_t l) const {
+  if (l % k_ == 0) return checkpoints_[static_cast<size_t>(l / k_)].data();
+  return sets_[static_cast<size_t>(l % k_)]->x_in.data();
+}
+
+void* GptModel::layer_output(int64_t l) const {
+  return l + 1 == config_.layers ? x_final_.data() : layer_input(l + 1);
+}
+
+GptModel::Activations& GptModel::acts(int64_t l) const {
+  return *sets_[static_cast<size_t>(l % k_)];
+}
+
+Status GptModel::init_params(uint64_t seed) {
+  for (int64_t b = 0; b < num_blocks(); ++b) {
+    const std::vector<float> host = init_block(config_, b, seed);
+    STRATA_RETURN_IF_ERROR(upload_params(b, host.data()));
+  }
+  return ok_status();
+}
+
+Status GptModel::upload_params(int64_t block, const float* host) {
+  if (block < 0 || block >= num_blocks()) {
+    return make_error(ErrorCode::kConfig, "parameter block ", block, " is not in [0, ",
+                      num_blocks(), ")");
+  }
+  const auto numel = static_cast<size_t>(block_numel(block));
+  std::vector<char> staging(numel * dtype_size(config_.dtype));
+  convert(host, DType::kF32, staging.data(), config_.dtype, numel);
+  STRATA_RETURN_IF_ERROR(stream_->copy(param_block(block), staging.data(), staging.size(),
+                                       gpu::CopyKind::kHostToDevice));
+  return stream_->synchronize();
+}
+
+Status GptModel::copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* host) {
+  if (block < 0 || block >= num_blocks()) {
+    return make_error(ErrorCode::kConfig, "parameter block ", block, " is not in [0, ",
+                      num_blocks(), ")");
+  }
+  const auto numel = static_cast<size_t>(block_numel(block));
+  std::vector<char> staging(numel * dtype_size(config_.dtype));
+  STRATA_RETURN_IF_ERROR(
+      stream_->copy(staging.data(), buf.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(stream_->synchronize());
+  convert(staging.data(), config_.dtype, host, DType::kF32, numel);
+  return ok_status();
+}
+
+Status GptModel::download_params(int64_t block, float* host) {
+  if (block < 0 || block >= num_blocks()) return copy_block(block, params_[0], host);
+  return copy_block(block, params_[static_cast<size_t>(block)], host);
+}
+
+Status GptModel::download_grads(int64_t block, float* host) {
+  if (block < 0 || block >= num_blocks()) return copy_block(block, grads_[0], host);
+  return copy_block(block, grads_[static_cast<size_t>(block)], host);
+}
+
+Status GptModel::zero_grad() {
+  for (auto& g : grads_) STRATA_RETURN_IF_ERROR(stream_->memset(g.data(), 0, g.size_bytes()));
+  return ok_status();
+}
+
+Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
+  const int64_t n = shape_.batch * shape_.seq;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab) {
+      return make_error(ErrorCode::kConfig, "token ", tokens[i], " at position ", i,
+                        " is not in [0, vocab=", config_.vocab, ")");
+    }
+    if (targets != nullptr && targets[i] >= config_.vocab) {
+      return make_error(ErrorCode::kConfig, "target ", targets[i], " at position ", i,
+                        " is not below vocab=", config_.vocab);
+    }
+  }
+  STRATA_RETURN_IF_ERROR(stream_->copy(tokens_.data(), tokens, static_cast<size_t>(n) * 4,
+                                       gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.embedding_forward(*stream_, checkpoints_[0].data(), tokens_.as<int32_t>(),
+                               elem(param_block(config_.layers), sl_.wte, config_.dtype),
+                               elem(param_block(config_.layers), sl_.wpe, config_.dtype),
+                               shape_.batch, shape_.seq, config_.channels, config_.dtype));
+  for (int64_t l = 0; l < config_.layers; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l, true));
+  resident_segment_ = (config_.layers - 1) / k_;
+  float loss = 0.0f;
+  have_targets_ = targets != nullptr;
+  STRATA_RETURN_IF_ERROR(head_forward(targets, &loss));
+  return loss;
+}
+
+Status GptModel::backward() {
+  if (!have_targets_) {
+    return make_error(ErrorCode::kConfig, "GptModel::backward needs a forward with targets first");
+  }
+  STRATA_RETURN_IF_ERROR(head_backward());
+  const int64_t last_segment = (config_.layers - 1) / k_;
+  for (int64_t seg = last_segment; seg >= 0; --seg) {
+    const int64_t first = seg * k_;
+    const int64_t end = std::min(first + k_, config_.layers);
+    if (seg != resident_segment_) {
+      // Recompute the segment from its kept input; the last layer's output is already kept.
+      for (int64_t l = first; l < end; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l, l + 1 < end));
+      resident_segment_ = seg;
+    }
+    for (int64_t l = end - 1; l >= first; --l) STRATA_RETURN_IF_ERROR(layer_backward(l));
+  }
+  const DType dt = config_.dtype;
+  void* g = grad_block(config_.layers);
+  STRATA_RETURN_IF_ERROR(k_ops_.embedding_backward(
+      *stream_, elem(g, sl_.wte, dt), elem(g, sl_.wpe, dt), dres_.data(), tokens_.as<int32_t>(),
+      shape_.batch, shape_.seq, config_.channels, dt));
+  have_targets_ = false;  // the logits now hold gradients of a consumed loss
+  return stream_->synchronize();
+}
+
+Status GptModel::logits_to_host(std::vector<float>& out) {
+  const int64_t n = shape_.batch * shape_.seq;
+  const int64_t vp = config_.vp();
+  std::vector<char> staging(static_cast<size_t>(n * vp) * dtype_size(config_.dtype));
+  STRATA_RETURN_IF_ERROR(
+      stream_->copy(staging.data(), logits_.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(stream_->synchronize());
+  out.resize(static_cast<size_t>(n * config_.vocab));
+  for (int64_t r = 0; r < n; ++r) {
+    convert(staging.data() + static_cast<size_t>(r * vp) * dtype_size(config_.dtype), config_.dtype,
+            out.data() + r * config_.vocab, DType::kF32, static_cast<size_t>(config_.vocab));
+  }
+  return ok_status();
+}
+
+}  // namespace strata::model

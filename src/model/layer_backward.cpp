@@ -1,0 +1,122 @@
+// GptModel's backward pass: the head (logits -> final layernorm) and one transformer layer.
+// dres_ [B,T,C] carries the gradient of the residual stream between layers; parameter
+// gradients accumulate into the gradient blocks.
+#include "model/gpt.h"
+#include "model/gpt_internal.h"
+
+namespace strata::model {
+
+Status GptModel::head_backward() {
+  const DType dt = config_.dtype;
+  const int64_t n = shape_.batch * shape_.seq;
+  const int64_t c = config_.channels;
+  gpu::Stream& s = *stream_;
+  void* p = param_block(config_.layers);
+  void* g = grad_block(config_.layers);
+  // logits_ holds dlogits [n,Vp] (softmax_cross_entropy wrote it).
+  gpu::MatmulArgs mm;
+  mm.dtype_ab = dt;
+  mm.dtype_c = dt;
+  // dwte[Vp,C] += dlogits[n,Vp]^T . lnf[n,C]
+  mm.a = logits_.data();
+  mm.b = lnf_.data();
+  mm.c = elem(g, sl_.wte, dt);
+  mm.m = config_.vp();
+  mm.n = c;
+  mm.k = n;
+  mm.trans_a = true;
+  mm.beta = 1.0f;
+  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  // dlnf[n,C] = dlogits[n,Vp] . wte[Vp,C]
+  mm = gpu::MatmulArgs{};
+  mm.dtype_ab = dt;
+  mm.dtype_c = dt;
+  mm.a = logits_.data();
+  mm.b = elem(p, sl_.wte, dt);
+  mm.c = dbuf_.data();
+  mm.m = n;
+  mm.n = c;
+  mm.k = config_.vp();
+  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(s.memset(dres_.data(), 0, dres_.size_bytes()));
+  return k_ops_.layernorm_backward(s, dres_.data(), elem(g, sl_.lnfw, dt), elem(g, sl_.lnfb, dt),
+                                   dbuf_.data(), x_final_.data(), elem(p, sl_.lnfw, dt),
+                                   lnf_mean_.as<float>(), lnf_rstd_.as<float>(), n, c, dt);
+}
+
+Status GptModel::layer_backward(int64_t l) {
+  const DType dt = config_.dtype;
+  const int64_t n = shape_.batch * shape_.seq;
+  const int64_t c = config_.channels;
+  gpu::Stream& s = *stream_;
+  void* p = param_block(l);
+  void* g = grad_block(l);
+  Activations& a = acts(l);
+  const void* x = layer_input(l);
+
+  // Weight gradient dW[out,in] += dY[n,out]^T . X[n,in]; input gradient dX[n,in] = dY . W[out,in].
+  auto weight_grad = [&](void* dw, const void* dy, const void* xin, int64_t out,
+                         int64_t in) -> Status {
+    gpu::MatmulArgs mm;
+    mm.dtype_ab = dt;
+    mm.dtype_c = dt;
+    mm.a = dy;
+    mm.b = xin;
+    mm.c = dw;
+    mm.m = out;
+    mm.n = in;
+    mm.k = n;
+    mm.trans_a = true;
+    mm.beta = 1.0f;
+    return k_ops_.matmul(s, mm);
+  };
+  auto input_grad = [&](void* dx, const void* dy, const void* w, int64_t out,
+                        int64_t in) -> Status {
+    gpu::MatmulArgs mm;
+    mm.dtype_ab = dt;
+    mm.dtype_c = dt;
+    mm.a = dy;
+    mm.b = w;
+    mm.c = dx;
+    mm.m = n;
+    mm.n = in;
+    mm.k = out;
+    return k_ops_.matmul(s, mm);
+  };
+
+  // MLP: out = res2 + fch_gelu . fcprojw^T + fcprojb. dres_ = d out.
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.bias_backward(s, elem(g, ll_.fcprojb, dt), dres_.data(), n, c, dt, true));
+  STRATA_RETURN_IF_ERROR(
+      weight_grad(elem(g, ll_.fcprojw, dt), dres_.data(), a.fch_gelu.data(), c, 4 * c));
+  STRATA_RETURN_IF_ERROR(input_grad(d4a_.data(), dres_.data(), elem(p, ll_.fcprojw, dt), c, 4 * c));
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.gelu_backward(s, d4b_.data(), a.fch.data(), d4a_.data(), n * 4 * c, dt));
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.bias_backward(s, elem(g, ll_.fcb, dt), d4b_.data(), n, 4 * c, dt, true));
+  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.fcw, dt), d4b_.data(), a.ln2.data(), 4 * c, c));
+  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), d4b_.data(), elem(p, ll_.fcw, dt), 4 * c, c));
+  // dres_ += ln2 backward (dres_ is now d res2).
+  STRATA_RETURN_IF_ERROR(k_ops_.layernorm_backward(
+      s, dres_.data(), elem(g, ll_.ln2w, dt), elem(g, ll_.ln2b, dt), dbuf_.data(), a.res2.data(),
+      elem(p, ll_.ln2w, dt), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), n, c, dt));
+
+  // Attention: res2 = x + atty . attprojw^T + attprojb.
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.bias_backward(s, elem(g, ll_.attprojb, dt), dres_.data(), n, c, dt, true));
+  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.attprojw, dt), dres_.data(), a.atty.data(), c, c));
+  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), dres_.data(), elem(p, ll_.attprojw, dt), c, c));
+  STRATA_RETURN_IF_ERROR(k_ops_.attention_backward(s, dqkv_.data(), dbuf_.data(), a.qkv.data(),
+                                                   a.atty.data(), a.lse.as<float>(), shape_.batch,
+                                                   shape_.seq, c, config_.heads, dt));
+  STRATA_RETURN_IF_ERROR(
+      k_ops_.bias_backward(s, elem(g, ll_.qkvb, dt), dqkv_.data(), n, 3 * c, dt, true));
+  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.qkvw, dt), dqkv_.data(), a.ln1.data(), 3 * c, c));
+  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), dqkv_.data(), elem(p, ll_.qkvw, dt), 3 * c, c));
+  // dres_ += ln1 backward (dres_ is now d x, the layer input).
+  return k_ops_.layernorm_backward(s, dres_.data(), elem(g, ll_.ln1w, dt), elem(g, ll_.ln1b, dt),
+                                   dbuf_.data(), x, elem(p, ll_.ln1w, dt), a.ln1_mean.as<float>(),
+                                   a.ln1_rstd.as<float>(), n, c, dt);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,214 @@
+#include "kernel_reference.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata::gpu::ref {
+
+void matmul(const Vec& a, const Vec& b, Vec& c, const Vec& bias, int64_t M, int64_t N, int64_t K,
+            bool trans_a, bool trans_b, double alpha, double beta) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < K; ++p) {
+        const double av = trans_a ? a[p * M + i] : a[i * K + p];
+        const double bv = trans_b ? b[j * K + p] : b[p * N + j];
+        acc += av * bv;
+      }
+      double r = alpha * acc;
+      if (beta != 0.0) r += beta * c[i * N + j];
+      if (!bias.empty()) r += bias[j];
+      c[i * N + j] = r;
+    }
+  }
+}
+
+void layernorm_forward(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t C, double eps,
+                       Vec& out, Vec& mean, Vec& rstd) {
+  out.assign(N * C, 0.0);
+  mean.assign(N, 0.0);
+  rstd.assign(N, 0.0);
+  for (int64_t r = 0; r < N; ++r) {
+    double m = 0.0;
+    for (int64_t i = 0; i < C; ++i) m += x[r * C + i];
+    m /= C;
+    double v = 0.0;
+    for (int64_t i = 0; i < C; ++i) v += (x[r * C + i] - m) * (x[r * C + i] - m);
+    v /= C;
+    const double rs = 1.0 / std::sqrt(v + eps);
+    for (int64_t i = 0; i < C; ++i) out[r * C + i] = (x[r * C + i] - m) * rs * w[i] + b[i];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+void layernorm_backward(const Vec& dout, const Vec& x, const Vec& w, int64_t N, int64_t C,
+                        double eps, Vec& dx, Vec& dw, Vec& db) {
+  Vec out, mean, rstd;
+  layernorm_forward(x, w, w, N, C, eps, out, mean, rstd);
+  for (int64_t r = 0; r < N; ++r) {
+    // y_i = xhat_i w_i + b_i, xhat = (x - m) rstd. dxhat_i = dout_i w_i;
+    // dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+    double a = 0.0, bsum = 0.0;
+    for (int64_t i = 0; i < C; ++i) {
+      const double xh = (x[r * C + i] - mean[r]) * rstd[r];
+      const double dxh = dout[r * C + i] * w[i];
+      a += dxh;
+      bsum += dxh * xh;
+      dw[i] += dout[r * C + i] * xh;
+      db[i] += dout[r * C + i];
+    }
+    a /= C;
+    bsum /= C;
+    for (int64_t i = 0; i < C; ++i) {
+      const double xh = (x[r * C + i] - mean[r]) * rstd[r];
+      const double dxh = dout[r * C + i] * w[i];
+      dx[r * C + i] += rstd[r] * (dxh - a - xh * bsum);
+    }
+  }
+}
+
+double gelu(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+double gelu_grad(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+namespace {
+double qkv_at(const Vec& qkv, int64_t b, int64_t t, int64_t part, int64_t h, int64_t i, int64_t T,
+              int64_t C, int64_t HS) {
+  return qkv[(b * T + t) * 3 * C + part * C + h * HS + i];
+}
+}  // namespace
+
+void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Vec& out,
+                       Vec& lse) {
+  const int64_t HS = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  out.assign(B * T * C, 0.0);
+  lse.assign(B * NH * T, 0.0);
+  Vec s(T);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        double mx = -INFINITY;
+        for (int64_t u = 0; u <= t; ++u) {
+          double d = 0.0;
+          for (int64_t i = 0; i < HS; ++i) {
+            d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
+          }
+          s[u] = d * scale;
+          mx = std::max(mx, s[u]);
+        }
+        double z = 0.0;
+        for (int64_t u = 0; u <= t; ++u) z += std::exp(s[u] - mx);
+        for (int64_t u = 0; u <= t; ++u) {
+          const double p = std::exp(s[u] - mx) / z;
+          for (int64_t i = 0; i < HS; ++i) {
+            out[(b * T + t) * C + h * HS + i] += p * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
+          }
+        }
+        lse[(b * NH + h) * T + t] = mx + std::log(z);
+      }
+    }
+  }
+}
+
+void attention_backward(const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
+                        int64_t NH, Vec& dqkv) {
+  const int64_t HS = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  dqkv.assign(B * T * 3 * C, 0.0);
+  Vec p(T), dp(T);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        // Softmax row t over u <= t, then dS = P (dP - sum_u P dP).
+        double mx = -INFINITY;
+        for (int64_t u = 0; u <= t; ++u) {
+          double d = 0.0;
+          for (int64_t i = 0; i < HS; ++i) {
+            d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
+          }
+          p[u] = d * scale;
+          mx = std::max(mx, p[u]);
+        }
+        double z = 0.0;
+        for (int64_t u = 0; u <= t; ++u) z += std::exp(p[u] - mx);
+        double pdp = 0.0;
+        for (int64_t u = 0; u <= t; ++u) {
+          p[u] = std::exp(p[u] - mx) / z;
+          double d = 0.0;
+          for (int64_t i = 0; i < HS; ++i) {
+            d += dout[(b * T + t) * C + h * HS + i] * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
+          }
+          dp[u] = d;
+          pdp += p[u] * d;
+        }
+        for (int64_t u = 0; u <= t; ++u) {
+          const double ds = p[u] * (dp[u] - pdp) * scale;
+          for (int64_t i = 0; i < HS; ++i) {
+            const int64_t qi = (b * T + t) * 3 * C + h * HS + i;
+            const int64_t ki = (b * T + u) * 3 * C + C + h * HS + i;
+            const int64_t vi = (b * T + u) * 3 * C + 2 * C + h * HS + i;
+            dqkv[qi] += ds * qkv[ki];
+            dqkv[ki] += ds * qkv[qi];
+            dqkv[vi] += p[u] * dout[(b * T + t) * C + h * HS + i];
+          }
+        }
+      }
+    }
+  }
+}
+
+void embedding_forward(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe,
+                       int64_t B, int64_t T, int64_t C, Vec& out) {
+  out.assign(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t tok = tokens[b * T + t];
+      for (int64_t i = 0; i < C; ++i) {
+        out[(b * T + t) * C + i] = wte[tok * C + i] + wpe[t * C + i];
+      }
+    }
+  }
+}
+
+void embedding_backward(const Vec& dout, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                        int64_t C, Vec& dwte, Vec& dwpe) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t tok = tokens[b * T + t];
+      for (int64_t i = 0; i < C; ++i) {
+        dwte[tok * C + i] += dout[(b * T + t) * C + i];
+        dwpe[t * C + i] += dout[(b * T + t) * C + i];
+      }
+    }
+  }
+}
+
+void softmax_cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t N,
+                           int64_t V, int64_t Vp, double dloss, Vec& losses, Vec& dlogits) {
+  losses.assign(N, 0.0);
+  dlogits.assign(N * Vp, 0.0);
+  for (int64_t r = 0; r < N; ++r) {
+    if (targets[r] < 0) continue;
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[r * Vp + i]);
+    double z = 0.0;
+    for (int64_t i = 0; i < V; ++i) z += std::exp(logits[r * Vp + i] - mx);
+    losses[r] = std::log(z) + mx - logits[r * Vp + targets[r]];
+    for (int64_t i = 0; i < V; ++i) {
+      const double p = std::exp(logits[r * Vp + i] - mx) / z;
+      dlogits[r * Vp + i] = (p - (i == targets[r] ? 1.0 : 0.0)) * dloss;
+    }
+  }
+}
+
+}  // namespace strata::gpu::ref

@@ -1,0 +1,201 @@
+// Kernel conformance, part 1: matmul, bias_backward, add, scale, cast, gelu, sum_squares,
+// argument errors and determinism, against the float64 reference (kernel_reference.h).
+#include "kernel_test_util.h"
+
+namespace strata::gpu::test {
+namespace {
+
+struct MatmulCase {
+  int64_t m, n, k;
+};
+
+void run_matmul(KernelTest& t, DeviceFixture& d, DType ab, DType c_dtype, MatmulCase mc, bool ta,
+                bool tb, bool with_bias, double alpha, double beta, double tol) {
+  Vec a = random_vec(mc.m * mc.k, 1), b = random_vec(mc.k * mc.n, 2);
+  Vec c = random_vec(mc.m * mc.n, 3), bias = with_bias ? random_vec(mc.n, 4) : Vec{};
+  auto da = d.upload(a, ab);
+  auto db = d.upload(b, ab);
+  auto dc = d.upload(c, c_dtype);
+  DeviceBuffer dbias;
+  if (with_bias) dbias = d.upload(bias, c_dtype);
+  MatmulArgs args;
+  args.a = da.data();
+  args.b = db.data();
+  args.c = dc.data();
+  args.bias = with_bias ? dbias.data() : nullptr;
+  args.dtype_ab = ab;
+  args.dtype_c = c_dtype;
+  args.m = mc.m;
+  args.n = mc.n;
+  args.k = mc.k;
+  args.trans_a = ta;
+  args.trans_b = tb;
+  args.alpha = static_cast<float>(alpha);
+  args.beta = static_cast<float>(beta);
+  ASSERT_TRUE(d.k().matmul(d.stream(), args).ok());
+  ref::matmul(a, b, c, bias, mc.m, mc.n, mc.k, ta, tb, alpha, beta);
+  expect_close(d.download(dc, c.size(), c_dtype), c, tol,
+               "matmul " + std::to_string(mc.m) + "x" + std::to_string(mc.n) + "x" +
+                   std::to_string(mc.k) + (ta ? " ta" : "") + (tb ? " tb" : "") +
+                   (with_bias ? " bias" : "") + " beta " + std::to_string(beta));
+  (void)t;
+}
+
+TEST_P(KernelTest, MatmulAllTransposesSmallOddShapes) {
+  for (MatmulCase mc : {MatmulCase{1, 1, 1}, MatmulCase{7, 13, 5}, MatmulCase{33, 17, 129}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (bool bias : {false, true}) {
+          run_matmul(*this, d_, dt(), dt(), mc, ta, tb, bias, 1.0, 0.0, tol());
+          run_matmul(*this, d_, dt(), dt(), mc, ta, tb, bias, 0.7, 0.5, tol());
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, MatmulLargerThanOneTile) {
+  // Crosses the CPU tiling (64 rows x 512 columns) in both directions.
+  run_matmul(*this, d_, dt(), dt(), {130, 600, 70}, false, false, true, 1.0, 0.0, tol());
+  run_matmul(*this, d_, dt(), dt(), {130, 600, 70}, true, true, false, 1.0, 1.0, tol());
+}
+
+TEST_P(KernelTest, MatmulFp32OutputFrom16BitInputs) {
+  // The gradient-accumulation pattern: 16-bit operands, fp32 C accumulated with beta = 1.
+  run_matmul(*this, d_, dt(), DType::kF32, {19, 23, 31}, true, false, false, 1.0, 1.0, 1e-5);
+}
+
+TEST_P(KernelTest, BiasBackward) {
+  const int64_t m = 37, n = 70;
+  for (bool accumulate : {false, true}) {
+    Vec dout = random_vec(m * n, 5), dbias = random_vec(n, 6);
+    auto ddout = d_.upload(dout, dt());
+    auto ddbias = d_.upload(dbias, dt());
+    ASSERT_TRUE(d_.k()
+                    .bias_backward(d_.stream(), ddbias.data(), ddout.data(), m, n, dt(), accumulate)
+                    .ok());
+    Vec expect(n, 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+      expect[j] = accumulate ? dbias[j] : 0.0;
+      for (int64_t i = 0; i < m; ++i) expect[j] += dout[i * n + j];
+    }
+    expect_close(d_.download(ddbias, n, dt()), expect, tol(),
+                 accumulate ? "bias_backward accumulate" : "bias_backward");
+  }
+}
+
+TEST_P(KernelTest, AddScaleAndAliasing) {
+  const int64_t n = 10007;  // more than one chunk, not a multiple of anything
+  Vec a = random_vec(n, 7), b = random_vec(n, 8);
+  auto da = d_.upload(a, dt());
+  auto db = d_.upload(b, dt());
+  auto dout = d_.zeros(n * dtype_size(dt()));
+  ASSERT_TRUE(d_.k().add(d_.stream(), dout.data(), da.data(), db.data(), n, dt()).ok());
+  Vec sum(n);
+  for (int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+  expect_close(d_.download(dout, n, dt()), sum, tol(), "add");
+  // out aliases a.
+  ASSERT_TRUE(d_.k().add(d_.stream(), da.data(), da.data(), db.data(), n, dt()).ok());
+  expect_close(d_.download(da, n, dt()), sum, tol(), "add aliased");
+  ASSERT_TRUE(d_.k().scale(d_.stream(), db.data(), -0.375f, n, dt()).ok());
+  Vec scaled(n);
+  for (int64_t i = 0; i < n; ++i) scaled[i] = b[i] * -0.375;
+  expect_close(d_.download(db, n, dt()), scaled, tol(), "scale");
+}
+
+TEST_P(KernelTest, CastToEveryDtype) {
+  const int64_t n = 5003;
+  Vec src = random_vec(n, 9, -70000.0, 70000.0);  // beyond fp16's range: must become +-Inf
+  for (int i = 0; i < 50; ++i) src[i] = std::ldexp(src[i] / 70000.0, -20);  // fp16 subnormals
+  auto dsrc = d_.upload(src, dt());
+  for (DType to : {DType::kF32, DType::kF16, DType::kBF16}) {
+    auto ddst = d_.zeros(n * dtype_size(to));
+    ASSERT_TRUE(d_.k().cast(d_.stream(), ddst.data(), to, dsrc.data(), dt(), n).ok());
+    const Vec got = d_.download(ddst, n, to);
+    int mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      // Exact: cast is one round-to-nearest-even of an exactly representable input.
+      const double want = round_to(to, src[i]);
+      if (!(got[i] == want)) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0) << "cast " << dtype_name(dt()) << " -> " << dtype_name(to);
+  }
+}
+
+TEST_P(KernelTest, GeluForwardBackward) {
+  const int64_t n = 9001;
+  Vec x = random_vec(n, 10, -6.0, 6.0), g = random_vec(n, 11);
+  auto dx = d_.upload(x, dt());
+  auto dg = d_.upload(g, dt());
+  auto dy = d_.zeros(n * dtype_size(dt()));
+  auto ddx = d_.zeros(n * dtype_size(dt()));
+  ASSERT_TRUE(d_.k().gelu_forward(d_.stream(), dy.data(), dx.data(), n, dt()).ok());
+  ASSERT_TRUE(d_.k().gelu_backward(d_.stream(), ddx.data(), dx.data(), dg.data(), n, dt()).ok());
+  Vec y(n), gx(n);
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = ref::gelu(x[i]);
+    gx[i] = ref::gelu_grad(x[i]) * g[i];
+  }
+  expect_close(d_.download(dy, n, dt()), y, tol(), "gelu_forward");
+  expect_close(d_.download(ddx, n, dt()), gx, tol(), "gelu_backward");
+}
+
+TEST_P(KernelTest, SumSquaresAndNonFiniteFlag) {
+  const int64_t n = 40000;  // several chunks
+  Vec x = random_vec(n, 12);
+  auto dx = d_.upload(x, dt());
+  auto dout = d_.zeros(8);
+  ASSERT_TRUE(d_.k().sum_squares(d_.stream(), dout.as<float>(), dx.data(), n, dt(), false).ok());
+  double ss = 0.0;
+  for (double v : x) ss += v * v;
+  Vec got = d_.download(dout, 2, DType::kF32);
+  expect_close({got[0]}, {ss}, 1e-5, "sum_squares");
+  EXPECT_EQ(got[1], 0.0);
+  // Accumulate a second tensor holding an Inf: the sum adds, the flag turns on.
+  Vec y = random_vec(1000, 13);
+  y[517] = INFINITY;
+  auto dy = d_.upload(y, dt());
+  ASSERT_TRUE(d_.k()
+                  .sum_squares(d_.stream(), dout.as<float>(), dy.data(), 999 - 500, dt(), true)
+                  .ok());  // the first 499 elements: finite
+  got = d_.download(dout, 2, DType::kF32);
+  double ss2 = ss;
+  for (int i = 0; i < 499; ++i) ss2 += y[i] * y[i];
+  expect_close({got[0]}, {ss2}, 1e-5, "sum_squares accumulate");
+  EXPECT_EQ(got[1], 0.0);
+  ASSERT_TRUE(d_.k().sum_squares(d_.stream(), dout.as<float>(), dy.data(), 1000, dt(), true).ok());
+  got = d_.download(dout, 2, DType::kF32);
+  EXPECT_EQ(got[1], 1.0);
+  // NaN alone, not accumulating: flag set.
+  y[517] = NAN;
+  auto dz = d_.upload(y, dt());
+  ASSERT_TRUE(d_.k().sum_squares(d_.stream(), dout.as<float>(), dz.data(), 1000, dt(), false).ok());
+  EXPECT_EQ(d_.download(dout, 2, DType::kF32)[1], 1.0);
+}
+
+TEST_P(KernelTest, BadArgumentsAreRefusedAtEnqueue) {
+  auto buf = d_.zeros(4096);
+  MatmulArgs args;
+  args.a = args.b = buf.data();
+  args.c = buf.data();
+  args.m = 0;
+  args.n = args.k = 4;
+  Status st = d_.k().matmul(d_.stream(), args);
+  EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();
+  st = d_.k().attention_forward(d_.stream(), buf.data(), buf.as<float>(), buf.data(), 1, 4, 10, 3,
+                                dt());
+  EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();  // C % NH != 0
+  st = d_.k().softmax_cross_entropy(d_.stream(), buf.as<float>(), buf.data(), buf.as<int32_t>(), 2,
+                                    10, 8, 1.0f, dt());
+  EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();  // Vp < V
+  st = d_.k().gelu_forward(d_.stream(), nullptr, buf.data(), 4, dt());
+  EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();
+  d_.sync();
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KernelTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         dtype_param_name);
+
+}  // namespace
+}  // namespace strata::gpu::test

@@ -1,0 +1,167 @@
+// Kernel conformance, part 2: layernorm, attention, embedding and softmax cross-entropy, forward
+// and backward, against the float64 reference, in every dtype.
+#include "kernel_test_util.h"
+
+namespace strata::gpu::test {
+namespace {
+
+using NnTest = KernelTest;
+
+void layernorm_case(NnTest& t, DeviceFixture& d, DType dt, int64_t N, int64_t C, double tol) {
+  const double eps = 1e-5;
+  Vec x = random_vec(N * C, 20, -2.0, 3.0), w = random_vec(C, 21), b = random_vec(C, 22);
+  Vec dout = random_vec(N * C, 23), dx = random_vec(N * C, 24), dw = random_vec(C, 25),
+      db = random_vec(C, 26);
+  auto px = d.upload(x, dt);
+  auto pw = d.upload(w, dt);
+  auto pb = d.upload(b, dt);
+  auto pdout = d.upload(dout, dt);
+  auto pdx = d.upload(dx, dt);
+  auto pdw = d.upload(dw, dt);
+  auto pdb = d.upload(db, dt);
+  auto pout = d.zeros(N * C * dtype_size(dt));
+  auto pmean = d.zeros(N * 4);
+  auto prstd = d.zeros(N * 4);
+  ASSERT_TRUE(d.k()
+                  .layernorm_forward(d.stream(), pout.data(), pmean.as<float>(), prstd.as<float>(),
+                                     px.data(), pw.data(), pb.data(), N, C, static_cast<float>(eps),
+                                     dt)
+                  .ok());
+  ASSERT_TRUE(d.k()
+                  .layernorm_backward(d.stream(), pdx.data(), pdw.data(), pdb.data(), pdout.data(),
+                                      px.data(), pw.data(), pmean.as<float>(), prstd.as<float>(), N,
+                                      C, dt)
+                  .ok());
+  Vec out, mean, rstd;
+  ref::layernorm_forward(x, w, b, N, C, eps, out, mean, rstd);
+  ref::layernorm_backward(dout, x, w, N, C, eps, dx, dw, db);
+  const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+  expect_close(d.download(pout, N * C, dt), out, tol, "layernorm out" + shape);
+  expect_close(d.download(pmean, N, DType::kF32), mean, 1e-5, "layernorm mean" + shape);
+  expect_close(d.download(prstd, N, DType::kF32), rstd, 1e-5, "layernorm rstd" + shape);
+  // The backward accumulates: the reference started from the same initial dx, dw, db.
+  expect_close(d.download(pdx, N * C, dt), dx, tol, "layernorm dinp" + shape);
+  expect_close(d.download(pdw, C, dt), dw, tol, "layernorm dweight" + shape);
+  expect_close(d.download(pdb, C, dt), db, tol, "layernorm dbias" + shape);
+  (void)t;
+}
+
+TEST_P(NnTest, LayernormForwardBackward) {
+  layernorm_case(*this, d_, dt(), 11, 37, tol());
+  layernorm_case(*this, d_, dt(), 70, 200, tol());
+}
+
+void attention_case(DeviceFixture& d, DType dt, int64_t B, int64_t T, int64_t C, int64_t NH,
+                    double tol) {
+  Vec qkv = random_vec(B * T * 3 * C, 30, -1.5, 1.5), dout = random_vec(B * T * C, 31);
+  auto pqkv = d.upload(qkv, dt);
+  auto pdout = d.upload(dout, dt);
+  auto pout = d.zeros(B * T * C * dtype_size(dt));
+  auto plse = d.zeros(B * NH * T * 4);
+  Vec junk = random_vec(B * T * 3 * C, 32);  // dqkv is overwritten, not accumulated
+  auto pdqkv = d.upload(junk, dt);
+  ASSERT_TRUE(d.k()
+                  .attention_forward(d.stream(), pout.data(), plse.as<float>(), pqkv.data(), B, T,
+                                     C, NH, dt)
+                  .ok());
+  ASSERT_TRUE(d.k()
+                  .attention_backward(d.stream(), pdqkv.data(), pdout.data(), pqkv.data(),
+                                      pout.data(), plse.as<float>(), B, T, C, NH, dt)
+                  .ok());
+  Vec out, lse, dqkv;
+  ref::attention_forward(qkv, B, T, C, NH, out, lse);
+  ref::attention_backward(dout, qkv, B, T, C, NH, dqkv);
+  const std::string shape = " B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                            " C=" + std::to_string(C) + " NH=" + std::to_string(NH);
+  expect_close(d.download(pout, out.size(), dt), out, tol, "attention out" + shape);
+  expect_close(d.download(plse, lse.size(), DType::kF32), lse, 1e-5, "attention lse" + shape);
+  expect_close(d.download(pdqkv, dqkv.size(), dt), dqkv, tol, "attention dqkv" + shape);
+}
+
+TEST_P(NnTest, AttentionForwardBackward) {
+  attention_case(d_, dt(), 2, 7, 12, 3, tol());
+  attention_case(d_, dt(), 1, 67, 40, 2, tol());  // several 32-row query blocks, T odd
+  attention_case(d_, dt(), 3, 1, 6, 1, tol());    // T = 1
+}
+
+TEST_P(NnTest, EmbeddingForwardBackward) {
+  const int64_t B = 3, T = 9, C = 21, V = 11, Vp = 16, Tmax = 13;
+  std::vector<int32_t> tokens(B * T);
+  std::mt19937 gen(40);
+  for (auto& tok : tokens) tok = static_cast<int32_t>(gen() % 5);  // many repeats
+  tokens[4] = V - 1;
+  Vec wte = random_vec(Vp * C, 41), wpe = random_vec(Tmax * C, 42),
+      dout = random_vec(B * T * C, 43);
+  Vec dwte = random_vec(Vp * C, 44), dwpe = random_vec(Tmax * C, 45);
+  auto ptok = d_.upload_i32(tokens);
+  auto pwte = d_.upload(wte, dt());
+  auto pwpe = d_.upload(wpe, dt());
+  auto pdout = d_.upload(dout, dt());
+  auto pdwte = d_.upload(dwte, dt());
+  auto pdwpe = d_.upload(dwpe, dt());
+  auto pout = d_.zeros(B * T * C * dtype_size(dt()));
+  ASSERT_TRUE(d_.k()
+                  .embedding_forward(d_.stream(), pout.data(), ptok.as<int32_t>(), pwte.data(),
+                                     pwpe.data(), B, T, C, dt())
+                  .ok());
+  ASSERT_TRUE(d_.k()
+                  .embedding_backward(d_.stream(), pdwte.data(), pdwpe.data(), pdout.data(),
+                                      ptok.as<int32_t>(), B, T, C, dt())
+                  .ok());
+  Vec out;
+  ref::embedding_forward(tokens, wte, wpe, B, T, C, out);
+  ref::embedding_backward(dout, tokens, B, T, C, dwte, dwpe);
+  expect_close(d_.download(pout, out.size(), dt()), out, tol(), "embedding out");
+  expect_close(d_.download(pdwte, dwte.size(), dt()), dwte, tol(), "embedding dwte");
+  expect_close(d_.download(pdwpe, dwpe.size(), dt()), dwpe, tol(), "embedding dwpe");
+}
+
+TEST_P(NnTest, SoftmaxCrossEntropyWithIgnoredRowsAndPaddedVocab) {
+  const int64_t N = 13, V = 50, Vp = 64;
+  std::vector<int32_t> targets(N);
+  for (int64_t r = 0; r < N; ++r) targets[r] = static_cast<int32_t>((r * 7) % V);
+  targets[3] = -1;
+  targets[8] = -100;
+  targets[12] = V - 1;
+  Vec logits = random_vec(N * Vp, 50, -4.0, 4.0);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t i = V; i < Vp; ++i) logits[r * Vp + i] = 1e3;  // padding must be ignored
+  }
+  auto plogits = d_.upload(logits, dt());
+  auto ptargets = d_.upload_i32(targets);
+  auto plosses = d_.zeros(N * 4);
+  const double dloss = 1.0 / 11.0;
+  ASSERT_TRUE(d_.k()
+                  .softmax_cross_entropy(d_.stream(), plosses.as<float>(), plogits.data(),
+                                         ptargets.as<int32_t>(), N, V, Vp,
+                                         static_cast<float>(dloss), dt())
+                  .ok());
+  Vec losses, dlogits;
+  ref::softmax_cross_entropy(logits, targets, N, V, Vp, dloss, losses, dlogits);
+  expect_close(d_.download(plosses, N, DType::kF32), losses, 1e-5, "cross-entropy losses");
+  expect_close(d_.download(plogits, N * Vp, dt()), dlogits, tol(), "cross-entropy dlogits");
+}
+
+TEST_P(NnTest, CrossEntropyTargetOutOfRangeIsAnErrorAtSynchronize) {
+  const int64_t N = 2, V = 5, Vp = 8;
+  std::vector<int32_t> targets = {1, 7};
+  Vec logits = random_vec(N * Vp, 51);
+  auto plogits = d_.upload(logits, dt());
+  auto ptargets = d_.upload_i32(targets);
+  auto plosses = d_.zeros(N * 4);
+  ASSERT_TRUE(d_.k()
+                  .softmax_cross_entropy(d_.stream(), plosses.as<float>(), plogits.data(),
+                                         ptargets.as<int32_t>(), N, V, Vp, 1.0f, dt())
+                  .ok());
+  const Status st = d_.stream().synchronize();
+  if (tested_kind() == DeviceKind::kCpu) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("target"), std::string::npos) << st.to_string();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, NnTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         dtype_param_name);
+
+}  // namespace
+}  // namespace strata::gpu::test

@@ -1,0 +1,243 @@
+// GptModel on CpuDevice: whole-model gradient check against float64 finite differences of an
+// independent reference forward, bit-identical gradients with and without activation
+// checkpointing, and out-of-memory at allocation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"  // core/rng.h uses unsigned __int128
+#include "core/rng.h"
+#pragma GCC diagnostic pop
+#include "gpt_reference.h"
+#include "gpu/device.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+
+namespace strata::model {
+namespace {
+using testing::reference_loss;
+
+std::unique_ptr<gpu::Device> make_device(size_t limit_bytes = 0) {
+  gpu::DeviceOptions opts;
+  opts.memory_limit_bytes = limit_bytes;
+  auto dev = gpu::create_device(gpu::DeviceKind::kCpu, opts);
+  EXPECT_TRUE(dev.ok()) << dev.status().to_string();
+  return std::move(dev).value();
+}
+
+GptConfig tiny_config(DType dtype = DType::kF32) {
+  GptConfig cfg;
+  cfg.vocab = 13;
+  cfg.padded_vocab = 16;
+  cfg.max_seq = 8;
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.channels = 16;
+  cfg.dtype = dtype;
+  return cfg;
+}
+
+// Parameters far from the GPT-2 init (std 0.3 weights, layernorm weights near 1) so that the
+// attention is not uniform and every path carries a sizeable gradient.
+std::vector<std::vector<float>> random_params(const GptConfig& cfg, uint64_t seed) {
+  std::vector<std::vector<float>> blocks;
+  for (int64_t b = 0; b <= cfg.layers; ++b) {
+    TensorSpan spans[12];
+    const int count = b == cfg.layers ? shared_tensors(cfg, spans) : layer_tensors(cfg, spans);
+    std::vector<float> v(static_cast<size_t>(spans[count - 1].offset + spans[count - 1].numel));
+    const CounterRng rng(seed, static_cast<uint64_t>(b));
+    for (int i = 0; i < count; ++i) {
+      const bool ln_weight = std::strstr(spans[i].name, "ln") == spans[i].name &&
+                             spans[i].name[std::strlen(spans[i].name) - 1] == 'w';
+      for (int64_t k = 0; k < spans[i].numel; ++k) {
+        const auto idx = static_cast<uint64_t>(spans[i].offset + k);
+        v[static_cast<size_t>(spans[i].offset + k)] =
+            static_cast<float>((ln_weight ? 1.0 : 0.0) + 0.3 * rng.normal(idx));
+      }
+    }
+    blocks.push_back(std::move(v));
+  }
+  return blocks;
+}
+
+void make_data(const GptConfig& cfg, int64_t n, uint64_t seed, std::vector<int32_t>& tokens,
+               std::vector<int32_t>& targets) {
+  const CounterRng rng(seed, 99);
+  tokens.resize(static_cast<size_t>(n));
+  targets.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>(
+        rng.below(static_cast<uint64_t>(2 * i), static_cast<uint64_t>(cfg.vocab)));
+    const auto t = static_cast<int32_t>(
+        rng.below(static_cast<uint64_t>(2 * i + 1), static_cast<uint64_t>(cfg.vocab + 3)));
+    targets[static_cast<size_t>(i)] = t >= cfg.vocab ? -1 : t;  // some ignored rows
+  }
+}
+
+TEST(GptModel, GradientMatchesFiniteDifferencesOfFloat64Reference) {
+  auto dev = make_device();
+  const GptConfig cfg = tiny_config();
+  RunShape shape{2, 6, 0};  // T=6 < maxT=8: the last wpe rows get no gradient
+  auto model_r = GptModel::create(*dev, cfg, shape);
+  ASSERT_TRUE(model_r.ok()) << model_r.status().to_string();
+  GptModel& model = *model_r.value();
+  const auto params = random_params(cfg, 7);
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    ASSERT_TRUE(model.upload_params(b, params[static_cast<size_t>(b)].data()).ok());
+  }
+  std::vector<int32_t> tokens, targets;
+  make_data(cfg, shape.batch * shape.seq, 3, tokens, targets);
+  auto loss = model.forward(tokens.data(), targets.data());
+  ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+  ASSERT_TRUE(model.backward().ok());
+
+  std::vector<std::vector<double>> ref(params.size());
+  for (size_t b = 0; b < params.size(); ++b) ref[b].assign(params[b].begin(), params[b].end());
+  const double ref_loss = reference_loss(cfg, ref, tokens, targets, shape.batch, shape.seq);
+  // fp32 forward vs float64 reference of the same parameters.
+  EXPECT_NEAR(loss.value(), ref_loss, 1e-5 * std::abs(ref_loss) + 1e-6);
+
+  const CounterRng pick(11);
+  int checked = 0;
+  double worst = 0.0;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    std::vector<float> grad(static_cast<size_t>(model.block_numel(b)));
+    ASSERT_TRUE(model.download_grads(b, grad.data()).ok());
+    TensorSpan spans[12];
+    const int count = b == cfg.layers ? shared_tensors(cfg, spans) : layer_tensors(cfg, spans);
+    for (int i = 0; i < count; ++i) {
+      for (int s = 0; s < 4; ++s) {  // 4 sampled elements of every tensor
+        const auto ctr = static_cast<uint64_t>(b * 1000 + i * 10 + s);
+        const int64_t off = spans[i].offset + static_cast<int64_t>(pick.below(
+                                                  ctr, static_cast<uint64_t>(spans[i].numel)));
+        auto& x = ref[static_cast<size_t>(b)][static_cast<size_t>(off)];
+        const double saved = x;
+        const double h = 1e-5;
+        x = saved + h;
+        const double lp = reference_loss(cfg, ref, tokens, targets, shape.batch, shape.seq);
+        x = saved - h;
+        const double lm = reference_loss(cfg, ref, tokens, targets, shape.batch, shape.seq);
+        x = saved;
+        const double fd = (lp - lm) / (2 * h);
+        const double g = grad[static_cast<size_t>(off)];
+        // fp32 backward vs float64 central difference (truncation ~h^2, rounding ~1e-16/h):
+        // relative error 1e-3 with an absolute floor of 1e-6 for near-zero gradients.
+        const double err = std::abs(g - fd);
+        EXPECT_LE(err, 1e-3 * std::abs(fd) + 1e-6)
+            << "block " << b << " tensor " << spans[i].name << " offset " << off << ": analytic "
+            << g << " vs finite difference " << fd;
+        worst = std::max(worst, err / (std::abs(fd) + 1e-6));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * (12 * cfg.layers + 4));
+  std::printf("checked %d gradients, worst relative error %.3g\n", checked, worst);
+}
+
+// Gradients and loss for checkpoint interval k, as raw bytes per block.
+std::vector<std::vector<char>> grads_with_interval(gpu::Device& dev, const GptConfig& cfg,
+                                                   int64_t k, float* loss_out) {
+  RunShape shape{3, 8, k};
+  auto model_r = GptModel::create(dev, cfg, shape);
+  EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
+  GptModel& model = *model_r.value();
+  const auto params = random_params(cfg, 21);
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    EXPECT_TRUE(model.upload_params(b, params[static_cast<size_t>(b)].data()).ok());
+  }
+  std::vector<int32_t> tokens, targets;
+  make_data(cfg, shape.batch * shape.seq, 5, tokens, targets);
+  // Two micro-batches accumulated, so the recompute also runs after a first backward.
+  for (int rep = 0; rep < 2; ++rep) {
+    auto loss = model.forward(tokens.data(), targets.data());
+    EXPECT_TRUE(loss.ok());
+    *loss_out = loss.value();
+    EXPECT_TRUE(model.backward().ok());
+  }
+  std::vector<std::vector<char>> out;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    const size_t bytes = static_cast<size_t>(model.block_numel(b)) * dtype_size(cfg.dtype);
+    std::vector<char> raw(bytes);
+    EXPECT_TRUE(model.stream()
+                    .copy(raw.data(), model.grad_block(b), bytes, gpu::CopyKind::kDeviceToHost)
+                    .ok());
+    EXPECT_TRUE(model.stream().synchronize().ok());
+    out.push_back(std::move(raw));
+  }
+  return out;
+}
+
+TEST(GptModel, CheckpointingGivesBitIdenticalGradients) {
+  auto dev = make_device();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    GptConfig cfg = tiny_config(dt);
+    cfg.layers = 5;
+    float loss_off = 0.0f;
+    const auto off = grads_with_interval(*dev, cfg, 0, &loss_off);
+    for (int64_t k : {1, 2, 3, 4}) {
+      float loss_on = 0.0f;
+      const auto on = grads_with_interval(*dev, cfg, k, &loss_on);
+      EXPECT_EQ(std::memcmp(&loss_on, &loss_off, sizeof(float)), 0) << "K=" << k;
+      ASSERT_EQ(on.size(), off.size());
+      for (size_t b = 0; b < on.size(); ++b) {
+        EXPECT_EQ(on[b], off[b]) << dtype_name(dt) << " K=" << k << " block " << b;
+      }
+    }
+  }
+}
+
+TEST(GptModel, CheckpointingReducesActivationMemory) {
+  auto dev = make_device();
+  GptConfig cfg = tiny_config();
+  cfg.layers = 8;
+  auto off = GptModel::create(*dev, cfg, RunShape{4, 8, 0});
+  auto on = GptModel::create(*dev, cfg, RunShape{4, 8, 2});
+  ASSERT_TRUE(off.ok() && on.ok());
+  EXPECT_LT(on.value()->device_bytes(), off.value()->device_bytes());
+}
+
+TEST(GptModel, OverTheDeviceCapFailsWithOutOfMemory) {
+  auto dev = make_device(size_t{4} << 20);  // 4 MiB cap
+  GptConfig cfg = tiny_config();
+  cfg.channels = 256;
+  cfg.heads = 4;
+  cfg.layers = 4;  // ~3.2M params: 12.6 MB of fp32 parameters alone
+  auto model = GptModel::create(*dev, cfg, RunShape{1, 8, 0});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), ErrorCode::kOutOfMemory) << model.status().to_string();
+  EXPECT_EQ(dev->memory_info().used_bytes, 0u);  // everything allocated was given back
+}
+
+TEST(GptModel, RejectsBadConfigAndTokens) {
+  auto dev = make_device();
+  GptConfig cfg = tiny_config();
+  cfg.heads = 3;  // does not divide 16
+  auto bad = GptModel::create(*dev, cfg, RunShape{1, 8, 0});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kConfig);
+  EXPECT_NE(bad.status().message().find("heads"), std::string::npos);
+  cfg = tiny_config();
+  auto too_long = GptModel::create(*dev, cfg, RunShape{1, 9, 0});
+  EXPECT_EQ(too_long.status().code(), ErrorCode::kConfig);
+  auto model = GptModel::create(*dev, cfg, RunShape{1, 4, 0});
+  ASSERT_TRUE(model.ok());
+  std::vector<int32_t> tokens{1, 2, 13, 0};  // 13 is not below vocab 13
+  EXPECT_EQ(model.value()->forward(tokens.data(), nullptr).status().code(), ErrorCode::kConfig);
+  EXPECT_EQ(model.value()->backward().code(), ErrorCode::kConfig);  // no forward with targets
+}
+
+TEST(GptModel, ParameterCountMatchesLayout) {
+  const GptConfig cfg = tiny_config();
+  const int64_t c = cfg.channels;
+  EXPECT_EQ(layer_layout(cfg).numel, 12 * c * c + 13 * c);
+  EXPECT_EQ(shared_layout(cfg).numel, cfg.vp() * c + cfg.max_seq * c + 2 * c);
+  EXPECT_EQ(cfg.num_params(), cfg.layers * layer_layout(cfg).numel + shared_layout(cfg).numel);
+}
+
+}  // namespace
+}  // namespace strata::model

@@ -1,0 +1,196 @@
+// llm.c token files, the DataLoader and the addition task.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "model/dataloader.h"
+#include "model/synthetic_task.h"
+#include "model/token_file.h"
+
+namespace strata::model {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("strata_model_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+void write_raw(const std::string& path, const std::vector<int32_t>& header,
+               const std::vector<uint16_t>& tokens) {
+  std::ofstream f(path, std::ios::binary);
+  std::vector<int32_t> h(256, 0);
+  for (size_t i = 0; i < header.size(); ++i) h[i] = header[i];
+  f.write(reinterpret_cast<const char*>(h.data()), 1024);
+  f.write(reinterpret_cast<const char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+TEST(TokenFile, RoundTrip) {
+  const std::string path = temp_path("ok.bin");
+  std::vector<uint16_t> tokens{0, 5, 50256, 7, 7};
+  ASSERT_TRUE(write_token_file(path, tokens).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 2 * tokens.size());
+  auto r = read_token_file(path, 50257);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value(), tokens);
+  std::filesystem::remove(path);
+}
+
+TEST(TokenFile, Errors) {
+  const std::string path = temp_path("bad.bin");
+  write_raw(path, {12345, 1, 2}, {1, 2});
+  auto r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("magic"), std::string::npos);
+
+  write_raw(path, {20240520, 7, 2}, {1, 2});
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("version"), std::string::npos);
+
+  write_raw(path, {20240520, 1, 5}, {1, 2});  // header says 5, file holds 2
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+
+  write_raw(path, {20240520, 1, 3}, {1, 100, 2});  // 100 is not below vocab 100
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("token 100"), std::string::npos);
+
+  write_raw(path, {20240520}, {});  // header only: size 1024, version 0
+  std::filesystem::resize_file(path, 100);
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  std::filesystem::remove(path);
+
+  EXPECT_EQ(read_token_file(temp_path("missing.bin"), 100).status().code(), ErrorCode::kIo);
+}
+
+std::vector<uint16_t> ramp(int n) {
+  std::vector<uint16_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<uint16_t>(i);
+  return t;
+}
+
+TEST(DataLoader, ShiftedTargetsAndFullEpochCoverage) {
+  const int64_t B = 2, T = 4;
+  auto r = DataLoader::create(ramp(41), B, T, 1);  // (41-1)/4 = 10 windows, 5 batches
+  ASSERT_TRUE(r.ok());
+  DataLoader& dl = r.value();
+  EXPECT_EQ(dl.batches_per_epoch(), 5);
+  std::vector<int32_t> in(B * T), tgt(B * T);
+  std::set<int32_t> starts;
+  for (int i = 0; i < 5; ++i) {
+    dl.next(in.data(), tgt.data());
+    for (int64_t b = 0; b < B; ++b) {
+      EXPECT_EQ(in[b * T] % T, 0);  // windows start at multiples of T
+      starts.insert(in[b * T]);
+      for (int64_t t = 0; t < T; ++t) {
+        EXPECT_EQ(tgt[b * T + t], in[b * T + t] + 1);
+        if (t > 0) {
+          EXPECT_EQ(in[b * T + t], in[b * T + t - 1] + 1);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(starts.size(), 10u);  // every window exactly once per epoch
+  EXPECT_EQ(dl.position().epoch, 1);
+  EXPECT_EQ(dl.position().batch, 0);
+}
+
+TEST(DataLoader, DeterministicAndResumable) {
+  auto a = DataLoader::create(ramp(1001), 3, 8, 42);
+  auto b = DataLoader::create(ramp(1001), 3, 8, 42);
+  auto c = DataLoader::create(ramp(1001), 3, 8, 43);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  std::vector<int32_t> ia(24), ta(24), ib(24), tb(24), ic(24), tc(24);
+  std::vector<std::vector<int32_t>> first_run;
+  bool differs = false;
+  LoaderPosition mid;
+  for (int i = 0; i < 100; ++i) {  // crosses epochs (41 batches per epoch)
+    if (i == 57) mid = a.value().position();
+    a.value().next(ia.data(), ta.data());
+    b.value().next(ib.data(), tb.data());
+    c.value().next(ic.data(), tc.data());
+    EXPECT_EQ(ia, ib);
+    differs = differs || ia != ic;
+    first_run.push_back(ia);
+  }
+  EXPECT_TRUE(differs);  // another seed, another order
+  auto resumed = DataLoader::create(ramp(1001), 3, 8, 42);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE(resumed.value().seek(mid).ok());
+  for (int i = 57; i < 100; ++i) {
+    resumed.value().next(ib.data(), tb.data());
+    EXPECT_EQ(ib, first_run[static_cast<size_t>(i)]) << "batch " << i;
+  }
+  EXPECT_EQ(resumed.value().seek({0, 41}).code(), ErrorCode::kConfig);
+  EXPECT_EQ(DataLoader::create(ramp(10), 3, 8, 1).status().code(), ErrorCode::kConfig);
+}
+
+TEST(AdditionTask, ExamplesAreCorrectSums) {
+  auto r = AdditionTask::create(3, 16);
+  ASSERT_TRUE(r.ok());
+  const AdditionTask& task = r.value();
+  const int64_t B = 50, T = 16;
+  std::vector<int32_t> tok(B * T), tgt(B * T);
+  task.make_batch(B, 9, 0, 4, tok.data(), tgt.data());
+  for (int64_t b = 0; b < B; ++b) {
+    const std::string s = AdditionTask::to_text(tok.data() + b * T, T);
+    // "abc+def=srev." then padding.
+    const int a = std::stoi(s.substr(0, 3)), c = std::stoi(s.substr(4, 3));
+    std::string rev = s.substr(8, 4);
+    const std::string sum(rev.rbegin(), rev.rend());
+    EXPECT_EQ(s[3], '+');
+    EXPECT_EQ(s[7], '=');
+    EXPECT_EQ(std::stoi(sum), a + c) << s;
+    EXPECT_EQ(s[12], '.');
+    int valid = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (tgt[b * T + t] >= 0) {
+        ++valid;
+        EXPECT_EQ(tgt[b * T + t], tok[b * T + t + 1]);
+        EXPECT_GE(t, 7);  // only from '=' onwards
+      }
+    }
+    EXPECT_EQ(valid, task.answer_tokens());
+  }
+  EXPECT_EQ(AdditionTask::create(0, 16).status().code(), ErrorCode::kConfig);
+  EXPECT_EQ(AdditionTask::create(3, 12).status().code(), ErrorCode::kConfig);
+}
+
+TEST(AdditionTask, AccuracyOfPerfectAndWrongLogits) {
+  auto task = AdditionTask::create(2, 10).value();
+  const int64_t B = 4, T = 10, V = AdditionTask::kVocab;
+  std::vector<int32_t> tok(B * T), tgt(B * T);
+  task.make_batch(B, 1, 0, 0, tok.data(), tgt.data());
+  std::vector<float> logits(static_cast<size_t>(B * T * V), 0.0f);
+  for (int64_t r = 0; r < B * T; ++r) {
+    if (tgt[r] >= 0) logits[static_cast<size_t>(r * V + tgt[r])] = 1.0f;
+  }
+  auto acc = AdditionTask::accuracy(logits, V, tgt.data(), B, T);
+  EXPECT_DOUBLE_EQ(acc.token, 1.0);
+  EXPECT_DOUBLE_EQ(acc.exact_match, 1.0);
+  // Break one answer token of sequence 0: 1 of B*4 tokens wrong, sequence 0 not exact.
+  for (int64_t t = 0; t < T; ++t) {
+    if (tgt[t] >= 0) {
+      logits[static_cast<size_t>(t * V + (tgt[t] + 1) % V)] = 2.0f;
+      break;
+    }
+  }
+  acc = AdditionTask::accuracy(logits, V, tgt.data(), B, T);
+  EXPECT_DOUBLE_EQ(acc.token, 1.0 - 1.0 / static_cast<double>(B * task.answer_tokens()));
+  EXPECT_DOUBLE_EQ(acc.exact_match, 0.75);
+}
+
+}  // namespace
+}  // namespace strata::model
