@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "gpu/device.h"
 #include "gpu/kernels.h"
@@ -29,12 +30,8 @@
 namespace {
 
 using namespace strata;
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Clock;
+using bench::median;
 
 // Seconds of one n x n x n matmul (median over repeats of `iters` back-to-back calls).
 Result<double> time_matmul(gpu::Device& dev, int64_t n, DType dt, int repeats, int iters) {

@@ -14,25 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
 #include "nvme/swap_store.h"
 
 using namespace strata;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::median;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string run_command(const std::string& cmd) {
   std::string out;
