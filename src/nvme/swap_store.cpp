@@ -88,8 +88,7 @@ struct Piece {
   uint64_t file_offset = 0;
   std::byte* buffer = nullptr;
   size_t size_bytes = 0;
-  uint32_t extent = 0;           // index into Job::extents
-  bool first_of_extent = false;  // a write hashes the extent just before its first piece
+  uint32_t extent = 0;  // index into Job::extents
 };
 
 struct Job {
@@ -176,7 +175,7 @@ void SwapStore::Impl::start_job(Job& job) {
     for (uint64_t off = 0; off < aligned; off += block) {
       job.pieces.push_back(Piece{&job, job.extents[k].file, job.extents[k].offset + off,
                                  job.user + begin + off, std::min(block, aligned - off),
-                                 static_cast<uint32_t>(k), false});
+                                 static_cast<uint32_t>(k)});
     }
     if (aligned < len) {
       job.tail_bytes = len - aligned;
@@ -186,17 +185,15 @@ void SwapStore::Impl::start_job(Job& job) {
       if (job.op == IoOp::kWrite)
         std::memcpy(job.bounce.get(), job.user + begin + aligned, job.tail_bytes);
       job.pieces.push_back(Piece{&job, job.extents[k].file, job.extents[k].offset + aligned,
-                                 job.bounce.get(), kSwapAlignment, static_cast<uint32_t>(k),
-                                 false});
+                                 job.bounce.get(), kSwapAlignment, static_cast<uint32_t>(k)});
     }
-    job.pieces[first_piece].first_of_extent = true;
     job.extent_pending.push_back(static_cast<uint32_t>(job.pieces.size() - first_piece));
   }
 }
 
-// Hashing is spread over the job, one extent at a time, so the queue never runs dry while a
-// whole object is hashed: a write hashes extent k just before submitting its first piece, a
-// read verifies extent k as soon as its last piece completes.
+// A read verifies extent k as soon as its last piece completes, so verification is spread over
+// the job and the queue never runs dry while a whole object is hashed. (A write's extents are
+// hashed by the thread that calls write(), before the job reaches the I/O thread.)
 void SwapStore::Impl::extent_done(Job& job, uint32_t k) {
   if (!job.error.ok() || job.op != IoOp::kRead) return;
   const uint64_t extent = options.extent_bytes;
@@ -263,11 +260,6 @@ void SwapStore::Impl::run() {
       if (!job->started) start_job(*job);
       while (queue_status.ok() && queue->can_submit() && job->next_piece < job->pieces.size()) {
         Piece& p = job->pieces[job->next_piece];
-        if (job->op == IoOp::kWrite && p.first_of_extent && options.verify_checksums) {
-          const uint64_t begin = p.extent * options.extent_bytes;
-          job->checksums[p.extent] = XXH3_64bits(
-              job->user + begin, std::min(options.extent_bytes, job->size_bytes - begin));
-        }
         IoRequest req{files[p.file].fd, job->op,       p.buffer,
                       p.size_bytes,     p.file_offset, reinterpret_cast<uint64_t>(&p)};
         queue_status = queue->submit(req);
@@ -439,11 +431,23 @@ IoHandle SwapStore::write(uint64_t key, const void* buffer, size_t size_bytes) {
       it = im.objects.emplace(key, std::move(obj)).first;
     }
     job->extents = it->second.extents;
-    job->checksums.assign(job->extents.size(), 0);
     if (job->extents.empty()) {
       complete(*job->handle, ok_status());
       return handle;
     }
+  }
+  // Hash in the calling thread, outside the lock: the I/O thread then only submits and reaps,
+  // and the hashing of one object overlaps the transfers of those queued before it.
+  job->checksums.assign(job->extents.size(), 0);
+  if (im.options.verify_checksums) {
+    const uint64_t extent = im.options.extent_bytes;
+    for (size_t k = 0; k < job->extents.size(); ++k) {
+      job->checksums[k] =
+          XXH3_64bits(job->user + k * extent, std::min(extent, size_bytes - k * extent));
+    }
+  }
+  {
+    std::lock_guard lock(im.mu);
     im.incoming.push_back(std::move(job));
   }
   im.cv.notify_all();
