@@ -85,36 +85,42 @@ double qkv_at(const Vec& qkv, int64_t b, int64_t t, int64_t part, int64_t h, int
               int64_t C, int64_t HS) {
   return qkv[(b * T + t) * 3 * C + part * C + h * HS + i];
 }
+
+// Row t of the causal attention softmax of head h: p[u] for u <= t, and its log-sum-exp.
+double causal_softmax_row(const Vec& qkv, int64_t b, int64_t h, int64_t t, int64_t T, int64_t C,
+                          int64_t HS, Vec& p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  double mx = -INFINITY;
+  for (int64_t u = 0; u <= t; ++u) {
+    double d = 0.0;
+    for (int64_t i = 0; i < HS; ++i) {
+      d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
+    }
+    p[u] = d * scale;
+    mx = std::max(mx, p[u]);
+  }
+  double z = 0.0;
+  for (int64_t u = 0; u <= t; ++u) z += std::exp(p[u] - mx);
+  for (int64_t u = 0; u <= t; ++u) p[u] = std::exp(p[u] - mx) / z;
+  return mx + std::log(z);
+}
 }  // namespace
 
 void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Vec& out,
                        Vec& lse) {
   const int64_t HS = C / NH;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   out.assign(B * T * C, 0.0);
   lse.assign(B * NH * T, 0.0);
   Vec s(T);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
-        double mx = -INFINITY;
+        lse[(b * NH + h) * T + t] = causal_softmax_row(qkv, b, h, t, T, C, HS, s);
         for (int64_t u = 0; u <= t; ++u) {
-          double d = 0.0;
           for (int64_t i = 0; i < HS; ++i) {
-            d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
-          }
-          s[u] = d * scale;
-          mx = std::max(mx, s[u]);
-        }
-        double z = 0.0;
-        for (int64_t u = 0; u <= t; ++u) z += std::exp(s[u] - mx);
-        for (int64_t u = 0; u <= t; ++u) {
-          const double p = std::exp(s[u] - mx) / z;
-          for (int64_t i = 0; i < HS; ++i) {
-            out[(b * T + t) * C + h * HS + i] += p * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
+            out[(b * T + t) * C + h * HS + i] += s[u] * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
           }
         }
-        lse[(b * NH + h) * T + t] = mx + std::log(z);
       }
     }
   }
@@ -130,20 +136,9 @@ void attention_backward(const Vec& dout, const Vec& qkv, int64_t B, int64_t T, i
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
         // Softmax row t over u <= t, then dS = P (dP - sum_u P dP).
-        double mx = -INFINITY;
-        for (int64_t u = 0; u <= t; ++u) {
-          double d = 0.0;
-          for (int64_t i = 0; i < HS; ++i) {
-            d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
-          }
-          p[u] = d * scale;
-          mx = std::max(mx, p[u]);
-        }
-        double z = 0.0;
-        for (int64_t u = 0; u <= t; ++u) z += std::exp(p[u] - mx);
+        causal_softmax_row(qkv, b, h, t, T, C, HS, p);
         double pdp = 0.0;
         for (int64_t u = 0; u <= t; ++u) {
-          p[u] = std::exp(p[u] - mx) / z;
           double d = 0.0;
           for (int64_t i = 0; i < HS; ++i) {
             d += dout[(b * T + t) * C + h * HS + i] * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
