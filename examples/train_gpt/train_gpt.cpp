@@ -63,6 +63,10 @@ Status check_flags(const Flags& f) {
                       "--offload-optimizer nvme needs --nvme-path DIR[,DIR...] (a directory on "
                       "the disk that holds the optimizer state)");
   }
+  if (f.channels % f.heads != 0) {
+    return make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
+                      f.channels, " (use a head count that divides the channel count)");
+  }
   if (f.offload_optimizer == "cpu" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
