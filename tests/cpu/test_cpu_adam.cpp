@@ -133,13 +133,17 @@ double expect_matches_reference(const State& before, const State& after, const A
   return worst;
 }
 
+// memcmp of n bytes; n == 0 is equal (memcmp must not be given the null data() of an empty
+// vector).
+bool bytes_equal(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
+
 bool same_bits(const State& a, const State& b) {
   const size_t n = a.p.size() * sizeof(float);
-  return std::memcmp(a.p.data(), b.p.data(), n) == 0 &&
-         std::memcmp(a.m.data(), b.m.data(), n) == 0 &&
-         std::memcmp(a.v.data(), b.v.data(), n) == 0 &&
-         (a.out_dtype == DType::kF32 ||
-          std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2) == 0);
+  return bytes_equal(a.p.data(), b.p.data(), n) && bytes_equal(a.m.data(), b.m.data(), n) &&
+         bytes_equal(a.v.data(), b.v.data(), n) &&
+         (a.out_dtype == DType::kF32 || bytes_equal(a.out.data(), b.out.data(), a.out.size() * 2));
 }
 
 AdamHyper test_hyper(AdamMode mode) {
