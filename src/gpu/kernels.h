@@ -53,7 +53,8 @@ class Kernels {
   virtual Status embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte,
                                    const void* wpe, int64_t B, int64_t T, int64_t C,
                                    DType dtype) = 0;
-  // dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic order.
+  // dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Each element's
+  // additions are summed in fp32 in position order and rounded once.
   virtual Status embedding_backward(Stream& s, void* dwte, void* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                     DType dtype) = 0;

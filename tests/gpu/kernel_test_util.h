@@ -1,6 +1,7 @@
 // Shared fixture of the kernel conformance tests: the device under test (a CpuDevice in
-// test_kernels_cpu, a CudaDevice in test_kernels_gpu, chosen by STRATA_TEST_CUDA), upload and
-// download with rounding to the tested dtype, random data and the comparison with tolerances.
+// test_kernels_cpu, a CudaDevice in test_kernels_gpu chosen by STRATA_TEST_CUDA, the CUDA kernels
+// on the SIMT emulator in test_kernels_simt chosen by STRATA_TEST_SIMT), upload and download with
+// rounding to the tested dtype, random data and the comparison with tolerances.
 //
 // Tolerances (relative to max(|ref|) + |ref| of the tensor, i.e. normwise): the float64 reference
 // is computed from the inputs exactly as stored (already rounded to the dtype), so the kernel's
@@ -27,12 +28,20 @@
 #ifndef STRATA_TEST_CUDA
 #define STRATA_TEST_CUDA 0
 #endif
+#ifndef STRATA_TEST_SIMT
+#define STRATA_TEST_SIMT 0
+#endif
+#if STRATA_TEST_SIMT
+#include "simt_device.h"
+#endif
 
 namespace strata::gpu::test {
 
 using ref::Vec;
 
 inline DeviceKind tested_kind() { return STRATA_TEST_CUDA ? DeviceKind::kCuda : DeviceKind::kCpu; }
+// True when the kernels under test are the CUDA backend's (on a GPU or on the SIMT emulator).
+inline bool cuda_kernels() { return STRATA_TEST_CUDA || STRATA_TEST_SIMT; }
 
 inline double tolerance(DType t) {
   switch (t) {
@@ -89,8 +98,13 @@ class DeviceFixture {
     }
     DeviceOptions opt;
     opt.memory_limit_bytes = size_t{256} << 20;
+#if STRATA_TEST_SIMT
+    auto dev = create_simt_device(opt);
+#else
     auto dev = create_device(tested_kind(), opt);
-    if (!dev.ok()) {
+#endif
+    if (!dev.ok()) {  // a GPU that is there but cannot be opened fails the test
+      if (cuda_kernels()) ADD_FAILURE() << "device creation failed: " << dev.status().to_string();
       skip_reason_ = dev.status().to_string();
       return;
     }

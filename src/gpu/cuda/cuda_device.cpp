@@ -186,9 +186,10 @@ CudaEvent::~CudaEvent() {
 bool CudaEvent::query() {
   (void)device_->activate();
   const cudaError_t err = cudaEventQuery(event_);
-  if (err == cudaErrorNotReady) return false;
-  if (err != cudaSuccess) (void)cudaGetLastError();  // synchronize() reports it
-  return true;
+  // Not ready is no error, and synchronize() reports real ones: keep either out of the next
+  // launch's cudaGetLastError.
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  return err != cudaErrorNotReady;
 }
 
 Status CudaEvent::synchronize() {

@@ -1,4 +1,5 @@
-// CudaKernels::matmul on cuBLASLt, and the CudaKernels lifetime (the cuBLASLt handle).
+// CudaKernels::matmul on cuBLASLt, the CudaKernels lifetime (the cuBLASLt handle) and its stream
+// preparation.
 //
 // Row-major C[M,N] = op(A)[M,K] op(B)[K,N] is, read as column-major, C^T[N,M] = op(B)^T op(A)^T,
 // so cuBLASLt gets B as its first operand and A as its second, with the same transpose flags:
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "gpu/cuda/cublas_status.h"
 #include "gpu/cuda/cuda_device.h"
 #include "gpu/cuda/cuda_kernels.h"
 #include "gpu/cuda/cuda_status.h"
@@ -55,8 +57,6 @@ Result<Layout> make_layout(DType t, int64_t rows, int64_t cols) {
   return Layout(layout);
 }
 
-bool valid_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
-
 }  // namespace
 
 Result<std::unique_ptr<CudaKernels>> CudaKernels::create(const CudaDevice* device) {
@@ -64,6 +64,21 @@ Result<std::unique_ptr<CudaKernels>> CudaKernels::create(const CudaDevice* devic
   cublasLtHandle_t handle = nullptr;
   STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   return std::unique_ptr<CudaKernels>(new CudaKernels(device, handle));
+}
+
+Result<CudaStream*> CudaKernels::cuda_stream(Stream& s) const {
+  auto* stream = dynamic_cast<CudaStream*>(&s);
+  if (stream == nullptr || stream->device() != device_) {
+    return make_error(ErrorCode::kConfig,
+                      "CUDA kernels need a stream created by the same CUDA device");
+  }
+  STRATA_RETURN_IF_ERROR(device_->activate());
+  return stream;
+}
+
+Result<LaunchKernels::LaunchTarget> CudaKernels::prepare(Stream& s) const {
+  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, cuda_stream(s));
+  return LaunchTarget{cs->handle(), cs->scratch()};
 }
 
 CudaKernels::~CudaKernels() {
@@ -105,7 +120,6 @@ Result<cublasLtMatmulAlgo_t> CudaKernels::find_algo(const MatmulKey& key, cublas
 }
 
 Status CudaKernels::matmul(Stream& s, const MatmulArgs& args) {
-  const char* op = "matmul";
   if (!valid_dtype(args.dtype_ab) || !valid_dtype(args.dtype_c)) {
     return make_error(ErrorCode::kConfig, "matmul: dtypes ", static_cast<int>(args.dtype_ab), "/",
                       static_cast<int>(args.dtype_c), " are not accepted (f32, f16 or bf16)");
@@ -115,58 +129,46 @@ Status CudaKernels::matmul(Stream& s, const MatmulArgs& args) {
                       " with A/B dtype ", dtype_name(args.dtype_ab),
                       " is not supported on CUDA (C must be f32 or the A/B dtype)");
   }
-  if (args.m < 0 || args.n < 0 || args.k < 0) {
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) {  // as on the CpuDevice
     return make_error(ErrorCode::kConfig, "matmul: M=", args.m, " N=", args.n, " K=", args.k,
-                      " are not accepted (must be >= 0)");
+                      " are not accepted (each must be > 0)");
   }
-  if (args.m == 0 || args.n == 0) return ok_status();
-  if (args.c == nullptr || (args.k > 0 && (args.a == nullptr || args.b == nullptr))) {
+  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) {
     return make_error(ErrorCode::kConfig, "matmul: A, B and C must be non-null");
   }
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, cuda_stream(s));
   const int64_t m = args.m, n = args.n, k = args.k;
-  if (k == 0) {  // C = beta * C (+ bias): no product to compute
-    if (args.beta == 0.0f) {
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-          args.c, 0, static_cast<size_t>(m * n) * dtype_size(args.dtype_c), cs->handle()));
-    } else if (args.beta != 1.0f) {
-      STRATA_RETURN_IF_ERROR(cuda_status(
-          launch_scale(cs->handle(), args.c, args.beta, m * n, elem_type(args.dtype_c)), op));
-    }
-  } else {
-    cublasLtMatmulDesc_t op_raw = nullptr;
-    STRATA_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescCreate(&op_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    OpDesc desc(op_raw);
-    const cublasOperation_t trans_first = args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t trans_second = args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &trans_first, sizeof(trans_first)));
-    STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &trans_second, sizeof(trans_second)));
-    STRATA_ASSIGN_OR_RETURN(Layout first,
-                            make_layout(args.dtype_ab, args.trans_b ? k : n, args.trans_b ? n : k));
-    STRATA_ASSIGN_OR_RETURN(Layout second,
-                            make_layout(args.dtype_ab, args.trans_a ? m : k, args.trans_a ? k : m));
-    STRATA_ASSIGN_OR_RETURN(Layout result, make_layout(args.dtype_c, n, m));
-    const uint32_t align =
-        std::min({alignment_of(args.a), alignment_of(args.b), alignment_of(args.c)});
-    const MatmulKey key{m,
-                        n,
-                        k,
-                        args.trans_a,
-                        args.trans_b,
-                        static_cast<int>(args.dtype_ab),
-                        static_cast<int>(args.dtype_c),
-                        static_cast<int>(align)};
-    STRATA_ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo,
-                            find_algo(key, desc.get(), first.get(), second.get(), result.get(),
-                                      cs->workspace_bytes(), align));
-    STRATA_CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmul(handle_, desc.get(), &args.alpha, args.b, first.get(), args.a, second.get(),
-                       &args.beta, args.c, result.get(), args.c, result.get(), &algo,
-                       cs->workspace(), cs->workspace_bytes(), cs->handle()));
-  }
+  cublasLtMatmulDesc_t op_raw = nullptr;
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&op_raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  OpDesc desc(op_raw);
+  const cublasOperation_t trans_first = args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_second = args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &trans_first, sizeof(trans_first)));
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &trans_second, sizeof(trans_second)));
+  STRATA_ASSIGN_OR_RETURN(Layout first,
+                          make_layout(args.dtype_ab, args.trans_b ? k : n, args.trans_b ? n : k));
+  STRATA_ASSIGN_OR_RETURN(Layout second,
+                          make_layout(args.dtype_ab, args.trans_a ? m : k, args.trans_a ? k : m));
+  STRATA_ASSIGN_OR_RETURN(Layout result, make_layout(args.dtype_c, n, m));
+  const uint32_t align =
+      std::min({alignment_of(args.a), alignment_of(args.b), alignment_of(args.c)});
+  const MatmulKey key{m,
+                      n,
+                      k,
+                      args.trans_a,
+                      args.trans_b,
+                      static_cast<int>(args.dtype_ab),
+                      static_cast<int>(args.dtype_c),
+                      static_cast<int>(align)};
+  STRATA_ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo,
+                          find_algo(key, desc.get(), first.get(), second.get(), result.get(),
+                                    cs->workspace_bytes(), align));
+  STRATA_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmul(handle_, desc.get(), &args.alpha, args.b, first.get(), args.a, second.get(),
+                     &args.beta, args.c, result.get(), args.c, result.get(), &algo, cs->workspace(),
+                     cs->workspace_bytes(), cs->handle()));
   if (args.bias != nullptr) {
     STRATA_RETURN_IF_ERROR(cuda_status(
         launch_add_bias_rows(cs->handle(), args.c, args.bias, m, n, elem_type(args.dtype_c)),

@@ -58,33 +58,30 @@ __global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int64_t B,
   }
 }
 
-// dwte: block (x, y) owns channels [x * kThreads, (x + 1) * kThreads) of the vocabulary rows
-// whose index is y modulo kBuckets, and scans all tokens in order, so each element of dwte
-// receives its additions in token order from a single thread.
+// dwte: one block per position j. The block of the first position of each token sums, in fp32
+// and in position order, dout of every position holding that token, and adds the sum to the
+// token's row of dwte once (one rounding, as on the CpuDevice); the other blocks return.
 constexpr int kEmbThreads = 256;
-constexpr int kBuckets = 32;
 
 template <typename T>
 __global__ void embedding_backward_wte_kernel(T* dwte, const T* dout, const int32_t* tokens,
                                               int64_t BT, int64_t C) {
-  __shared__ int32_t chunk[kEmbThreads];
-  const int64_t c = blockIdx.x * int64_t{kEmbThreads} + threadIdx.x;
-  const int32_t bucket = static_cast<int32_t>(blockIdx.y);
-  for (int64_t base = 0; base < BT; base += kEmbThreads) {
-    const int64_t idx = base + threadIdx.x;
-    chunk[threadIdx.x] = idx < BT ? tokens[idx] : -1;
-    __syncthreads();
-    const int64_t count = BT - base < kEmbThreads ? BT - base : kEmbThreads;
-    if (c < C) {
-      for (int64_t j = 0; j < count; ++j) {
-        const int32_t tok = chunk[j];
-        if (tok >= 0 && tok % kBuckets == bucket) {
-          T* p = dwte + tok * C + c;
-          store_f32(p, load_f32(p) + load_f32(dout + (base + j) * C + c));
-        }
-      }
+  __shared__ float shared[32];
+  const int64_t j = blockIdx.x;
+  const int32_t tok = tokens[j];
+  if (tok < 0) return;  // the whole block takes this branch
+  float seen = 0.0f;
+  for (int64_t i = threadIdx.x; i < j; i += blockDim.x) {
+    if (tokens[i] == tok) seen = 1.0f;
+  }
+  if (block_max(seen, shared) > 0.0f) return;  // uniform: an earlier block owns this token
+  T* row = dwte + int64_t{tok} * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t i = j; i < BT; ++i) {
+      if (tokens[i] == tok) acc += load_f32(dout + i * C + c);
     }
-    __syncthreads();
+    store_f32(row + c, load_f32(row + c) + acc);
   }
 }
 
@@ -162,8 +159,7 @@ struct EmbeddingBackward {
         static_cast<T*>(dwpe), static_cast<const T*>(dout), B, T_, C);
     cudaError_t err = launch_result();
     if (err != cudaSuccess) return err;
-    const dim3 grid(static_cast<unsigned>((C + kEmbThreads - 1) / kEmbThreads), kBuckets);
-    embedding_backward_wte_kernel<T><<<grid, kEmbThreads, 0, s>>>(
+    embedding_backward_wte_kernel<T><<<static_cast<unsigned>(B * T_), kEmbThreads, 0, s>>>(
         static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, B * T_, C);
     return launch_result();
   }

@@ -1,10 +1,9 @@
-// CudaKernels: argument checks and launches of every op except matmul (cuda_matmul.cpp).
-#include "gpu/cuda/cuda_kernels.h"
+// LaunchKernels: argument checks and launches of every op except matmul (launch_kernels.h).
+#include "gpu/cuda/launch_kernels.h"
 
 #include <climits>
 #include <initializer_list>
 
-#include "gpu/cuda/cuda_device.h"
 #include "gpu/cuda/cuda_status.h"
 
 namespace strata::gpu::cuda {
@@ -12,8 +11,6 @@ namespace {
 
 constexpr int64_t kMaxGridX = INT32_MAX;
 constexpr int64_t kMaxGridYZ = 65535;
-
-bool valid_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 Status dtype_error(const char* op, DType t) {
   return make_error(ErrorCode::kConfig, op, ": dtype ", static_cast<int>(t),
@@ -45,32 +42,22 @@ Status launched(cudaError_t err, const char* op) { return cuda_status(err, op); 
 
 }  // namespace
 
-Result<CudaStream*> CudaKernels::prepare(Stream& s) const {
-  auto* stream = dynamic_cast<CudaStream*>(&s);
-  if (stream == nullptr || stream->device() != device_) {
-    return make_error(ErrorCode::kConfig,
-                      "CUDA kernels need a stream created by the same CUDA device");
-  }
-  STRATA_RETURN_IF_ERROR(device_->activate());
-  return stream;
-}
-
-Status CudaKernels::bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,
-                                  DType dtype, bool accumulate) {
+Status LaunchKernels::bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,
+                                    DType dtype, bool accumulate) {
   const char* op = "bias_backward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "m", m, 0));
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0, kMaxGridX * 32));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dbias, m > 0 ? dout : dbias}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_bias_backward(cs->handle(), dbias, dout, m, n, elem_type(dtype), accumulate), op);
+      launch_bias_backward(target.stream, dbias, dout, m, n, elem_type(dtype), accumulate), op);
 }
 
-Status CudaKernels::embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte,
-                                      const void* wpe, int64_t B, int64_t T, int64_t C,
-                                      DType dtype) {
+Status LaunchKernels::embedding_forward(Stream& s, void* out, const int32_t* tokens,
+                                        const void* wte, const void* wpe, int64_t B, int64_t T,
+                                        int64_t C, DType dtype) {
   const char* op = "embedding_forward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0));
@@ -78,77 +65,79 @@ Status CudaKernels::embedding_forward(Stream& s, void* out, const int32_t* token
   STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 0));
   if (B * T * C == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, tokens, wte, wpe}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_embedding_forward(cs->handle(), out, tokens, wte, wpe, B, T, C, elem_type(dtype)), op);
-}
-
-Status CudaKernels::embedding_backward(Stream& s, void* dwte, void* dwpe, const void* dout,
-                                       const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                                       DType dtype) {
-  const char* op = "embedding_backward";
-  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
-  STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0));
-  STRATA_RETURN_IF_ERROR(check_count(op, "T", T, 0));
-  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 0, kMaxGridX));
-  if (B * T * C == 0) return ok_status();
-  STRATA_RETURN_IF_ERROR(check_pointers(op, {dwte, dwpe, dout, tokens}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(
-      launch_embedding_backward(cs->handle(), dwte, dwpe, dout, tokens, B, T, C, elem_type(dtype)),
+      launch_embedding_forward(target.stream, out, tokens, wte, wpe, B, T, C, elem_type(dtype)),
       op);
 }
 
-Status CudaKernels::layernorm_forward(Stream& s, void* out, float* mean, float* rstd,
-                                      const void* inp, const void* weight, const void* bias,
-                                      int64_t N, int64_t C, float eps, DType dtype) {
+Status LaunchKernels::embedding_backward(Stream& s, void* dwte, void* dwpe, const void* dout,
+                                         const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                         DType dtype) {
+  const char* op = "embedding_backward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0));
+  STRATA_RETURN_IF_ERROR(check_count(op, "T", T, 0, kMaxGridX));
+  STRATA_RETURN_IF_ERROR(check_count(op, "B*T", B * T, 0, kMaxGridX));  // one block per position
+  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 0));
+  if (B * T * C == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {dwte, dwpe, dout, tokens}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(
+      launch_embedding_backward(target.stream, dwte, dwpe, dout, tokens, B, T, C, elem_type(dtype)),
+      op);
+}
+
+Status LaunchKernels::layernorm_forward(Stream& s, void* out, float* mean, float* rstd,
+                                        const void* inp, const void* weight, const void* bias,
+                                        int64_t N, int64_t C, float eps, DType dtype) {
   const char* op = "layernorm_forward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
   STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1));
   if (N == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, mean, rstd, inp, weight, bias}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_layernorm_forward(cs->handle(), out, mean, rstd, inp, weight, bias, N, C,
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_layernorm_forward(target.stream, out, mean, rstd, inp, weight, bias, N, C,
                                            eps, elem_type(dtype)),
                   op);
 }
 
-Status CudaKernels::layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias,
-                                       const void* dout, const void* inp, const void* weight,
-                                       const float* mean, const float* rstd, int64_t N, int64_t C,
-                                       DType dtype) {
+Status LaunchKernels::layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias,
+                                         const void* dout, const void* inp, const void* weight,
+                                         const float* mean, const float* rstd, int64_t N, int64_t C,
+                                         DType dtype) {
   const char* op = "layernorm_backward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
   STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1, kMaxGridX));
   if (N == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dinp, dweight, dbias, dout, inp, weight, mean, rstd}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_layernorm_backward(cs->handle(), dinp, dweight, dbias, dout, inp, weight,
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_layernorm_backward(target.stream, dinp, dweight, dbias, dout, inp, weight,
                                             mean, rstd, N, C, elem_type(dtype)),
                   op);
 }
 
-Status CudaKernels::gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) {
+Status LaunchKernels::gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) {
   const char* op = "gelu_forward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, inp}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_gelu_forward(cs->handle(), out, inp, n, elem_type(dtype)), op);
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_gelu_forward(target.stream, out, inp, n, elem_type(dtype)), op);
 }
 
-Status CudaKernels::gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout,
-                                  int64_t n, DType dtype) {
+Status LaunchKernels::gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout,
+                                    int64_t n, DType dtype) {
   const char* op = "gelu_backward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dinp, inp, dout}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_gelu_backward(cs->handle(), dinp, inp, dout, n, elem_type(dtype)), op);
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_gelu_backward(target.stream, dinp, inp, dout, n, elem_type(dtype)), op);
 }
 
 namespace {
@@ -171,67 +160,67 @@ Status check_attention(const char* op, DType dtype, int64_t B, int64_t T, int64_
 
 }  // namespace
 
-Status CudaKernels::attention_forward(Stream& s, void* out, float* lse, const void* qkv, int64_t B,
-                                      int64_t T, int64_t C, int64_t NH, DType dtype) {
+Status LaunchKernels::attention_forward(Stream& s, void* out, float* lse, const void* qkv,
+                                        int64_t B, int64_t T, int64_t C, int64_t NH, DType dtype) {
   const char* op = "attention_forward";
   STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH));
   if (B * T == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, lse, qkv}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_attention_forward(cs->handle(), out, lse, qkv, B, T, C, NH, elem_type(dtype)), op);
+      launch_attention_forward(target.stream, out, lse, qkv, B, T, C, NH, elem_type(dtype)), op);
 }
 
-Status CudaKernels::attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
-                                       const void* out, const float* lse, int64_t B, int64_t T,
-                                       int64_t C, int64_t NH, DType dtype) {
+Status LaunchKernels::attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
+                                         const void* out, const float* lse, int64_t B, int64_t T,
+                                         int64_t C, int64_t NH, DType dtype) {
   const char* op = "attention_backward";
   STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH));
   if (B * T == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dqkv, dout, qkv, out, lse}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_attention_backward(cs->handle(), dqkv, dout, qkv, out, lse, B, T, C, NH,
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_attention_backward(target.stream, dqkv, dout, qkv, out, lse, B, T, C, NH,
                                             elem_type(dtype)),
                   op);
 }
 
-Status CudaKernels::add(Stream& s, void* out, const void* a, const void* b, int64_t n,
-                        DType dtype) {
+Status LaunchKernels::add(Stream& s, void* out, const void* a, const void* b, int64_t n,
+                          DType dtype) {
   const char* op = "add";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, a, b}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_add(cs->handle(), out, a, b, n, elem_type(dtype)), op);
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_add(target.stream, out, a, b, n, elem_type(dtype)), op);
 }
 
-Status CudaKernels::scale(Stream& s, void* x, float factor, int64_t n, DType dtype) {
+Status LaunchKernels::scale(Stream& s, void* x, float factor, int64_t n, DType dtype) {
   const char* op = "scale";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {x}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_scale(cs->handle(), x, factor, n, elem_type(dtype)), op);
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_scale(target.stream, x, factor, n, elem_type(dtype)), op);
 }
 
-Status CudaKernels::cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
-                         int64_t n) {
+Status LaunchKernels::cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                           int64_t n) {
   const char* op = "cast";
   if (!valid_dtype(dst_dtype)) return dtype_error(op, dst_dtype);
   if (!valid_dtype(src_dtype)) return dtype_error(op, src_dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dst, src}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_cast(cs->handle(), dst, elem_type(dst_dtype), src, elem_type(src_dtype), n), op);
+      launch_cast(target.stream, dst, elem_type(dst_dtype), src, elem_type(src_dtype), n), op);
 }
 
-Status CudaKernels::softmax_cross_entropy(Stream& s, float* losses, void* logits,
-                                          const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                                          float dloss, DType dtype) {
+Status LaunchKernels::softmax_cross_entropy(Stream& s, float* losses, void* logits,
+                                            const int32_t* targets, int64_t N, int64_t V,
+                                            int64_t Vp, float dloss, DType dtype) {
   const char* op = "softmax_cross_entropy";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
@@ -239,21 +228,22 @@ Status CudaKernels::softmax_cross_entropy(Stream& s, float* losses, void* logits
   STRATA_RETURN_IF_ERROR(check_count(op, "Vp", Vp, V));
   if (N == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {losses, logits, targets}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
-  return launched(launch_softmax_cross_entropy(cs->handle(), losses, logits, targets, N, V, Vp,
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_softmax_cross_entropy(target.stream, losses, logits, targets, N, V, Vp,
                                                dloss, elem_type(dtype)),
                   op);
 }
 
-Status CudaKernels::sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
-                                bool accumulate) {
+Status LaunchKernels::sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
+                                  bool accumulate) {
   const char* op = "sum_squares";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, n > 0 ? x : out}));
-  STRATA_ASSIGN_OR_RETURN(CudaStream * cs, prepare(s));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_sum_squares(cs->handle(), out, x, n, elem_type(dtype), accumulate, cs->scratch()), op);
+      launch_sum_squares(target.stream, out, x, n, elem_type(dtype), accumulate, target.scratch),
+      op);
 }
 
 }  // namespace strata::gpu::cuda

@@ -1,0 +1,281 @@
+// The SIMT emulator's runtime (simt.h): per-OS-thread executor, fibers on ucontext, barriers,
+// warp shuffles, launch limits and the CUDA runtime calls of simt_cuda.h.
+#include <ucontext.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "simt.h"
+#include "simt_cuda.h"
+
+namespace simt {
+namespace {
+
+constexpr size_t kStackBytes = size_t{64} << 10;
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr size_t kDefaultSharedBytes = size_t{48} << 10;
+constexpr size_t kMaxSharedBytes = size_t{227} << 10;
+
+enum class State { kRunnable, kAtBarrier, kAtShuffle, kDone };
+
+struct Fiber {
+  ucontext_t context{};
+  std::unique_ptr<char[]> stack;
+  uint3 index{};
+  State state = State::kRunnable;
+  unsigned mask = 0;
+  uint64_t payload = 0;
+  int src_lane = 0;
+  int width = kWarpSize;
+  uint64_t result = 0;
+};
+
+struct Executor {
+  ucontext_t scheduler{};
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  dim3 grid;
+  dim3 block;
+  uint3 block_index{};
+  std::vector<unsigned char> shared;
+  void (*body)(void*) = nullptr;
+  void* context = nullptr;
+  cudaError_t last_error = cudaSuccess;
+  std::string message;  // of the last failure
+  std::string detail;   // reported by a fiber during the running block
+  Order order = Order::kForward;
+  std::map<uintptr_t, int> max_dynamic_shared;
+};
+
+thread_local Executor tls;
+
+void fiber_entry() {
+  Executor& e = tls;
+  e.body(e.context);
+  e.current->state = State::kDone;
+}  // returns to e.scheduler through uc_link
+
+void yield(State state) {
+  Fiber* f = tls.current;
+  f->state = state;
+  swapcontext(&f->context, &tls.scheduler);
+}
+
+cudaError_t fail(cudaError_t err, const std::string& message) {
+  tls.last_error = err;
+  tls.message = message;
+  return err;
+}
+
+std::string where(const Executor& e) {
+  std::ostringstream os;
+  os << "block (" << e.block_index.x << "," << e.block_index.y << "," << e.block_index.z << ")";
+  return os.str();
+}
+
+// Opens the shuffle of the warp of lanes [w0, w0 + lanes) when all its lanes wait at one. Returns
+// false on an error (in e.detail).
+bool open_shuffle(Executor& e, int w0, int lanes, bool& opened) {
+  opened = false;
+  for (int l = 0; l < lanes; ++l) {
+    if (e.fibers[w0 + l].state != State::kAtShuffle) return true;
+  }
+  if (lanes < kWarpSize) {
+    e.detail = "a warp shuffle in a partial warp of " + std::to_string(lanes) + " threads";
+    return false;
+  }
+  for (int l = 0; l < lanes; ++l) {
+    Fiber& f = e.fibers[w0 + l];
+    if (f.mask != kFullMask || f.width != kWarpSize) {
+      e.detail =
+          "a warp shuffle with a mask other than 0xffffffff or a width other than 32 (not "
+          "emulated)";
+      return false;
+    }
+    f.result = e.fibers[w0 + ((f.src_lane % kWarpSize) + kWarpSize) % kWarpSize].payload;
+  }
+  for (int l = 0; l < lanes; ++l) e.fibers[w0 + l].state = State::kRunnable;
+  opened = true;
+  return true;
+}
+
+std::string stuck_report(const Executor& e, int n) {
+  int barrier = 0, shuffle = 0, done = 0;
+  for (int i = 0; i < n; ++i) {
+    barrier += e.fibers[i].state == State::kAtBarrier;
+    shuffle += e.fibers[i].state == State::kAtShuffle;
+    done += e.fibers[i].state == State::kDone;
+  }
+  std::ostringstream os;
+  if (barrier > 0 && shuffle == 0) {
+    os << "__syncthreads reached by " << barrier << " of " << n << " threads while " << done
+       << " have exited";
+  } else {
+    os << "threads wait forever: " << shuffle << " at a warp shuffle whose warp does not reach it ("
+       << barrier << " at __syncthreads, " << done << " exited, of " << n << ")";
+  }
+  return os.str();
+}
+
+// Runs the current block to its end. Returns false (with e.detail) when it cannot finish.
+bool run_block(Executor& e) {
+  const int n = static_cast<int>(e.block.x * e.block.y * e.block.z);
+  if (e.fibers.size() < static_cast<size_t>(n)) e.fibers.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = e.fibers[i];
+    if (!f.stack) f.stack.reset(new char[kStackBytes]);
+    f.index = uint3{i % e.block.x, (i / e.block.x) % e.block.y, i / (e.block.x * e.block.y)};
+    f.state = State::kRunnable;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &e.scheduler;
+    makecontext(&f.context, fiber_entry, 0);
+  }
+  std::fill(e.shared.begin(), e.shared.end(), static_cast<unsigned char>(0xff));
+  // Warp-serial: each warp runs (its shuffles opened as soon as all its lanes reach them) until
+  // it waits at __syncthreads or ends, before the next warp starts; a legal GPU schedule that
+  // keeps warps as far apart as possible between barriers.
+  const bool forward = e.order == Order::kForward;
+  const int warps = (n + kWarpSize - 1) / kWarpSize;
+  for (;;) {
+    for (int wk = 0; wk < warps; ++wk) {
+      const int w0 = (forward ? wk : warps - 1 - wk) * kWarpSize;
+      const int lanes = std::min(kWarpSize, n - w0);
+      for (bool opened = true; opened;) {
+        for (int lk = 0; lk < lanes; ++lk) {
+          Fiber& f = e.fibers[w0 + (forward ? lk : lanes - 1 - lk)];
+          if (f.state != State::kRunnable) continue;
+          e.current = &f;
+          swapcontext(&e.scheduler, &f.context);
+        }
+        if (!open_shuffle(e, w0, lanes, opened)) return false;
+      }
+    }
+    int barrier = 0, done = 0;
+    for (int i = 0; i < n; ++i) {
+      barrier += e.fibers[i].state == State::kAtBarrier;
+      done += e.fibers[i].state == State::kDone;
+    }
+    if (done == n) return true;
+    if (barrier == 0 || barrier + done != n || done != 0) {
+      e.detail = stuck_report(e, n);
+      return false;
+    }
+    for (int i = 0; i < n; ++i) e.fibers[i].state = State::kRunnable;
+  }
+}
+
+}  // namespace
+
+void set_order(Order order) { tls.order = order; }
+Order order() { return tls.order; }
+
+std::string take_last_message() {
+  std::string m = std::move(tls.message);
+  tls.message.clear();
+  return m;
+}
+
+cudaError_t set_attribute(uintptr_t kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+      static_cast<size_t>(value) > kMaxSharedBytes) {
+    return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: value " + std::to_string(value) +
+                                           " is above the 227 KiB of sm_90");
+  }
+  tls.max_dynamic_shared[kernel] = value;
+  return cudaSuccess;
+}
+
+const uint3& thread_idx() { return tls.current->index; }
+const uint3& block_idx() { return tls.block_index; }
+const dim3& block_dim() { return tls.block; }
+const dim3& grid_dim() { return tls.grid; }
+void* dynamic_shared_bytes() { return tls.shared.data(); }
+void sync_block() { yield(State::kAtBarrier); }
+
+int lane_id() {
+  const uint3& i = tls.current->index;
+  const unsigned linear = i.x + tls.block.x * (i.y + tls.block.y * i.z);
+  return static_cast<int>(linear % kWarpSize);
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t payload, int src_lane, int width) {
+  Fiber* f = tls.current;
+  f->mask = mask;
+  f->payload = payload;
+  f->src_lane = src_lane;
+  f->width = width;
+  yield(State::kAtShuffle);
+  return f->result;
+}
+
+void run_grid(const Config& c, uintptr_t kernel, void (*body)(void*), void* context) {
+  Executor& e = tls;
+  const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
+  if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 ||
+      c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 || c.grid.z > 65535) {
+    std::ostringstream os;
+    os << "launch with grid (" << c.grid.x << "," << c.grid.y << "," << c.grid.z << ") and block ("
+       << c.block.x << "," << c.block.y << "," << c.block.z << ") is outside sm_90's limits";
+    fail(cudaErrorInvalidConfiguration, os.str());
+    return;
+  }
+  if (c.shared_bytes > kDefaultSharedBytes) {
+    auto allowed = e.max_dynamic_shared.find(kernel);
+    if (allowed == e.max_dynamic_shared.end() ||
+        static_cast<size_t>(allowed->second) < c.shared_bytes) {
+      fail(cudaErrorInvalidValue, "launch with " + std::to_string(c.shared_bytes) +
+                                      " bytes of dynamic shared memory, above 48 KiB without "
+                                      "cudaFuncSetAttribute allowing it");
+      return;
+    }
+  }
+  e.grid = c.grid;
+  e.block = c.block;
+  e.shared.assign(c.shared_bytes, 0);
+  e.body = body;
+  e.context = context;
+  e.detail.clear();
+  for (unsigned z = 0; z < c.grid.z; ++z) {
+    for (unsigned y = 0; y < c.grid.y; ++y) {
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        e.block_index = uint3{x, y, z};
+        if (!run_block(e)) {
+          fail(cudaErrorLaunchFailure, where(e) + ": " + e.detail);
+          e.detail.clear();
+          return;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace simt
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = simt::tls.last_error;
+  simt::tls.last_error = cudaSuccess;
+  return err;
+}
+
+const char* cudaGetErrorName(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaError(unknown)";
+}
+
+// The emulator's message of the last failure (what the CUDA runtime's description would be).
+const char* cudaGetErrorString(cudaError_t err) {
+  if (err != cudaSuccess && !simt::tls.message.empty()) return simt::tls.message.c_str();
+  return cudaGetErrorName(err);
+}
