@@ -53,18 +53,6 @@ struct Executor {
 
 thread_local Executor tls;
 
-void fiber_entry() {
-  Executor& e = tls;
-  e.body(e.context);
-  e.current->state = State::kDone;
-}  // returns to e.scheduler through uc_link
-
-void yield(State state) {
-  Fiber* f = tls.current;
-  f->state = state;
-  swapcontext(&f->context, &tls.scheduler);
-}
-
 cudaError_t fail(cudaError_t err, const std::string& message) {
   tls.last_error = err;
   tls.message = message;
@@ -103,6 +91,59 @@ bool open_shuffle(Executor& e, int w0, int lanes, bool& opened) {
   return true;
 }
 
+int block_threads(const Executor& e) { return static_cast<int>(e.block.x * e.block.y * e.block.z); }
+
+// The next runnable lane of f's warp after f in the schedule's lane order (wrapping), or null.
+Fiber* next_in_warp(Executor& e, const Fiber* f) {
+  const int i = static_cast<int>(f - e.fibers.data());
+  const int w0 = i - i % kWarpSize;
+  const int lanes = std::min(kWarpSize, block_threads(e) - w0);
+  const int step = e.order == Order::kForward ? 1 : lanes - 1;
+  for (int k = 1, l = i - w0; k < lanes + 1; ++k) {
+    l = (l + step) % lanes;
+    Fiber& g = e.fibers[w0 + l];
+    if (g.state == State::kRunnable) return &g;
+  }
+  return nullptr;
+}
+
+// Suspends the calling fiber in `state`. A shuffle that this lane completes opens at once and the
+// lane runs on; otherwise control passes straight to the next runnable lane of the warp (one
+// context switch), or to the scheduler when there is none.
+void yield(State state) {
+  Executor& e = tls;
+  Fiber* f = e.current;
+  f->state = state;
+  if (state == State::kAtShuffle) {
+    const int i = static_cast<int>(f - e.fibers.data());
+    const int w0 = i - i % kWarpSize;
+    bool opened = false;
+    if (!open_shuffle(e, w0, std::min(kWarpSize, block_threads(e) - w0), opened)) {
+      swapcontext(&f->context, &e.scheduler);  // e.detail ends the block
+      return;
+    }
+    if (opened) return;
+  }
+  Fiber* next = next_in_warp(e, f);
+  if (next != nullptr) {
+    e.current = next;
+    swapcontext(&f->context, &next->context);
+  } else {
+    swapcontext(&f->context, &e.scheduler);
+  }
+}
+
+void fiber_entry() {
+  Executor& e = tls;
+  e.body(e.context);
+  e.current->state = State::kDone;
+  Fiber* next = next_in_warp(e, e.current);
+  if (next != nullptr) {
+    e.current = next;
+    setcontext(&next->context);
+  }
+}  // else returns to e.scheduler through uc_link
+
 std::string stuck_report(const Executor& e, int n) {
   int barrier = 0, shuffle = 0, done = 0;
   for (int i = 0; i < n; ++i) {
@@ -123,7 +164,7 @@ std::string stuck_report(const Executor& e, int n) {
 
 // Runs the current block to its end. Returns false (with e.detail) when it cannot finish.
 bool run_block(Executor& e) {
-  const int n = static_cast<int>(e.block.x * e.block.y * e.block.z);
+  const int n = block_threads(e);
   if (e.fibers.size() < static_cast<size_t>(n)) e.fibers.resize(n);
   for (int i = 0; i < n; ++i) {
     Fiber& f = e.fibers[i];
@@ -137,23 +178,25 @@ bool run_block(Executor& e) {
     makecontext(&f.context, fiber_entry, 0);
   }
   std::fill(e.shared.begin(), e.shared.end(), static_cast<unsigned char>(0xff));
-  // Warp-serial: each warp runs (its shuffles opened as soon as all its lanes reach them) until
-  // it waits at __syncthreads or ends, before the next warp starts; a legal GPU schedule that
-  // keeps warps as far apart as possible between barriers.
+  // Warp-serial: each warp runs (its shuffles opened by the last lane to reach them) until it
+  // waits at __syncthreads or ends, before the next warp starts; a legal GPU schedule that keeps
+  // warps as far apart as possible between barriers.
   const bool forward = e.order == Order::kForward;
   const int warps = (n + kWarpSize - 1) / kWarpSize;
   for (;;) {
     for (int wk = 0; wk < warps; ++wk) {
       const int w0 = (forward ? wk : warps - 1 - wk) * kWarpSize;
       const int lanes = std::min(kWarpSize, n - w0);
-      for (bool opened = true; opened;) {
-        for (int lk = 0; lk < lanes; ++lk) {
-          Fiber& f = e.fibers[w0 + (forward ? lk : lanes - 1 - lk)];
-          if (f.state != State::kRunnable) continue;
-          e.current = &f;
-          swapcontext(&e.scheduler, &f.context);
+      for (;;) {
+        Fiber* f = nullptr;
+        for (int lk = 0; lk < lanes && f == nullptr; ++lk) {
+          Fiber& g = e.fibers[w0 + (forward ? lk : lanes - 1 - lk)];
+          if (g.state == State::kRunnable) f = &g;
         }
-        if (!open_shuffle(e, w0, lanes, opened)) return false;
+        if (f == nullptr) break;
+        e.current = f;
+        swapcontext(&e.scheduler, &f->context);
+        if (!e.detail.empty()) return false;
       }
     }
     int barrier = 0, done = 0;

@@ -1,6 +1,8 @@
-// GptModel on CpuDevice: whole-model gradient check against float64 finite differences of an
-// independent reference forward, bit-identical gradients with and without activation
-// checkpointing, and out-of-memory at allocation.
+// GptModel: whole-model gradient check against float64 finite differences of an independent
+// reference forward, bit-identical gradients with and without activation checkpointing, and
+// out-of-memory at allocation. Built three times: on the CpuDevice (test_gpt), on the CUDA
+// kernels run by the SIMT emulator (test_gpt_simt, STRATA_TEST_SIMT) and on a CUDA GPU
+// (test_gpt_gpu, STRATA_TEST_CUDA; skips without one).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,17 +19,37 @@
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
+#ifndef STRATA_TEST_CUDA
+#define STRATA_TEST_CUDA 0
+#endif
+#ifndef STRATA_TEST_SIMT
+#define STRATA_TEST_SIMT 0
+#endif
+#if STRATA_TEST_SIMT
+#include "simt_device.h"
+#endif
+
 namespace strata::model {
 namespace {
 using testing::reference_loss;
 
+// The device under test; null when the CUDA variant finds no GPU (the test then skips).
 std::unique_ptr<gpu::Device> make_device(size_t limit_bytes = 0) {
   gpu::DeviceOptions opts;
-  opts.memory_limit_bytes = limit_bytes;
-  auto dev = gpu::create_device(gpu::DeviceKind::kCpu, opts);
+  opts.memory_limit_bytes = limit_bytes == 0 ? size_t{1} << 30 : limit_bytes;
+#if STRATA_TEST_SIMT
+  auto dev = gpu::test::create_simt_device(opts);
+#else
+  const auto kind = STRATA_TEST_CUDA ? gpu::DeviceKind::kCuda : gpu::DeviceKind::kCpu;
+  if (kind == gpu::DeviceKind::kCuda && gpu::cuda_device_count() == 0) return nullptr;
+  auto dev = gpu::create_device(kind, opts);
+#endif
   EXPECT_TRUE(dev.ok()) << dev.status().to_string();
-  return std::move(dev).value();
+  return dev.ok() ? std::move(dev).value() : nullptr;
 }
+#define OPEN_DEVICE_OR_SKIP(dev, ...)  \
+  auto dev = make_device(__VA_ARGS__); \
+  if (!dev) GTEST_SKIP() << "no usable CUDA GPU on this machine"
 
 GptConfig tiny_config(DType dtype = DType::kF32) {
   GptConfig cfg;
@@ -79,7 +101,7 @@ void make_data(const GptConfig& cfg, int64_t n, uint64_t seed, std::vector<int32
 }
 
 TEST(GptModel, GradientMatchesFiniteDifferencesOfFloat64Reference) {
-  auto dev = make_device();
+  OPEN_DEVICE_OR_SKIP(dev);
   const GptConfig cfg = tiny_config();
   RunShape shape{2, 6, 0};  // T=6 < maxT=8: the last wpe rows get no gradient
   auto model_r = GptModel::create(*dev, cfg, shape);
@@ -173,7 +195,7 @@ std::vector<std::vector<char>> grads_with_interval(gpu::Device& dev, const GptCo
 }
 
 TEST(GptModel, CheckpointingGivesBitIdenticalGradients) {
-  auto dev = make_device();
+  OPEN_DEVICE_OR_SKIP(dev);
   for (DType dt : {DType::kF32, DType::kBF16}) {
     GptConfig cfg = tiny_config(dt);
     cfg.layers = 5;
@@ -192,7 +214,7 @@ TEST(GptModel, CheckpointingGivesBitIdenticalGradients) {
 }
 
 TEST(GptModel, CheckpointingReducesActivationMemory) {
-  auto dev = make_device();
+  OPEN_DEVICE_OR_SKIP(dev);
   GptConfig cfg = tiny_config();
   cfg.layers = 8;
   auto off = GptModel::create(*dev, cfg, RunShape{4, 8, 0});
@@ -202,7 +224,7 @@ TEST(GptModel, CheckpointingReducesActivationMemory) {
 }
 
 TEST(GptModel, OverTheDeviceCapFailsWithOutOfMemory) {
-  auto dev = make_device(size_t{4} << 20);  // 4 MiB cap
+  OPEN_DEVICE_OR_SKIP(dev, size_t{4} << 20);  // 4 MiB cap
   GptConfig cfg = tiny_config();
   cfg.channels = 256;
   cfg.heads = 4;
@@ -214,7 +236,7 @@ TEST(GptModel, OverTheDeviceCapFailsWithOutOfMemory) {
 }
 
 TEST(GptModel, RejectsBadConfigAndTokens) {
-  auto dev = make_device();
+  OPEN_DEVICE_OR_SKIP(dev);
   GptConfig cfg = tiny_config();
   cfg.heads = 3;  // does not divide 16
   auto bad = GptModel::create(*dev, cfg, RunShape{1, 8, 0});
