@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,27 @@ bool full_is_n_c(CollectiveKind k) {
 struct Buffers {
   std::vector<std::byte> host_send, host_recv;
   gpu::DeviceBuffer dev_send, dev_recv;
+  gpu::DeviceBuffer dev_scalar;         // one float, for the timing reduction on device buffers
+  std::unique_ptr<gpu::Stream> stream;  // copies to and from dev_scalar
   void* send = nullptr;
   void* recv = nullptr;
 };
+
+// The largest `value` over the ranks, through device memory when the communicator takes it.
+Result<float> max_over_ranks(comm::Communicator& c, Buffers& b, float value) {
+  float out = 0.0f;
+  if (!c.device_buffers()) {
+    STRATA_RETURN_IF_ERROR(c.all_reduce(&value, &out, 1, DType::kF32, comm::ReduceOp::kMax));
+    return out;
+  }
+  void* d = b.dev_scalar.data();
+  STRATA_RETURN_IF_ERROR(b.stream->copy(d, &value, sizeof(float), gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(b.stream->synchronize());
+  STRATA_RETURN_IF_ERROR(c.all_reduce(d, d, 1, DType::kF32, comm::ReduceOp::kMax));
+  STRATA_RETURN_IF_ERROR(b.stream->copy(&out, d, sizeof(float), gpu::CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(b.stream->synchronize());
+  return out;
+}
 
 Status run_once(comm::Communicator& c, CollectiveKind k, Buffers& b, size_t count, DType t) {
   comm::CollectiveCall call{k, b.send, b.recv, count, t, comm::ReduceOp::kSum, 0};
@@ -70,9 +89,8 @@ Result<double> time_calls(comm::Communicator& c, CollectiveKind k, Buffers& b, s
   STRATA_RETURN_IF_ERROR(c.barrier());
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) STRATA_RETURN_IF_ERROR(run_once(c, k, b, count, t));
-  float secs = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
-  float slowest = 0.0f;
-  STRATA_RETURN_IF_ERROR(c.all_reduce(&secs, &slowest, 1, DType::kF32, comm::ReduceOp::kMax));
+  const float secs = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+  STRATA_ASSIGN_OR_RETURN(const float slowest, max_over_ranks(c, b, secs));
   return static_cast<double>(slowest) / iters;
 }
 
@@ -132,8 +150,8 @@ int run(int argc, char** argv) {
 
   // Buffers of max_bytes (+ one shard's rounding) for every collective.
   const size_t buf_bytes = max_bytes + static_cast<size_t>(n) * e;
+  std::unique_ptr<gpu::Device> device;  // declared first: destroyed after the buffers
   Buffers b;
-  std::unique_ptr<gpu::Device> device;
   if (c.device_buffers()) {
     gpu::DeviceOptions o;
     o.ordinal = c.local_rank() % std::max(1, gpu::cuda_device_count());
@@ -146,12 +164,16 @@ int run(int argc, char** argv) {
     device = std::move(dev).value();
     auto s = device->allocate(buf_bytes);
     auto r = device->allocate(buf_bytes);
-    if (!s.ok() || !r.ok()) {
+    auto scalar = device->allocate(sizeof(float));
+    auto stream = device->create_stream();
+    if (!s.ok() || !r.ok() || !scalar.ok() || !stream.ok()) {
       std::fprintf(stderr, "bench_comm: device allocation of %zu bytes failed\n", buf_bytes);
       return 1;
     }
     b.dev_send = std::move(s).value();
     b.dev_recv = std::move(r).value();
+    b.dev_scalar = std::move(scalar).value();
+    b.stream = std::move(stream).value();
     b.send = b.dev_send.data();
     b.recv = b.dev_recv.data();
   } else {

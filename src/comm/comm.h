@@ -18,7 +18,8 @@ Result<Backend> parse_backend(std::string_view name);
 // Whether the NCCL backend was compiled in.
 bool nccl_built();
 
-// kAuto: NCCL when built and a GPU is visible, else MPI when started by mpirun, else local.
+// kAuto: NCCL when built and this machine has a GPU for each of its ranks, else MPI when started
+// by mpirun, else local.
 // kNccl without an NCCL build is kUnsupported. device_ordinal is for NCCL (-1: local rank % GPUs).
 Result<std::unique_ptr<Communicator>> create_communicator(
     Backend backend, CommOptions options = CommOptions::from_env(), int device_ordinal = -1);

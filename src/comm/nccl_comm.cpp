@@ -76,8 +76,14 @@ class NcclComm final : public Communicator {
     if (device_ >= 0) cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (comm_ != nullptr) {
-      ncclCommFinalize(comm_);
-      ncclCommDestroy(comm_);
+      // After an asynchronous error (a failed or dead peer) finalizing could wait forever.
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclSuccess) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommFinalize(comm_);
+        ncclCommDestroy(comm_);
+      }
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -86,7 +92,10 @@ class NcclComm final : public Communicator {
   // Per-rank set-up; the caller agrees on the outcome across ranks.
   Status init_device(int device_ordinal) {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      count = 0;
+    }
     if (count == 0) return make_error(ErrorCode::kUnsupported, "no CUDA GPU is visible");
     device_ = device_ordinal >= 0 ? device_ordinal : bootstrap_->local_rank() % count;
     if (device_ >= count) {
@@ -136,6 +145,12 @@ class NcclComm final : public Communicator {
     const ncclDataType_t type = nccl_type(call.dtype);
     const int me = rank();
     const int n = size();
+    // The completion event exists before anything is queued, so no error return below leaves
+    // NCCL working on the caller's buffers unbeknown to the caller.
+    cudaEvent_t event = nullptr;
+    STRATA_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                       "cudaEventCreateWithFlags"));
+    auto op = std::make_unique<NcclOp>(event, comm_);
     ncclResult_t rc = ncclSuccess;
     const char* what = "";
     switch (call.kind) {
@@ -204,10 +219,6 @@ class NcclComm final : public Communicator {
         break;
     }
     STRATA_RETURN_IF_ERROR(nccl_status(rc, what));
-    cudaEvent_t event = nullptr;
-    STRATA_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                                       "cudaEventCreateWithFlags"));
-    auto op = std::make_unique<NcclOp>(event, comm_);
     STRATA_RETURN_IF_ERROR(cuda_status(cudaEventRecord(event, stream_), "cudaEventRecord"));
     return std::unique_ptr<PendingOp>(std::move(op));
   }
@@ -238,7 +249,10 @@ Status agree(MpiComm& mpi, const Status& local, std::string_view stage) {
 
 int nccl_device_count() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or GPU: not an error for later calls to see
+    return 0;
+  }
   return count;
 }
 

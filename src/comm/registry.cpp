@@ -2,6 +2,7 @@
 #include "comm/comm.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
+#include "cpu/topology.h"
 
 #if STRATA_WITH_NCCL
 #include "comm/nccl_comm.h"
@@ -34,7 +35,8 @@ Result<std::unique_ptr<Communicator>> create_communicator(Backend backend, CommO
                                                           int device_ordinal) {
   if (backend == Backend::kAuto) {
 #if STRATA_WITH_NCCL
-    if (nccl_device_count() > 0) backend = Backend::kNccl;
+    // NCCL needs a GPU per rank of this machine (it refuses two ranks on one GPU).
+    if (nccl_device_count() >= cpu::local_rank_from_env().local_size) backend = Backend::kNccl;
 #endif
     if (backend == Backend::kAuto) backend = launched_by_mpirun() ? Backend::kMpi : Backend::kLocal;
   }

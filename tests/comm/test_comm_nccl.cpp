@@ -4,6 +4,8 @@
 // magnitude of sum|x| plus the fp32 accumulation term.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 
 #include "comm/nccl_comm.h"
@@ -34,7 +36,10 @@ Fixture* fixture() {
     dopt.ordinal = local.local_rank;
     dopt.memory_limit_bytes = size_t{256} << 20;
     auto dev = gpu::create_device(gpu::DeviceKind::kCuda, dopt);
-    if (!dev.ok()) return nullptr;
+    if (!dev.ok()) {  // a GPU per rank is there: failing to open it is a failure, not a skip
+      ADD_FAILURE() << dev.status().to_string();
+      return nullptr;
+    }
     fx->device = std::move(dev).value();
     fx->stream = std::move(fx->device->create_stream()).value();
     CommOptions o;
@@ -137,7 +142,28 @@ TEST(NcclComm, ReduceFamilyAndDataMovement) {
       ASSERT_TRUE(comm.broadcast(d_in.mem.data(), c * n, t, 0).ok());
       d_in.download(*f, in);
       for (size_t i = 0; i < c * n; ++i) ASSERT_EQ(in.at(i), input_value(seed, 0, i, t));
+      // reduce (sum) to root 0 of the broadcast vector: n copies of rank 0's values.
       ASSERT_TRUE(comm.reduce(d_in.mem.data(), d_out.mem.data(), c, t, 0).ok());
+      if (me == 0) {
+        Buf red(t, c);
+        d_out.download(*f, red);
+        for (size_t i = 0; i < c; ++i) {
+          const double v = input_value(seed, 0, i, t);
+          ASSERT_NEAR(red.at(i), n * v, tol(t, n, n * v, n * std::fabs(v))) << dtype_name(t);
+        }
+      }
+      // In place and asynchronous: all_reduce with send == recv, polled with test().
+      CommHandle h = comm.start(CollectiveCall{CollectiveKind::kAllReduce, d_in.mem.data(),
+                                               d_in.mem.data(), c * n, t, ReduceOp::kSum, 0});
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!h.test() && std::chrono::steady_clock::now() < deadline) {
+      }
+      ASSERT_TRUE(h.wait().ok());
+      d_in.download(*f, in);
+      for (size_t i = 0; i < c * n; ++i) {
+        const double v = input_value(seed, 0, i, t);
+        ASSERT_NEAR(in.at(i), n * v, tol(t, n, n * v, n * std::fabs(v))) << dtype_name(t);
+      }
     }
   }
   ASSERT_TRUE(comm.barrier().ok());
