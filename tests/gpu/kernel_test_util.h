@@ -24,24 +24,11 @@
 #include "gpu/device.h"
 #include "gpu/kernels.h"
 #include "kernel_reference.h"
-
-#ifndef STRATA_TEST_CUDA
-#define STRATA_TEST_CUDA 0
-#endif
-#ifndef STRATA_TEST_SIMT
-#define STRATA_TEST_SIMT 0
-#endif
-#if STRATA_TEST_SIMT
-#include "simt_device.h"
-#endif
+#include "tested_device.h"
 
 namespace strata::gpu::test {
 
 using ref::Vec;
-
-inline DeviceKind tested_kind() { return STRATA_TEST_CUDA ? DeviceKind::kCuda : DeviceKind::kCpu; }
-// True when the kernels under test are the CUDA backend's (on a GPU or on the SIMT emulator).
-inline bool cuda_kernels() { return STRATA_TEST_CUDA || STRATA_TEST_SIMT; }
 
 inline double tolerance(DType t) {
   switch (t) {
@@ -92,24 +79,10 @@ class DeviceFixture {
  public:
   // Creates the device under test, or leaves a skip reason.
   void open() {
-    if (tested_kind() == DeviceKind::kCuda && cuda_device_count() == 0) {
-      skip_reason_ = "no CUDA GPU on this machine";
-      return;
-    }
     DeviceOptions opt;
     opt.memory_limit_bytes = size_t{256} << 20;
-#if STRATA_TEST_SIMT
-    auto dev = create_simt_device(opt);
-#else
-    auto dev = create_device(tested_kind(), opt);
-#endif
-    if (!dev.ok()) {  // a GPU that is there but cannot be opened fails the test
-      if (cuda_kernels()) ADD_FAILURE() << "device creation failed: " << dev.status().to_string();
-      skip_reason_ = dev.status().to_string();
-      return;
-    }
-    device_ = std::move(dev).value();
-    stream_ = device_->create_stream().value();
+    device_ = open_tested_device(opt, skip_reason_);
+    if (device_ != nullptr) stream_ = device_->create_stream().value();
   }
   // Uses an existing device (e.g. a CpuDevice with a chosen thread count).
   void adopt(std::unique_ptr<Device> dev) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #pragma GCC diagnostic push
@@ -18,38 +19,22 @@
 #include "gpu/device.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
-
-#ifndef STRATA_TEST_CUDA
-#define STRATA_TEST_CUDA 0
-#endif
-#ifndef STRATA_TEST_SIMT
-#define STRATA_TEST_SIMT 0
-#endif
-#if STRATA_TEST_SIMT
-#include "simt_device.h"
-#endif
+#include "tested_device.h"
 
 namespace strata::model {
 namespace {
 using testing::reference_loss;
 
-// The device under test; null when the CUDA variant finds no GPU (the test then skips).
+// The device under test (tested_device.h); null when there is none to test.
 std::unique_ptr<gpu::Device> make_device(size_t limit_bytes = 0) {
   gpu::DeviceOptions opts;
   opts.memory_limit_bytes = limit_bytes == 0 ? size_t{1} << 30 : limit_bytes;
-#if STRATA_TEST_SIMT
-  auto dev = gpu::test::create_simt_device(opts);
-#else
-  const auto kind = STRATA_TEST_CUDA ? gpu::DeviceKind::kCuda : gpu::DeviceKind::kCpu;
-  if (kind == gpu::DeviceKind::kCuda && gpu::cuda_device_count() == 0) return nullptr;
-  auto dev = gpu::create_device(kind, opts);
-#endif
-  EXPECT_TRUE(dev.ok()) << dev.status().to_string();
-  return dev.ok() ? std::move(dev).value() : nullptr;
+  std::string skip_reason;
+  return gpu::test::open_tested_device(opts, skip_reason);
 }
 #define OPEN_DEVICE_OR_SKIP(dev, ...)  \
   auto dev = make_device(__VA_ARGS__); \
-  if (!dev) GTEST_SKIP() << "no usable CUDA GPU on this machine"
+  if (!dev) GTEST_SKIP() << "no CUDA GPU on this machine"
 
 GptConfig tiny_config(DType dtype = DType::kF32) {
   GptConfig cfg;
