@@ -2,6 +2,10 @@
 // `cuda` defined as `simt_cuda` (see simt_cuda.h).
 #include "simt_device.h"
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <new>
 #include <vector>
 
 #include "gpu/cpu_device.h"
@@ -34,27 +38,44 @@ class SimtKernels final : public cuda::LaunchKernels {
   mutable std::vector<float> scratch_;
 };
 
+// Every buffer is a heap block of exactly the bytes asked for (so the address sanitizer sees a
+// kernel step outside it), backed by an allocation of the same size from the CpuDevice's pool
+// for the cap, the accounting and the out-of-memory Status.
 class SimtDevice final : public Device {
  public:
   SimtDevice(std::unique_ptr<Device> cpu, simt::Order order)
       : cpu_(std::move(cpu)), kernels_(cpu_.get(), order) {}
+  ~SimtDevice() override { (void)cpu_->synchronize(); }
 
   DeviceKind kind() const override { return cpu_->kind(); }
   std::string name() const override { return "CUDA kernels emulated (SIMT) on " + cpu_->name(); }
   MemoryInfo memory_info() const override { return cpu_->memory_info(); }
-  Result<DeviceBuffer> allocate(size_t bytes) override { return cpu_->allocate(bytes); }
+  Result<DeviceBuffer> allocate(size_t bytes) override {
+    STRATA_ASSIGN_OR_RETURN(DeviceBuffer pooled, cpu_->allocate(bytes));
+    void* p = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{256});
+    std::lock_guard<std::mutex> lock(mu_);
+    backing_.emplace(reinterpret_cast<uintptr_t>(p), std::move(pooled));
+    return DeviceBuffer(this, p, bytes);
+  }
   Result<std::unique_ptr<Stream>> create_stream() override { return cpu_->create_stream(); }
   Result<std::unique_ptr<Event>> create_event() override { return cpu_->create_event(); }
   Kernels& kernels() override { return kernels_; }
   Status synchronize() override { return cpu_->synchronize(); }
 
  protected:
-  // Buffers are allocated by the CpuDevice and return to it directly.
-  void release(void*, size_t) override {}
+  void release(void* ptr, size_t) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      backing_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    ::operator delete (ptr, std::align_val_t{256});
+  }
 
  private:
   std::unique_ptr<Device> cpu_;
   SimtKernels kernels_;
+  std::mutex mu_;
+  std::map<uintptr_t, DeviceBuffer> backing_;  // heap block -> its share of the CpuDevice's pool
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The SIMT emulator's runtime (simt.h): per-OS-thread executor, fibers on ucontext, barriers,
 // warp shuffles, launch limits and the CUDA runtime calls of simt_cuda.h.
+#include <pthread.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -10,6 +11,13 @@
 
 #include "simt.h"
 #include "simt_cuda.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define STRATA_SIMT_ASAN 1
+#else
+#define STRATA_SIMT_ASAN 0
+#endif
 
 namespace simt {
 namespace {
@@ -32,10 +40,23 @@ struct Fiber {
   int src_lane = 0;
   int width = kWarpSize;
   uint64_t result = 0;
+  void* fake_stack = nullptr;  // the address sanitizer's, while suspended
 };
 
 struct Executor {
+  Executor() {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      pthread_attr_getstack(&attr, &addr, &scheduler_stack_bytes);
+      scheduler_stack = addr;
+      pthread_attr_destroy(&attr);
+    }
+  }
   ucontext_t scheduler{};
+  const void* scheduler_stack = nullptr;  // the OS thread's stack, where the scheduler runs
+  size_t scheduler_stack_bytes = 0;
+  void* scheduler_fake_stack = nullptr;
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   dim3 grid;
@@ -52,6 +73,37 @@ struct Executor {
 };
 
 thread_local Executor tls;
+
+// Switches from `from` to `to`, which runs on the stack [to_stack, to_stack + to_bytes), telling
+// the address sanitizer (when built with it) which stack is live. `from_fake` keeps the
+// sanitizer's fake stack of `from` while it is suspended; null with `from` null means `from`
+// ends for good (setcontext, no return).
+void switch_context(ucontext_t* from, void** from_fake, const ucontext_t* to, const void* to_stack,
+                    size_t to_bytes) {
+#if STRATA_SIMT_ASAN
+  __sanitizer_start_switch_fiber(from_fake, to_stack, to_bytes);
+#else
+  (void)from_fake;
+  (void)to_stack;
+  (void)to_bytes;
+#endif
+  if (from == nullptr) {
+    setcontext(to);
+  } else {
+    swapcontext(from, to);
+  }
+#if STRATA_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(*from_fake, nullptr, nullptr);
+#endif
+}
+
+void to_fiber(ucontext_t* from, void** from_fake, Fiber& to) {
+  switch_context(from, from_fake, &to.context, to.stack.get(), kStackBytes);
+}
+void to_scheduler(ucontext_t* from, void** from_fake) {
+  Executor& e = tls;
+  switch_context(from, from_fake, &e.scheduler, e.scheduler_stack, e.scheduler_stack_bytes);
+}
 
 cudaError_t fail(cudaError_t err, const std::string& message) {
   tls.last_error = err;
@@ -119,7 +171,7 @@ void yield(State state) {
     const int w0 = i - i % kWarpSize;
     bool opened = false;
     if (!open_shuffle(e, w0, std::min(kWarpSize, block_threads(e) - w0), opened)) {
-      swapcontext(&f->context, &e.scheduler);  // e.detail ends the block
+      to_scheduler(&f->context, &f->fake_stack);  // e.detail ends the block
       return;
     }
     if (opened) return;
@@ -127,22 +179,26 @@ void yield(State state) {
   Fiber* next = next_in_warp(e, f);
   if (next != nullptr) {
     e.current = next;
-    swapcontext(&f->context, &next->context);
+    to_fiber(&f->context, &f->fake_stack, *next);
   } else {
-    swapcontext(&f->context, &e.scheduler);
+    to_scheduler(&f->context, &f->fake_stack);
   }
 }
 
 void fiber_entry() {
+#if STRATA_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
   Executor& e = tls;
   e.body(e.context);
   e.current->state = State::kDone;
   Fiber* next = next_in_warp(e, e.current);
   if (next != nullptr) {
     e.current = next;
-    setcontext(&next->context);
+    to_fiber(nullptr, nullptr, *next);
   }
-}  // else returns to e.scheduler through uc_link
+  to_scheduler(nullptr, nullptr);
+}
 
 std::string stuck_report(const Executor& e, int n) {
   int barrier = 0, shuffle = 0, done = 0;
@@ -195,7 +251,7 @@ bool run_block(Executor& e) {
         }
         if (f == nullptr) break;
         e.current = f;
-        swapcontext(&e.scheduler, &f->context);
+        to_fiber(&e.scheduler, &e.scheduler_fake_stack, *f);
         if (!e.detail.empty()) return false;
       }
     }
