@@ -80,7 +80,10 @@ TEST_P(NnTest, AttentionForwardBackward) {
   attention_case(d_, dt(), 2, 7, 12, 3, tol());
   attention_case(d_, dt(), 1, 67, 40, 2, tol());  // several 32-row query blocks, T odd
   attention_case(d_, dt(), 3, 1, 6, 1, tol());    // T = 1
-  // Head size 256, the CUDA kernels' largest: over 48 KiB of shared memory, two key tiles.
+  // Head sizes 64 and 128 (GPT-2's and the CUDA kernels' other builds), and 256, the largest:
+  // over 48 KiB of shared memory on CUDA, two key tiles.
+  attention_case(d_, dt(), 1, 33, 128, 2, tol());
+  attention_case(d_, dt(), 1, 20, 128, 1, tol());
   attention_case(d_, dt(), 1, 40, 512, 2, tol());
 }
 

@@ -11,6 +11,8 @@
 //   dq kernel:  one warp per query row i, looping over key tiles: dQ_i = scale sum_j dS_ij k_j.
 //   dkv kernel: one warp per key row j, looping over query tiles: dV_j = sum_i P_ij dout_i,
 //               dK_j = scale sum_i dS_ij q_i.
+#include <type_traits>
+
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -18,7 +20,8 @@ namespace {
 
 constexpr int kWarps = 8;  // rows per block
 constexpr int kTile = 32;  // keys (forward, dq) or queries (dkv) per shared-memory tile
-constexpr int kPer = static_cast<int>(kMaxHeadSize / 32);  // dims per lane
+// Each kernel is built for kPer head dimensions per lane (d = lane, lane + 32, ...): 1, 2, 4 or 8,
+// the least that covers the head size (at most kMaxHeadSize = 8 * 32).
 constexpr unsigned kFull = 0xffffffffu;
 
 struct Geometry {
@@ -71,7 +74,7 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-template <typename T>
+template <typename T, int kPer>
 __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, Geometry g) {
   extern __shared__ float smem[];
   const int ld = g.HS + 1;
@@ -133,7 +136,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, Geome
   }
 }
 
-template <typename T>
+template <typename T, int kPer>
 __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
                                              const float* lse, Geometry g) {
   extern __shared__ float smem[];
@@ -200,7 +203,7 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
   }
 }
 
-template <typename T>
+template <typename T, int kPer>
 __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
                                               const float* lse, Geometry g) {
   extern __shared__ float smem[];
@@ -309,17 +312,29 @@ size_t tiles_bytes(const Geometry& g) {
   return sizeof(float) * (size_t{2} * kTile * (g.HS + 1) + size_t{2} * kWarps * g.HS + 2 * kTile);
 }
 
+// Calls f(std::integral_constant<int, P>{}) with P the dims per lane for head size `hs`.
+template <typename F>
+cudaError_t with_dims_per_lane(int hs, F&& f) {
+  if (hs <= 32) return f(std::integral_constant<int, 1>{});
+  if (hs <= 64) return f(std::integral_constant<int, 2>{});
+  if (hs <= 128) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 8>{});
+}
+
 struct AttentionForward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* out, float* lse, const void* qkv, int64_t B,
                          int64_t T_, int64_t C, int64_t NH) {
     const Geometry g = make_geometry(T_, C, NH);
     const size_t bytes = tiles_bytes(g);
-    cudaError_t err = allow_shared(attention_forward_kernel<T>, bytes);
-    if (err != cudaSuccess) return err;
-    attention_forward_kernel<T><<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
-        static_cast<T*>(out), lse, static_cast<const T*>(qkv), g);
-    return launch_result();
+    return with_dims_per_lane(g.HS, [&](auto per) {
+      auto* kernel = attention_forward_kernel<T, decltype(per)::value>;
+      cudaError_t err = allow_shared(kernel, bytes);
+      if (err != cudaSuccess) return err;
+      kernel<<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(static_cast<T*>(out), lse,
+                                                            static_cast<const T*>(qkv), g);
+      return launch_result();
+    });
   }
 };
 
@@ -330,19 +345,22 @@ struct AttentionBackward {
                          int64_t NH) {
     const Geometry g = make_geometry(T_, C, NH);
     const size_t bytes = tiles_bytes(g);
-    cudaError_t err = allow_shared(attention_backward_dq_kernel<T>, bytes);
-    if (err != cudaSuccess) return err;
-    err = allow_shared(attention_backward_dkv_kernel<T>, bytes);
-    if (err != cudaSuccess) return err;
-    attention_backward_dq_kernel<T><<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
-        static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-        static_cast<const T*>(out), lse, g);
-    err = launch_result();
-    if (err != cudaSuccess) return err;
-    attention_backward_dkv_kernel<T><<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
-        static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-        static_cast<const T*>(out), lse, g);
-    return launch_result();
+    return with_dims_per_lane(g.HS, [&](auto per) {
+      auto* dq = attention_backward_dq_kernel<T, decltype(per)::value>;
+      auto* dkv = attention_backward_dkv_kernel<T, decltype(per)::value>;
+      cudaError_t err = allow_shared(dq, bytes);
+      if (err == cudaSuccess) err = allow_shared(dkv, bytes);
+      if (err != cudaSuccess) return err;
+      dq<<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
+          static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
+          static_cast<const T*>(out), lse, g);
+      err = launch_result();
+      if (err != cudaSuccess) return err;
+      dkv<<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
+          static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
+          static_cast<const T*>(out), lse, g);
+      return launch_result();
+    });
   }
 };
 
