@@ -73,6 +73,25 @@ std::vector<std::vector<char>> run_reductions(DeviceFixture& d) {
                   .ok());
   outs.push_back(d.download_bytes(patt, B * T * C * 2));
   outs.push_back(d.download_bytes(pdqkv, B * T * 3 * C * 2));
+  {  // head size 64: the CUDA backend's tensor-core kernels, over two 64-row blocks
+    const int64_t T2 = 70, C2 = 128, NH2 = 2;
+    Vec qkv2 = random_vec(B * T2 * 3 * C2, 86), g2 = random_vec(B * T2 * C2, 87);
+    auto pqkv2 = d.upload(qkv2, t);
+    auto pg2 = d.upload(g2, t);
+    auto patt2 = d.zeros(B * T2 * C2 * 2);
+    auto plse2 = d.zeros(B * NH2 * T2 * 4);
+    auto pdqkv2 = d.zeros(B * T2 * 3 * C2 * 2);
+    EXPECT_TRUE(d.k()
+                    .attention_forward(d.stream(), patt2.data(), plse2.as<float>(), pqkv2.data(), B,
+                                       T2, C2, NH2, t)
+                    .ok());
+    EXPECT_TRUE(d.k()
+                    .attention_backward(d.stream(), pdqkv2.data(), pg2.data(), pqkv2.data(),
+                                        patt2.data(), plse2.as<float>(), B, T2, C2, NH2, t)
+                    .ok());
+    outs.push_back(d.download_bytes(patt2, B * T2 * C2 * 2));
+    outs.push_back(d.download_bytes(pdqkv2, B * T2 * 3 * C2 * 2));
+  }
 
   std::vector<int32_t> tokens(B * T);
   for (int64_t i = 0; i < B * T; ++i) tokens[i] = static_cast<int32_t>((i * i) % 7);

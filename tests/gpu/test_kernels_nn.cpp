@@ -1,5 +1,7 @@
 // Kernel conformance, part 2: layernorm, attention, embedding and softmax cross-entropy, forward
 // and backward, against the float64 reference, in every dtype.
+#include <cstdlib>
+
 #include "kernel_test_util.h"
 
 namespace strata::gpu::test {
@@ -85,6 +87,17 @@ TEST_P(NnTest, AttentionForwardBackward) {
   attention_case(d_, dt(), 1, 33, 128, 2, tol());
   attention_case(d_, dt(), 1, 20, 128, 1, tol());
   attention_case(d_, dt(), 1, 40, 512, 2, tol());
+  // Several 64-row blocks and tiles, the last one partial (the tensor-core kernels' unit).
+  attention_case(d_, dt(), 2, 150, 128, 2, tol());
+}
+
+// The CUDA backend takes 16-bit head sizes 32, 64 and 128 to its tensor-core kernels unless
+// STRATA_CUDA_ATTENTION=scalar (launch.h): the same cases on the scalar kernels.
+TEST_P(NnTest, AttentionOnTheScalarKernelsToo) {
+  ::setenv("STRATA_CUDA_ATTENTION", "scalar", 1);
+  attention_case(d_, dt(), 1, 33, 128, 2, tol());
+  attention_case(d_, dt(), 2, 150, 128, 2, tol());
+  ::unsetenv("STRATA_CUDA_ATTENTION");
 }
 
 TEST_P(NnTest, EmbeddingForwardBackward) {

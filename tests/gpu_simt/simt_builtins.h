@@ -1,5 +1,6 @@
 // The device-side built-ins of CUDA C++ for the emulated kernels (see simt_cuda.h): threadIdx,
-// blockIdx, blockDim, gridDim, __syncthreads, __shfl_sync, __shfl_xor_sync, min and max.
+// blockIdx, blockDim, gridDim, __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync, min, max
+// and __launch_bounds__.
 // Included only through shim/cuda_runtime.h, i.e. by the kernels' translation units.
 #pragma once
 
@@ -9,7 +10,10 @@
 #define blockIdx (::simt::block_idx())
 #define blockDim (::simt::block_dim())
 #define gridDim (::simt::grid_dim())
+#define __launch_bounds__(...)
 inline void __syncthreads() { ::simt::sync_block(); }
+// Full masks only, as everywhere in the emulator.
+inline void __syncwarp(unsigned = 0xffffffffu) { ::simt::warp_converge(); }
 template <typename T>
 T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
   return ::simt::shuffle(mask, v, src_lane, width);

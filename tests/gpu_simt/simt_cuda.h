@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -23,6 +24,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __align__(n) alignas(n)
 // One block runs at a time on an OS thread, and its CUDA threads are fibers of that OS thread.
 #define __shared__ static thread_local
 
@@ -43,6 +45,9 @@ struct dim3 {
 };
 struct uint3 {
   unsigned x, y, z;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
 };
 
 // The last launch error of this OS thread, cleared by the call (as in CUDA).
@@ -79,6 +84,10 @@ void sync_block();
 uint64_t warp_exchange(unsigned mask, uint64_t payload, int src_lane, int width);
 // The calling thread's lane in its warp.
 int lane_id();
+// Ends the running block with a launch error carrying `message` (never returns to the kernel).
+[[noreturn]] void kernel_error(const std::string& message);
+// Returns when all 32 lanes of the calling warp have reached it (a warp-collective operation).
+void warp_converge();
 
 template <typename T>
 T shuffle(unsigned mask, T v, int src_lane, int width) {

@@ -62,7 +62,9 @@ struct Executor {
   dim3 grid;
   dim3 block;
   uint3 block_index{};
-  std::vector<unsigned char> shared;
+  std::vector<unsigned char> shared_storage;  // dynamic shared memory, + 128 for alignment
+  unsigned char* shared = nullptr;            // 128-byte aligned, shared_bytes long
+  size_t shared_bytes = 0;
   void (*body)(void*) = nullptr;
   void* context = nullptr;
   cudaError_t last_error = cudaSuccess;
@@ -233,7 +235,7 @@ bool run_block(Executor& e) {
     f.context.uc_link = &e.scheduler;
     makecontext(&f.context, fiber_entry, 0);
   }
-  std::fill(e.shared.begin(), e.shared.end(), static_cast<unsigned char>(0xff));
+  std::fill(e.shared, e.shared + e.shared_bytes, static_cast<unsigned char>(0xff));
   // Warp-serial: each warp runs (its shuffles opened by the last lane to reach them) until it
   // waits at __syncthreads or ends, before the next warp starts; a legal GPU schedule that keeps
   // warps as far apart as possible between barriers.
@@ -294,8 +296,18 @@ const uint3& thread_idx() { return tls.current->index; }
 const uint3& block_idx() { return tls.block_index; }
 const dim3& block_dim() { return tls.block; }
 const dim3& grid_dim() { return tls.grid; }
-void* dynamic_shared_bytes() { return tls.shared.data(); }
+void* dynamic_shared_bytes() { return tls.shared; }
 void sync_block() { yield(State::kAtBarrier); }
+
+void kernel_error(const std::string& message) {
+  Executor& e = tls;
+  e.detail = message;
+  Fiber* f = e.current;
+  to_scheduler(&f->context, &f->fake_stack);  // the block ends; this fiber never resumes
+  __builtin_unreachable();
+}
+
+void warp_converge() { (void)warp_exchange(kFullMask, 0, 0, kWarpSize); }
 
 int lane_id() {
   const uint3& i = tls.current->index;
@@ -336,7 +348,10 @@ void run_grid(const Config& c, uintptr_t kernel, void (*body)(void*), void* cont
   }
   e.grid = c.grid;
   e.block = c.block;
-  e.shared.assign(c.shared_bytes, 0);
+  e.shared_storage.assign(c.shared_bytes + 128, 0);
+  const auto base = reinterpret_cast<uintptr_t>(e.shared_storage.data());
+  e.shared = e.shared_storage.data() + ((128 - base % 128) % 128);
+  e.shared_bytes = c.shared_bytes;
   e.body = body;
   e.context = context;
   e.detail.clear();

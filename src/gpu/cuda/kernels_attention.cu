@@ -1,4 +1,5 @@
-// Causal self-attention, flash-style (no T x T matrix in memory), fp32 softmax.
+// Causal self-attention, flash-style (no T x T matrix in memory), fp32 softmax, on CUDA cores:
+// fp32 storage and head sizes the tensor-core kernels (kernels_attention_tc.cu) do not take.
 // qkv [B, T, 3C] holds q | k | v; head h uses columns h*HS .. h*HS+HS-1 of each part.
 //
 // Forward: one block per (8 query rows, head, batch); one warp per query row. Keys are loaded in
@@ -369,6 +370,9 @@ struct AttentionBackward {
 cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
                                      int64_t B, int64_t T, int64_t C, int64_t NH, ElemType t) {
   if (B * T * C == 0) return cudaSuccess;
+  if (attention_uses_tensor_cores(C, NH, t)) {
+    return launch_attention_forward_tc(stream, out, lse, qkv, B, T, C, NH, t);
+  }
   return dispatch<AttentionForward>(t, stream, out, lse, qkv, B, T, C, NH);
 }
 
@@ -376,6 +380,9 @@ cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const voi
                                       const void* qkv, const void* out, const float* lse, int64_t B,
                                       int64_t T, int64_t C, int64_t NH, ElemType t) {
   if (B * T * C == 0) return cudaSuccess;
+  if (attention_uses_tensor_cores(C, NH, t)) {
+    return launch_attention_backward_tc(stream, dqkv, dout, qkv, out, lse, B, T, C, NH, t);
+  }
   return dispatch<AttentionBackward>(t, stream, dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 
