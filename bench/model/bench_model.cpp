@@ -10,8 +10,8 @@
 //   mfu                tokens_per_s * flops_per_token / matmul_flops_per_s
 // On CpuDevice this is a CPU figure; on a GPU it is the model FLOPs utilisation against the
 // measured (not datasheet) matmul rate. Also timed alone, on the model's shapes: the attention
-// kernels (L forwards + L backwards), reported as attention_ms and attention_share of the step,
-// so a low MFU says at once whether attention or the rest is where the time goes.
+// kernels (L forwards + L backwards; attention_ms, attention_share of the step) and the step's
+// matmuls (matmuls_ms, matmuls_share), so a low MFU says at once where the time goes.
 // Default model: on the CpuDevice L=4 C=256 NH=4 T=128 B=8; on CUDA GPT-2 small (124M:
 // L=12 C=768 NH=12 T=1024 B=8), the size the GPU figures are compared at. Flags override.
 #include <CLI/CLI.hpp>
@@ -99,6 +99,75 @@ Result<double> time_attention(gpu::Device& dev, int64_t layers, int64_t B, int64
       STRATA_RETURN_IF_ERROR(k.attention_backward(*stream, dqkv.data(), dout.data(), qkv.data(),
                                                   out.data(), lse.as<float>(), B, T, C, NH, dt));
     }
+    return stream->synchronize();
+  };
+  STRATA_RETURN_IF_ERROR(once());  // warm-up
+  std::vector<double> secs;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR(once());
+    secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return median(secs);
+}
+
+// Seconds of the model's matmuls of one step (median over repeats): per layer the four linears
+// (C->3C, C->C, C->4C, 4C->C) forward, weight gradient and input gradient, and the tied
+// classifier (C->Vp) the same, with the shapes and transposes of src/model.
+Result<double> time_model_matmuls(gpu::Device& dev, const model::GptConfig& cfg, int64_t B,
+                                  int64_t T, int repeats) {
+  const int64_t n = B * T, c = cfg.channels, vp = cfg.vp();
+  const size_t e = dtype_size(cfg.dtype);
+  const int64_t widest = std::max<int64_t>(4 * c, vp);
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer x, dev.allocate(static_cast<size_t>(n * widest) * e));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer y, dev.allocate(static_cast<size_t>(n * widest) * e));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer w, dev.allocate(static_cast<size_t>(widest * c) * e));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer dw, dev.allocate(static_cast<size_t>(widest * c) * e));
+  STRATA_ASSIGN_OR_RETURN(auto stream, dev.create_stream());
+  for (const gpu::DeviceBuffer* b : {&x, &y, &w, &dw}) {
+    STRATA_RETURN_IF_ERROR(stream->memset(b->data(), 0x3c, b->size_bytes()));
+  }
+  gpu::Kernels& k = dev.kernels();
+  auto linear = [&](int64_t in, int64_t out) -> Status {
+    gpu::MatmulArgs mm;
+    mm.dtype_ab = mm.dtype_c = cfg.dtype;
+    mm.a = x.data();  // forward: Y[n,out] = X[n,in] . W[out,in]^T
+    mm.b = w.data();
+    mm.c = y.data();
+    mm.m = n;
+    mm.n = out;
+    mm.k = in;
+    mm.trans_b = true;
+    STRATA_RETURN_IF_ERROR(k.matmul(*stream, mm));
+    mm = gpu::MatmulArgs{};  // dW[out,in] += dY[n,out]^T . X[n,in]
+    mm.dtype_ab = mm.dtype_c = cfg.dtype;
+    mm.a = y.data();
+    mm.b = x.data();
+    mm.c = dw.data();
+    mm.m = out;
+    mm.n = in;
+    mm.k = n;
+    mm.trans_a = true;
+    mm.beta = 1.0f;
+    STRATA_RETURN_IF_ERROR(k.matmul(*stream, mm));
+    mm = gpu::MatmulArgs{};  // dX[n,in] = dY[n,out] . W[out,in]
+    mm.dtype_ab = mm.dtype_c = cfg.dtype;
+    mm.a = y.data();
+    mm.b = w.data();
+    mm.c = x.data();
+    mm.m = n;
+    mm.n = in;
+    mm.k = out;
+    return k.matmul(*stream, mm);
+  };
+  auto once = [&]() -> Status {
+    for (int64_t l = 0; l < cfg.layers; ++l) {
+      STRATA_RETURN_IF_ERROR(linear(c, 3 * c));
+      STRATA_RETURN_IF_ERROR(linear(c, c));
+      STRATA_RETURN_IF_ERROR(linear(c, 4 * c));
+      STRATA_RETURN_IF_ERROR(linear(4 * c, c));
+    }
+    STRATA_RETURN_IF_ERROR(linear(c, vp));
     return stream->synchronize();
   };
   STRATA_RETURN_IF_ERROR(once());  // warm-up
@@ -218,6 +287,11 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "bench_model: attention: %s\n", attn_s.status().to_string().c_str());
     return 1;
   }
+  auto lin_s = time_model_matmuls(dev, cfg, batch, seq, repeats);
+  if (!lin_s.ok()) {
+    std::fprintf(stderr, "bench_model: model matmuls: %s\n", lin_s.status().to_string().c_str());
+    return 1;
+  }
   const double step = median(step_s);
   const double tokens_per_s = static_cast<double>(batch * seq) / step;
   const double flops_per_token = 6.0 * static_cast<double>(cfg.num_params()) +
@@ -238,6 +312,10 @@ int run(int argc, char** argv) {
   std::printf("MFU vs matmul     %.3f\n", mfu);
   std::printf("attention alone   %.2f ms (L fwd + L bwd), %.2f of the step\n", attn_s.value() * 1e3,
               attn_s.value() / step);
+  std::printf("matmuls alone     %.2f ms (the step's 12L+3 products), %.2f of the step\n",
+              lin_s.value() * 1e3, lin_s.value() / step);
+  std::printf("the rest          %.2f of the step (norms, elementwise, loss, launches)\n",
+              1.0 - (attn_s.value() + lin_s.value()) / step);
 
   nlohmann::json j;
   j["bench"] = "model";
@@ -262,6 +340,8 @@ int run(int argc, char** argv) {
   j["mfu"] = mfu;
   j["attention_ms"] = attn_s.value() * 1e3;
   j["attention_share"] = attn_s.value() / step;
+  j["matmuls_ms"] = lin_s.value() * 1e3;
+  j["matmuls_share"] = lin_s.value() / step;
   std::cout << j.dump() << std::endl;
   return 0;
 }
