@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "comm/mpi_comm_impl.h"
 #include "core/log.h"
@@ -20,7 +21,10 @@ Status cuda_status(cudaError_t rc, std::string_view what) {
 
 Status nccl_status(ncclResult_t rc, std::string_view what) {
   if (rc == ncclSuccess) return ok_status();
-  return make_error(ErrorCode::kComm, what, ": ", ncclGetErrorString(rc));
+  const char* last = ncclGetLastError(nullptr);  // NCCL's own words, e.g. which rank or GPU
+  const std::string detail =
+      last != nullptr && *last != '\0' ? std::string(" (") + last + ")" : std::string();
+  return make_error(ErrorCode::kComm, what, ": ", ncclGetErrorString(rc), detail);
 }
 
 ncclDataType_t nccl_type(DType t) {
