@@ -37,6 +37,19 @@ using namespace strata;
 using bench::Clock;
 using bench::median;
 
+// Median seconds of `once` over `repeats` runs, after one warm-up run.
+template <typename F>
+Result<double> median_seconds(int repeats, F&& once) {
+  STRATA_RETURN_IF_ERROR(once());
+  std::vector<double> secs;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR(once());
+    secs.push_back(bench::seconds_since(t0));
+  }
+  return median(secs);
+}
+
 // Seconds of one n x n x n matmul (median over repeats of `iters` back-to-back calls).
 Result<double> time_matmul(gpu::Device& dev, int64_t n, DType dt, int repeats, int iters) {
   const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
@@ -61,16 +74,12 @@ Result<double> time_matmul(gpu::Device& dev, int64_t n, DType dt, int repeats, i
   mm.dtype_c = dt;
   mm.m = mm.n = mm.k = n;
   mm.trans_b = true;  // the layout of the model's forward matmuls
-  STRATA_RETURN_IF_ERROR(dev.kernels().matmul(*stream, mm));  // warm-up
-  STRATA_RETURN_IF_ERROR(stream->synchronize());
-  std::vector<double> secs;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
+  auto calls = [&]() -> Status {
     for (int i = 0; i < iters; ++i) STRATA_RETURN_IF_ERROR(dev.kernels().matmul(*stream, mm));
-    STRATA_RETURN_IF_ERROR(stream->synchronize());
-    secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
-  }
-  return median(secs);
+    return stream->synchronize();
+  };
+  STRATA_ASSIGN_OR_RETURN(const double secs, median_seconds(repeats, calls));
+  return secs / iters;
 }
 
 // Seconds of the attention kernels of one step: `layers` forwards and backwards on [B,T,C] with
@@ -101,14 +110,7 @@ Result<double> time_attention(gpu::Device& dev, int64_t layers, int64_t B, int64
     }
     return stream->synchronize();
   };
-  STRATA_RETURN_IF_ERROR(once());  // warm-up
-  std::vector<double> secs;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    STRATA_RETURN_IF_ERROR(once());
-    secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(secs);
+  return median_seconds(repeats, once);
 }
 
 // Seconds of the model's matmuls of one step (median over repeats): per layer the four linears
@@ -170,14 +172,7 @@ Result<double> time_model_matmuls(gpu::Device& dev, const model::GptConfig& cfg,
     STRATA_RETURN_IF_ERROR(linear(c, vp));
     return stream->synchronize();
   };
-  STRATA_RETURN_IF_ERROR(once());  // warm-up
-  std::vector<double> secs;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    STRATA_RETURN_IF_ERROR(once());
-    secs.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return median(secs);
+  return median_seconds(repeats, once);
 }
 
 int run(int argc, char** argv) {
