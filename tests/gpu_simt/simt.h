@@ -30,7 +30,6 @@ namespace simt {
 enum class Order { kForward, kReverse };
 // The order in which this OS thread resumes the threads of a block (default kForward).
 void set_order(Order order);
-Order order();
 
 // The message of this OS thread's last failed launch ("" if none failed since the last call);
 // clears it.

@@ -274,7 +274,6 @@ bool run_block(Executor& e) {
 }  // namespace
 
 void set_order(Order order) { tls.order = order; }
-Order order() { return tls.order; }
 
 std::string take_last_message() {
   std::string m = std::move(tls.message);

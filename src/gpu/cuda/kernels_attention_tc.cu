@@ -135,6 +135,27 @@ __device__ __forceinline__ LaneRow lane_row() {
   return LaneRow{lane / 2, lane % 2};
 }
 
+// Where a block works: head h of batch b (blockIdx.y, blockIdx.z), as offsets into qkv (row
+// stride 3C; add C or 2C for k or v) and into [B, T, C] tensors, and its lse row.
+struct Head {
+  int b, h;
+  int64_t stride;  // 3C
+  int64_t qkv;     // (b, row 0, q, head h) in qkv
+  int64_t btc;     // (b, row 0, head h) in out / dout
+  int64_t lse;     // (b, h, row 0) in lse
+};
+template <int HS>
+__device__ __forceinline__ Head head_of_block(const Geo& g) {
+  Head hd;
+  hd.b = static_cast<int>(blockIdx.z);
+  hd.h = static_cast<int>(blockIdx.y);
+  hd.stride = 3 * int64_t{g.C};
+  hd.qkv = int64_t{hd.b} * g.T * hd.stride + int64_t{hd.h} * HS;
+  hd.btc = int64_t{hd.b} * g.T * g.C + int64_t{hd.h} * HS;
+  hd.lse = (int64_t{hd.b} * g.NH + hd.h) * g.T;
+  return hd;
+}
+
 // Writes a warp's 16 fp32 rows (ld ldo, times `mul`) to rows row0.. of `dst` (row stride
 // `stride`, HS columns), skipping rows at or past T. Each lane pair writes its row.
 template <typename T, int HS>
@@ -182,12 +203,11 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   T* p_all = reinterpret_cast<T*>(o_all + kTcWarps * L::warp_o);
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int b = static_cast<int>(blockIdx.z);
-  const int h = static_cast<int>(blockIdx.y);
+  const Head hd = head_of_block<HS>(g);
   const int q0 = static_cast<int>(blockIdx.x) * kRows;
   const int qw = q0 + warp * 16;
-  const int64_t stride = 3 * int64_t{g.C};
-  const T* base = qkv + int64_t{b} * g.T * stride + int64_t{h} * HS;
+  const int64_t stride = hd.stride;
+  const T* base = qkv + hd.qkv;
   float* s_w = s_all + warp * L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
   T* p_w = p_all + warp * L::warp_p;
@@ -240,8 +260,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     __syncwarp();
   }
   if (qi >= g.T) return;  // rows past T are not written
-  write_rows<T, HS>(out + int64_t{b} * g.T * g.C + int64_t{h} * HS, g.C, o_w, 1.0f / l, qw, g);
-  if (lr.half == 0) lse[(int64_t{b} * g.NH + h) * g.T + qi] = m + logf(l);
+  write_rows<T, HS>(out + hd.btc, g.C, o_w, 1.0f / l, qw, g);
+  if (lr.half == 0) lse[hd.lse + qi] = m + logf(l);
 }
 
 template <typename T, int HS>
@@ -258,13 +278,12 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   float* o_all = s_all + kTcWarps * 2 * L::warp_s;         // per warp: dQ staging
   T* ds_all = reinterpret_cast<T*>(o_all + kTcWarps * L::warp_o);
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int b = static_cast<int>(blockIdx.z);
-  const int h = static_cast<int>(blockIdx.y);
+  const Head hd = head_of_block<HS>(g);
   const int q0 = static_cast<int>(blockIdx.x) * kRows;
   const int qw = q0 + warp * 16;
-  const int64_t stride = 3 * int64_t{g.C};
-  const T* base = qkv + int64_t{b} * g.T * stride + int64_t{h} * HS;
-  const int64_t btc = int64_t{b} * g.T * g.C + int64_t{h} * HS;
+  const int64_t stride = hd.stride;
+  const T* base = qkv + hd.qkv;
+  const int64_t btc = hd.btc;
   float* p_w = s_all + warp * 2 * L::warp_s;
   float* dp_w = p_w + L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
@@ -274,7 +293,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const LaneRow lr = lane_row();
   const int qi = qw + lr.r;
   const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
-  const float lse_i = qi < g.T ? lse[(int64_t{b} * g.NH + h) * g.T + qi] : 0.0f;
+  const float lse_i = qi < g.T ? lse[hd.lse + qi] : 0.0f;
   Acc dq[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
   const int last = min(q0 + kRows, g.T) - 1;
@@ -303,8 +322,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   if (qw >= g.T) return;
   store_blocks<HS>(o_w, dq);
   __syncwarp();
-  write_rows<T, HS>(dqkv + int64_t{b} * g.T * stride + int64_t{h} * HS, stride, o_w, g.scale, qw,
-                    g);
+  write_rows<T, HS>(dqkv + hd.qkv, stride, o_w, g.scale, qw, g);
 }
 
 template <typename T, int HS>
@@ -323,13 +341,12 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   float* d_s = reinterpret_cast<float*>(p_all + kTcWarps * 2 * L::warp_p);  // [64]
   float* lse_s = d_s + kRows;                                               // [64]
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int b = static_cast<int>(blockIdx.z);
-  const int h = static_cast<int>(blockIdx.y);
+  const Head hd = head_of_block<HS>(g);
   const int kb0 = static_cast<int>(blockIdx.x) * kRows;
   const int kw = kb0 + warp * 16;
-  const int64_t stride = 3 * int64_t{g.C};
-  const T* base = qkv + int64_t{b} * g.T * stride + int64_t{h} * HS;
-  const int64_t btc = int64_t{b} * g.T * g.C + int64_t{h} * HS;
+  const int64_t stride = hd.stride;
+  const T* base = qkv + hd.qkv;
+  const int64_t btc = hd.btc;
   float* st_w = s_all + warp * 2 * L::warp_s;
   float* dpt_w = st_w + L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
@@ -349,20 +366,13 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     __syncthreads();
     load_rows<T, HS>(q_s, base, stride, qs, g);
     load_rows<T, HS>(do_s, dout + btc, g.C, qs, g);
-    for (int t = warp * 16; t < warp * 16 + 16; ++t) {  // D and lse of the tile's queries
+    {  // D and lse of the tile's queries: warp w takes queries 16w .. 16w+15, a lane pair each
+      const int t = warp * 16 + lr.r;
       const int qi = qs + t;
-      float part = 0.0f;
-      const int lane = static_cast<int>(threadIdx.x) % 32;
-      if (qi < g.T) {
-        for (int d = lane; d < HS; d += 32) {
-          part += load_f32(dout + btc + int64_t{qi} * g.C + d) *
-                  load_f32(out + btc + int64_t{qi} * g.C + d);
-        }
-      }
-      part = warp_sum(part);
-      if (lane == 0) {
-        d_s[t] = part;
-        lse_s[t] = qi < g.T ? lse[(int64_t{b} * g.NH + h) * g.T + qi] : 0.0f;
+      const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
+      if (lr.half == 0) {
+        d_s[t] = D;
+        lse_s[t] = qi < g.T ? lse[hd.lse + qi] : 0.0f;
       }
     }
     __syncthreads();
@@ -388,7 +398,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     __syncwarp();
   }
   if (kw >= g.T) return;
-  T* dbase = dqkv + int64_t{b} * g.T * stride + int64_t{h} * HS;
+  T* dbase = dqkv + hd.qkv;
   store_blocks<HS>(o_w, dk);
   __syncwarp();
   write_rows<T, HS>(dbase + g.C, stride, o_w, g.scale, kw, g);
