@@ -157,13 +157,21 @@ Status GptModel::download_grads(int64_t block, float* host) {
   return copy_block(block, grads_[static_cast<size_t>(block)], host);
 }
 
+Status GptModel::check_layer(int64_t l) const {
+  if (l < 0 || l >= config_.layers) {
+    return make_error(ErrorCode::kConfig, "layer ", l, " is not in [0, ", config_.layers, ")");
+  }
+  return ok_status();
+}
+
 Status GptModel::zero_grad() {
   for (auto& g : grads_) STRATA_RETURN_IF_ERROR(stream_->memset(g.data(), 0, g.size_bytes()));
   return ok_status();
 }
 
-Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
+Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) {
   const int64_t n = shape_.batch * shape_.seq;
+  int64_t valid = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab) {
       return make_error(ErrorCode::kConfig, "token ", tokens[i], " at position ", i,
@@ -173,45 +181,83 @@ Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
       return make_error(ErrorCode::kConfig, "target ", targets[i], " at position ", i,
                         " is not below vocab=", config_.vocab);
     }
+    if (targets != nullptr && targets[i] >= 0) ++valid;
   }
-  STRATA_RETURN_IF_ERROR(stream_->copy(tokens_.data(), tokens, static_cast<size_t>(n) * 4,
-                                       gpu::CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(
-      k_ops_.embedding_forward(*stream_, checkpoints_[0].data(), tokens_.as<int32_t>(),
-                               elem(param_block(config_.layers), sl_.wte, config_.dtype),
-                               elem(param_block(config_.layers), sl_.wpe, config_.dtype),
-                               shape_.batch, shape_.seq, config_.channels, config_.dtype));
-  for (int64_t l = 0; l < config_.layers; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l, true));
-  resident_segment_ = (config_.layers - 1) / k_;
-  float loss = 0.0f;
+      s.copy(tokens_.data(), tokens, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice));
   have_targets_ = targets != nullptr;
-  STRATA_RETURN_IF_ERROR(head_forward(targets, &loss));
-  return loss;
+  valid_targets_ = valid;
+  if (targets == nullptr) return ok_status();
+  return s.copy(targets_.data(), targets, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice);
+}
+
+Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
+  gpu::Stream& s = *stream_;
+  const void* shared = param_block(config_.layers);
+  STRATA_RETURN_IF_ERROR(set_batch(s, tokens, targets));
+  STRATA_RETURN_IF_ERROR(embedding_forward(s, shared));
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    STRATA_RETURN_IF_ERROR(layer_forward(s, l, param_block(l)));
+  }
+  STRATA_RETURN_IF_ERROR(head_forward(s, shared));
+  STRATA_RETURN_IF_ERROR(s.synchronize());
+  return mean_loss();
+}
+
+float GptModel::mean_loss() const {
+  if (!have_targets_ || valid_targets_ == 0) return 0.0f;
+  double sum = 0.0;  // fixed order on the host
+  for (float v : host_losses_) sum += v;
+  return static_cast<float>(sum / static_cast<double>(valid_targets_));
 }
 
 Status GptModel::backward() {
   if (!have_targets_) {
     return make_error(ErrorCode::kConfig, "GptModel::backward needs a forward with targets first");
   }
-  STRATA_RETURN_IF_ERROR(head_backward());
-  const int64_t last_segment = (config_.layers - 1) / k_;
-  for (int64_t seg = last_segment; seg >= 0; --seg) {
-    const int64_t first = seg * k_;
-    const int64_t end = std::min(first + k_, config_.layers);
-    if (seg != resident_segment_) {
-      // Recompute the segment from its kept input; the last layer's output is already kept.
-      for (int64_t l = first; l < end; ++l) STRATA_RETURN_IF_ERROR(layer_forward(l, l + 1 < end));
-      resident_segment_ = seg;
+  gpu::Stream& s = *stream_;
+  const void* shared = param_block(config_.layers);
+  void* shared_grads = grad_block(config_.layers);
+  STRATA_RETURN_IF_ERROR(head_backward(s, shared, shared_grads));
+  for (int64_t seg = num_segments() - 1; seg >= 0; --seg) {
+    const int64_t first = segment_begin(seg);
+    const int64_t end = segment_end(seg);
+    if (seg != num_segments() - 1) {
+      for (int64_t l = first; l < end; ++l) {
+        STRATA_RETURN_IF_ERROR(layer_recompute(s, l, param_block(l)));
+      }
     }
-    for (int64_t l = end - 1; l >= first; --l) STRATA_RETURN_IF_ERROR(layer_backward(l));
+    for (int64_t l = end - 1; l >= first; --l) {
+      STRATA_RETURN_IF_ERROR(layer_backward(s, l, param_block(l), grad_block(l)));
+    }
   }
-  const DType dt = config_.dtype;
-  void* g = grad_block(config_.layers);
-  STRATA_RETURN_IF_ERROR(k_ops_.embedding_backward(
-      *stream_, elem(g, sl_.wte, dt), elem(g, sl_.wpe, dt), dres_.data(), tokens_.as<int32_t>(),
-      shape_.batch, shape_.seq, config_.channels, dt));
+  STRATA_RETURN_IF_ERROR(embedding_backward(s, shared_grads));
   have_targets_ = false;  // the logits now hold gradients of a consumed loss
-  return stream_->synchronize();
+  return s.synchronize();
+}
+
+GptModel::BlockCost GptModel::block_cost(int64_t block) const {
+  const auto es = static_cast<int64_t>(dtype_size(config_.dtype));
+  const auto n = static_cast<double>(shape_.batch * shape_.seq);
+  const auto c = static_cast<double>(config_.channels);
+  BlockCost cost;
+  cost.param_bytes = block_numel(block) * es;
+  cost.checkpoint_bytes = shape_.batch * shape_.seq * config_.channels * es;
+  if (block == config_.layers) {
+    // Logits (n x Vp x C) forward; dlogits^T.lnf and dlogits.wte backward.
+    cost.forward_flops = 2.0 * n * static_cast<double>(config_.vp()) * c;
+  } else {
+    // qkv 3C^2, attproj C^2, fc 4C^2, fcproj 4C^2 per row; attention QK^T and AV over the
+    // causal half: 2 * (2 * T * C / 2) per row.
+    cost.forward_flops = 2.0 * n * 12.0 * c * c + 2.0 * n * static_cast<double>(shape_.seq) * c;
+    const int64_t rows = shape_.batch * shape_.seq;
+    const int64_t ch = config_.channels;
+    // ln1, qkv, atty, res2, ln2, fch, fch_gelu in the dtype; 4 row statistics and the lse in fp32.
+    cost.activation_bytes =
+        rows * ch * (1 + 3 + 1 + 1 + 1 + 4 + 4) * es + rows * 4 * 4 + rows * config_.heads * 4;
+  }
+  cost.backward_flops = 2.0 * cost.forward_flops;
+  return cost;
 }
 
 Status GptModel::logits_to_host(std::vector<float>& out) {

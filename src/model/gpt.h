@@ -15,11 +15,23 @@
 // Precision: parameters, gradients and activations in the config's dtype; the kernels
 // accumulate in fp32 and keep layernorm statistics, attention log-sum-exp and losses in fp32.
 //
+// Per-layer entry points (DESIGN.md §4): the engine drives a step itself with set_batch,
+// embedding_forward, layer_forward, head_forward, head_backward, layer_recompute,
+// layer_backward and embedding_backward. Each takes the block's parameter (and gradient)
+// pointers from the caller, so a block may live anywhere on the device (resident, gathered,
+// prefetched), and enqueues its kernels on the caller's stream without synchronizing the host.
+// The entry points share the model's activation buffers: the caller orders them (one stream, or
+// events) as forward() and backward() below do, which are built on them and give the same bits.
+// Order of a step: set_batch; embedding_forward; layer_forward 0..L-1; head_forward; then
+// head_backward; for segment s = last..0: (s != last: layer_recompute of its layers in
+// ascending order), layer_backward of its layers in descending order; embedding_backward.
+//
 // Ownership: the model owns its buffers and one Stream of `device`; the Device must outlive it.
-// Thread safety: none; use a model from one host thread. All work is ordered on stream(); calls
-// that return host values (forward's loss, downloads) synchronize it.
+// Thread safety: none; use a model from one host thread. The convenience calls (forward,
+// backward, uploads, downloads) order their work on stream() and synchronize it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,6 +65,45 @@ class GptModel {
   // Bytes of device memory this model holds (parameters, gradients, activations).
   size_t device_bytes() const { return device_bytes_; }
 
+  // Work and sizes of one block for one micro-batch of the RunShape (cost model, MFU).
+  struct BlockCost {
+    double forward_flops = 0;      // matmuls and attention (causal half), 2 FLOPs per multiply-add
+    double backward_flops = 0;     // gradients of inputs and weights (2x forward)
+    int64_t param_bytes = 0;       // the block's parameters (= its gradient bytes)
+    int64_t activation_bytes = 0;  // tensors a layer keeps for its backward (0 for the shared)
+    int64_t checkpoint_bytes = 0;  // one kept layer input [B,T,C]
+  };
+  BlockCost block_cost(int64_t block) const;
+
+  // Activation checkpoint segments: segment s holds layers [s*K, min((s+1)*K, L)).
+  int64_t num_segments() const { return (config_.layers + k_ - 1) / k_; }
+  int64_t segment_begin(int64_t seg) const { return seg * k_; }
+  int64_t segment_end(int64_t seg) const { return std::min((seg + 1) * k_, config_.layers); }
+
+  // --- Per-layer entry points (see the header comment for the order of a step) ---
+  // Checks tokens/targets (as forward) and enqueues their upload on `s`. targets may be null
+  // (inference). The host arrays must stay valid until `s` has run the copies.
+  Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets);
+  // Token + position embedding into layer 0's input. `shared`: the shared block's parameters.
+  Status embedding_forward(gpu::Stream& s, const void* shared);
+  // Layer l's forward, keeping its activations for backward. `params`: layer l's block.
+  Status layer_forward(gpu::Stream& s, int64_t l, const void* params);
+  // Final layernorm, logits and (with targets) the cross-entropy; the per-token losses are
+  // copied to model-owned host memory, read by mean_loss() once `s` has run the copy.
+  Status head_forward(gpu::Stream& s, const void* shared);
+  // Mean loss of the last head_forward with targets (0 when none was valid).
+  float mean_loss() const;
+  // Gradients of the logits and the final layernorm into `shared_grads`; starts the residual
+  // gradient. Needs a head_forward with targets.
+  Status head_backward(gpu::Stream& s, const void* shared, void* shared_grads);
+  // Recomputes layer l's activations from its segment's kept input (backward of a segment that
+  // is not the last one needs this, for every layer of the segment in ascending order).
+  Status layer_recompute(gpu::Stream& s, int64_t l, const void* params);
+  // Layer l's backward: parameter gradients added into `grads`, residual gradient carried on.
+  Status layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads);
+  // Token and position embedding gradients added into `shared_grads`.
+  Status embedding_backward(gpu::Stream& s, void* shared_grads);
+
   // GPT-2 initialisation (init.h) of every block.
   Status init_params(uint64_t seed);
   // Copies `block_numel(block)` fp32 values into the block's parameters (rounded to the dtype).
@@ -82,10 +133,8 @@ class GptModel {
   void* layer_input(int64_t l) const;
   void* layer_output(int64_t l) const;
   Activations& acts(int64_t l) const;
-  Status layer_forward(int64_t l, bool write_output);
-  Status layer_backward(int64_t l);
-  Status head_forward(const int32_t* targets_host, float* loss);
-  Status head_backward();
+  Status check_layer(int64_t l) const;
+  Status forward_layer(gpu::Stream& s, int64_t l, const void* params, bool write_output);
   Status copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* host);
 
   gpu::Device& device_;
@@ -105,6 +154,7 @@ class GptModel {
   gpu::DeviceBuffer tmp_, dres_, dbuf_, dqkv_, d4a_, d4b_;
   int64_t resident_segment_ = -1;  // segment whose layers' activations are in sets_
   bool have_targets_ = false;
+  int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch
   std::vector<float> host_losses_;
 };
 

@@ -6,13 +6,15 @@
 
 namespace strata::model {
 
-Status GptModel::head_backward() {
+Status GptModel::head_backward(gpu::Stream& s, const void* shared, void* shared_grads) {
+  if (!have_targets_) {
+    return make_error(ErrorCode::kConfig, "GptModel::head_backward needs a forward with targets");
+  }
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t c = config_.channels;
-  gpu::Stream& s = *stream_;
-  void* p = param_block(config_.layers);
-  void* g = grad_block(config_.layers);
+  void* p = const_cast<void*>(shared);
+  void* g = shared_grads;
   // logits_ holds dlogits [n,Vp] (softmax_cross_entropy wrote it).
   gpu::MatmulArgs mm;
   mm.dtype_ab = dt;
@@ -44,13 +46,24 @@ Status GptModel::head_backward() {
                                    lnf_mean_.as<float>(), lnf_rstd_.as<float>(), n, c, dt);
 }
 
-Status GptModel::layer_backward(int64_t l) {
+Status GptModel::embedding_backward(gpu::Stream& s, void* shared_grads) {
+  const DType dt = config_.dtype;
+  return k_ops_.embedding_backward(
+      s, elem(shared_grads, sl_.wte, dt), elem(shared_grads, sl_.wpe, dt), dres_.data(),
+      tokens_.as<int32_t>(), shape_.batch, shape_.seq, config_.channels, dt);
+}
+
+Status GptModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads) {
+  STRATA_RETURN_IF_ERROR(check_layer(l));
+  if (l / k_ != resident_segment_) {
+    return make_error(ErrorCode::kConfig, "GptModel::layer_backward(", l,
+                      "): its segment's activations are not resident (layer_recompute first)");
+  }
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t c = config_.channels;
-  gpu::Stream& s = *stream_;
-  void* p = param_block(l);
-  void* g = grad_block(l);
+  void* p = const_cast<void*>(params);
+  void* g = grads;
   Activations& a = acts(l);
   const void* x = layer_input(l);
 

@@ -10,12 +10,34 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 }  // namespace
 
-Status GptModel::layer_forward(int64_t l, bool write_output) {
+Status GptModel::embedding_forward(gpu::Stream& s, const void* shared) {
+  void* p = const_cast<void*>(shared);
+  return k_ops_.embedding_forward(s, checkpoints_[0].data(), tokens_.as<int32_t>(),
+                                  elem(p, sl_.wte, config_.dtype), elem(p, sl_.wpe, config_.dtype),
+                                  shape_.batch, shape_.seq, config_.channels, config_.dtype);
+}
+
+Status GptModel::layer_forward(gpu::Stream& s, int64_t l, const void* params) {
+  STRATA_RETURN_IF_ERROR(check_layer(l));
+  STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, true));
+  if (l + 1 == config_.layers) resident_segment_ = num_segments() - 1;
+  return ok_status();
+}
+
+Status GptModel::layer_recompute(gpu::Stream& s, int64_t l, const void* params) {
+  STRATA_RETURN_IF_ERROR(check_layer(l));
+  // The segment's last layer's output is already kept (the next segment's input, or x_final).
+  const int64_t seg = l / k_;
+  STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, l + 1 < segment_end(seg)));
+  resident_segment_ = seg;
+  return ok_status();
+}
+
+Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bool write_output) {
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t c = config_.channels;
-  gpu::Stream& s = *stream_;
-  void* p = param_block(l);
+  void* p = const_cast<void*>(params);  // elem() computes addresses only; nothing is written
   Activations& a = acts(l);
   const void* x = layer_input(l);
 
@@ -70,12 +92,11 @@ Status GptModel::layer_forward(int64_t l, bool write_output) {
   return k_ops_.add(s, layer_output(l), a.res2.data(), tmp_.data(), n * c, dt);
 }
 
-Status GptModel::head_forward(const int32_t* targets_host, float* loss) {
+Status GptModel::head_forward(gpu::Stream& s, const void* shared) {
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t c = config_.channels;
-  gpu::Stream& s = *stream_;
-  void* p = param_block(config_.layers);
+  void* p = const_cast<void*>(shared);
   STRATA_RETURN_IF_ERROR(k_ops_.layernorm_forward(
       s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), x_final_.data(),
       elem(p, sl_.lnfw, dt), elem(p, sl_.lnfb, dt), n, c, kLayerNormEps, dt));
@@ -91,23 +112,13 @@ Status GptModel::head_forward(const int32_t* targets_host, float* loss) {
   mm.k = c;
   mm.trans_b = true;
   STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
-  *loss = 0.0f;
-  if (targets_host == nullptr) return s.synchronize();
-  int64_t valid = 0;
-  for (int64_t i = 0; i < n; ++i) valid += targets_host[i] >= 0 ? 1 : 0;
-  const float dloss = valid > 0 ? 1.0f / static_cast<float>(valid) : 0.0f;
-  STRATA_RETURN_IF_ERROR(s.copy(targets_.data(), targets_host, static_cast<size_t>(n) * 4,
-                                gpu::CopyKind::kHostToDevice));
+  if (!have_targets_) return ok_status();
+  const float dloss = valid_targets_ > 0 ? 1.0f / static_cast<float>(valid_targets_) : 0.0f;
   STRATA_RETURN_IF_ERROR(k_ops_.softmax_cross_entropy(s, losses_.as<float>(), logits_.data(),
                                                       targets_.as<int32_t>(), n, config_.vocab,
                                                       config_.vp(), dloss, dt));
-  STRATA_RETURN_IF_ERROR(s.copy(host_losses_.data(), losses_.data(), static_cast<size_t>(n) * 4,
-                                gpu::CopyKind::kDeviceToHost));
-  STRATA_RETURN_IF_ERROR(s.synchronize());
-  double sum = 0.0;  // fixed order on the host
-  for (int64_t i = 0; i < n; ++i) sum += host_losses_[static_cast<size_t>(i)];
-  *loss = valid > 0 ? static_cast<float>(sum / static_cast<double>(valid)) : 0.0f;
-  return ok_status();
+  return s.copy(host_losses_.data(), losses_.data(), static_cast<size_t>(n) * 4,
+                gpu::CopyKind::kDeviceToHost);
 }
 
 }  // namespace strata::model

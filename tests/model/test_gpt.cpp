@@ -198,6 +198,120 @@ TEST(GptModel, CheckpointingGivesBitIdenticalGradients) {
   }
 }
 
+// The same two micro-batches as grads_with_interval, driven through the per-layer entry points
+// on a stream of the caller, with parameter and gradient blocks the caller allocated. The model's
+// own blocks hold other values, so reading them instead of the caller's would change the bits.
+std::vector<std::vector<char>> grads_via_entry_points(gpu::Device& dev, const GptConfig& cfg,
+                                                      int64_t k, float* loss_out) {
+  RunShape shape{3, 8, k};
+  auto model_r = GptModel::create(dev, cfg, shape);
+  EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
+  GptModel& model = *model_r.value();
+  EXPECT_TRUE(model.init_params(999).ok());
+  auto stream_r = dev.create_stream();
+  EXPECT_TRUE(stream_r.ok());
+  gpu::Stream& s = *stream_r.value();
+  const auto params = random_params(cfg, 21);
+  std::vector<gpu::DeviceBuffer> p, g;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    const size_t bytes = static_cast<size_t>(model.block_numel(b)) * dtype_size(cfg.dtype);
+    std::vector<char> raw(bytes);
+    convert(params[static_cast<size_t>(b)].data(), DType::kF32, raw.data(), cfg.dtype,
+            static_cast<size_t>(model.block_numel(b)));
+    auto pb = dev.allocate(bytes);
+    auto gb = dev.allocate(bytes);
+    EXPECT_TRUE(pb.ok() && gb.ok());
+    EXPECT_TRUE(s.copy(pb->data(), raw.data(), bytes, gpu::CopyKind::kHostToDevice).ok());
+    EXPECT_TRUE(s.memset(gb->data(), 0, bytes).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    p.push_back(std::move(pb).value());
+    g.push_back(std::move(gb).value());
+  }
+  std::vector<int32_t> tokens, targets;
+  make_data(cfg, shape.batch * shape.seq, 5, tokens, targets);
+  const int64_t L = cfg.layers;
+  for (int rep = 0; rep < 2; ++rep) {
+    EXPECT_TRUE(model.set_batch(s, tokens.data(), targets.data()).ok());
+    EXPECT_TRUE(model.embedding_forward(s, p[L].data()).ok());
+    for (int64_t l = 0; l < L; ++l) EXPECT_TRUE(model.layer_forward(s, l, p[l].data()).ok());
+    EXPECT_TRUE(model.head_forward(s, p[L].data()).ok());
+    EXPECT_TRUE(model.head_backward(s, p[L].data(), g[L].data()).ok());
+    for (int64_t seg = model.num_segments() - 1; seg >= 0; --seg) {
+      if (seg != model.num_segments() - 1) {
+        for (int64_t l = model.segment_begin(seg); l < model.segment_end(seg); ++l) {
+          EXPECT_TRUE(model.layer_recompute(s, l, p[l].data()).ok());
+        }
+      }
+      for (int64_t l = model.segment_end(seg) - 1; l >= model.segment_begin(seg); --l) {
+        EXPECT_TRUE(model.layer_backward(s, l, p[l].data(), g[l].data()).ok());
+      }
+    }
+    EXPECT_TRUE(model.embedding_backward(s, g[L].data()).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    *loss_out = model.mean_loss();
+  }
+  std::vector<std::vector<char>> out;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    std::vector<char> raw(g[b].size_bytes());
+    EXPECT_TRUE(s.copy(raw.data(), g[b].data(), raw.size(), gpu::CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    out.push_back(std::move(raw));
+  }
+  return out;
+}
+
+TEST(GptModel, EntryPointsOnCallerBuffersGiveTheBitsOfForwardBackward) {
+  OPEN_DEVICE_OR_SKIP(dev);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    GptConfig cfg = tiny_config(dt);
+    cfg.layers = 5;
+    for (int64_t k : {0, 2}) {
+      float loss_whole = 0.0f, loss_entry = 0.0f;
+      const auto whole = grads_with_interval(*dev, cfg, k, &loss_whole);
+      const auto entry = grads_via_entry_points(*dev, cfg, k, &loss_entry);
+      EXPECT_EQ(std::memcmp(&loss_whole, &loss_entry, sizeof(float)), 0) << "K=" << k;
+      ASSERT_EQ(whole.size(), entry.size());
+      for (size_t b = 0; b < whole.size(); ++b) {
+        EXPECT_EQ(whole[b], entry[b]) << dtype_name(dt) << " K=" << k << " block " << b;
+      }
+    }
+  }
+}
+
+TEST(GptModel, LayerBackwardBeforeRecomputeIsRefused) {
+  OPEN_DEVICE_OR_SKIP(dev);
+  GptConfig cfg = tiny_config();
+  cfg.layers = 4;
+  auto model_r = GptModel::create(*dev, cfg, RunShape{1, 8, 2});
+  ASSERT_TRUE(model_r.ok());
+  GptModel& m = *model_r.value();
+  std::vector<int32_t> tokens, targets;
+  make_data(cfg, 8, 5, tokens, targets);
+  ASSERT_TRUE(m.forward(tokens.data(), targets.data()).ok());
+  ASSERT_TRUE(m.head_backward(m.stream(), m.param_block(4), m.grad_block(4)).ok());
+  EXPECT_TRUE(m.layer_backward(m.stream(), 3, m.param_block(3), m.grad_block(3)).ok());
+  const Status st = m.layer_backward(m.stream(), 1, m.param_block(1), m.grad_block(1));
+  EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();
+  EXPECT_EQ(m.layer_forward(m.stream(), 4, m.param_block(0)).code(), ErrorCode::kConfig);
+  EXPECT_TRUE(m.stream().synchronize().ok());
+}
+
+TEST(GptModel, BlockCostFollowsTheLayerFormulas) {
+  OPEN_DEVICE_OR_SKIP(dev);
+  const GptConfig cfg = tiny_config(DType::kBF16);
+  auto model_r = GptModel::create(*dev, cfg, RunShape{3, 8, 0});
+  ASSERT_TRUE(model_r.ok());
+  const double n = 3 * 8, c = 16, t = 8;
+  const auto layer = model_r.value()->block_cost(0);
+  EXPECT_DOUBLE_EQ(layer.forward_flops, 24 * n * c * c + 2 * n * t * c);
+  EXPECT_DOUBLE_EQ(layer.backward_flops, 2 * layer.forward_flops);
+  EXPECT_EQ(layer.param_bytes, 2 * (12 * 16 * 16 + 13 * 16));
+  EXPECT_EQ(layer.checkpoint_bytes, 2 * 24 * 16);
+  const auto shared = model_r.value()->block_cost(cfg.layers);
+  EXPECT_DOUBLE_EQ(shared.forward_flops, 2 * n * 16 * c);  // Vp = 16
+  EXPECT_EQ(shared.param_bytes, 2 * shared_layout(cfg).numel);
+}
+
 TEST(GptModel, CheckpointingReducesActivationMemory) {
   OPEN_DEVICE_OR_SKIP(dev);
   GptConfig cfg = tiny_config();
