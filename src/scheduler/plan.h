@@ -1,0 +1,123 @@
+// Plan: one training step as a DAG of tasks bound to lanes (lane.h), with the buffers the tasks
+// acquire and release from per-tier pools. A plan is built once, finalized (validated and its
+// buffers placed under the budgets), then replayed every step by an Executor (executor.h).
+//
+// Building: add() appends a task; the order of add() calls is each in-order lane's order.
+// depend(t, on) makes t start after `on` has completed (stream-to-stream: an event; anything
+// else: the host learns of completion). add_buffer() declares a pool buffer; acquire()/release()
+// bound its lifetime to tasks (a buffer never acquired is live for the whole step, placed once);
+// reads()/writes() declare the tasks' accesses, which finalize() checks.
+//
+// finalize(budgets) checks, before any memory is touched:
+//   - every task has a known lane and every dependency names a task of the plan;
+//   - no cycle, counting the implied edges of in-order lanes (a dependency on a later task of
+//     the same in-order lane is a cycle: it could never run);
+//   - every buffer read is written first: a writer (or initially_valid) that is an ancestor of
+//     the reader, and every access of an acquired buffer lies between its acquire and release;
+// then places the buffers: tasks are walked in a topological order as eager as the run-time
+// (ready tasks that acquire memory first, read-ahead as far as the budget allows; otherwise by
+// depth in the graph, then plan order); a task whose buffer would not fit its tier's budget is
+// postponed until earlier tasks release memory;
+// a buffer that reuses memory gets a dependency on the task that released it. That bounds any
+// read-ahead by the budget ("memory dependencies"). The peak per tier is computed from the plan
+// alone; a plan that cannot fit is refused (kOutOfMemory) with its peak without a budget, the
+// budget, and the buffers and tasks holding memory where it got stuck.
+//
+// Ownership: owns the task functions. Thread safety: none while building; a finalized plan is
+// read-only (the Executor reads it from several threads).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "gpu/device.h"
+#include "scheduler/lane.h"
+
+namespace strata::sched {
+
+using TaskId = int32_t;
+using BufferId = int32_t;
+
+// What a task function gets when it runs.
+struct TaskContext {
+  gpu::Stream* stream = nullptr;   // the lane's stream (stream lanes); null on host lanes
+  int64_t step = 0;                // replay count, from 1
+  int worker = 0;                  // host lanes: which worker thread runs it
+  void* const* buffers = nullptr;  // base address of every plan buffer (by BufferId)
+  void* buffer(BufferId id) const { return buffers[id]; }
+};
+// Stream lanes: enqueue the work on ctx.stream and return (never synchronize). Host lanes: do
+// the work. A non-OK Status stops the step (Executor::replay returns it).
+using TaskFn = std::function<Status(const TaskContext&)>;
+
+struct Budgets {
+  uint64_t bytes[kNumTiers] = {UINT64_MAX, UINT64_MAX};  // per tier; UINT64_MAX = unbounded
+};
+
+class Plan {
+ public:
+  struct Task {
+    std::string name;
+    Lane lane = Lane::kCompute;
+    TaskFn fn;
+    std::vector<TaskId> deps;         // explicit dependencies
+    std::vector<TaskId> memory_deps;  // added by finalize(): releasers of reused memory
+    std::vector<BufferId> acquires, releases, reads, writes;
+  };
+  struct Buffer {
+    std::string name;
+    Tier tier = Tier::kDevice;
+    uint64_t bytes = 0;
+    bool initially_valid = false;  // holds data from before the step (counts as written)
+    TaskId acquired_by = -1, released_by = -1;
+    uint64_t offset = 0;  // in its tier's arena (finalize)
+  };
+
+  BufferId add_buffer(std::string name, Tier tier, uint64_t bytes, bool initially_valid = false);
+  TaskId add(std::string name, Lane lane, TaskFn fn, std::vector<TaskId> deps = {});
+  void depend(TaskId task, TaskId on);
+  void acquire(TaskId task, BufferId buffer);
+  void release(TaskId task, BufferId buffer);
+  void reads(TaskId task, BufferId buffer);
+  void writes(TaskId task, BufferId buffer);
+
+  Status finalize(const Budgets& budgets = {});
+
+  bool finalized() const { return finalized_; }
+  size_t num_tasks() const { return tasks_.size(); }
+  size_t num_buffers() const { return buffers_.size(); }
+  const Task& task(TaskId id) const { return tasks_[static_cast<size_t>(id)]; }
+  const Buffer& buffer(BufferId id) const { return buffers_[static_cast<size_t>(id)]; }
+  // After finalize(): tasks in the order placement walked them (a topological order), the
+  // tasks of each lane in lane order, the arena size (peak) of each tier, and the peak the plan
+  // would need with no budget.
+  const std::vector<TaskId>& order() const { return order_; }
+  const std::vector<TaskId>& lane_tasks(Lane lane) const {
+    return lane_tasks_[static_cast<int>(lane)];
+  }
+  uint64_t peak_bytes(Tier tier) const { return peak_[static_cast<int>(tier)]; }
+  uint64_t unbounded_peak_bytes(Tier tier) const { return unbounded_peak_[static_cast<int>(tier)]; }
+  size_t num_memory_deps() const;
+  // Every dependency of a task: explicit, memory, and its predecessor on an in-order lane.
+  void for_each_predecessor(TaskId task, const std::function<void(TaskId)>& fn) const;
+
+ private:
+  Status check_structure() const;
+  Status check_accesses(const std::vector<std::vector<uint64_t>>& ancestors) const;
+  Status place(const Budgets& budgets, const std::vector<int>& level, bool bounded);
+
+  std::vector<Task> tasks_;
+  std::vector<Buffer> buffers_;
+  std::vector<TaskId> order_;
+  std::vector<TaskId> lane_tasks_[kNumLanes];
+  std::vector<TaskId> lane_prev_;  // predecessor on an in-order lane, or -1
+  uint64_t peak_[kNumTiers] = {0, 0};
+  uint64_t unbounded_peak_[kNumTiers] = {0, 0};
+  bool finalized_ = false;
+  std::string build_error_;  // first misuse while building, reported by finalize()
+};
+
+}  // namespace strata::sched
