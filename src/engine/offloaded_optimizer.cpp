@@ -10,11 +10,11 @@ namespace strata::engine {
 namespace {
 constexpr uint64_t kPage = 4096;
 uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-uint64_t state_bytes(int64_t numel) { return 12 * static_cast<uint64_t>(numel); }
+uint64_t state_bytes_of(int64_t numel) { return 12 * static_cast<uint64_t>(numel); }
 }  // namespace
 
 uint64_t OffloadedOptimizer::staging_bound_bytes(int slots, int64_t max_numel) {
-  return static_cast<uint64_t>(slots) * round_up(state_bytes(max_numel), kPage);
+  return static_cast<uint64_t>(slots) * round_up(state_bytes_of(max_numel), kPage);
 }
 
 Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> partition_numel,
@@ -50,9 +50,9 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
     if (nvme) {
       nvme_numel += n;
       max_nvme = std::max(max_nvme, n);
-      opt.nvme_bytes_ += state_bytes(n);
+      opt.nvme_bytes_ += state_bytes_of(n);
     } else {
-      host_bytes += round_up(state_bytes(n), 64);
+      host_bytes += round_up(state_bytes_of(n), 64);
     }
   }
   opt.numel_ = std::move(partition_numel);
@@ -62,7 +62,7 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
   }
   STRATA_ASSIGN_OR_RETURN(opt.host_arena_, pool.allocate(host_bytes));
   if (max_nvme > 0) {
-    opt.slot_bytes_ = round_up(state_bytes(max_nvme), kPage);
+    opt.slot_bytes_ = round_up(state_bytes_of(max_nvme), kPage);
     std::vector<nvme::BufferRegion> regions;
     for (int s = 0; s < options.staging_slots; ++s) {
       STRATA_ASSIGN_OR_RETURN(auto buf, pool.allocate(opt.slot_bytes_));
@@ -75,7 +75,7 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
     for (size_t i = 0; i < opt.numel_.size(); ++i) {
       if (opt.on_nvme_[i]) {
         STRATA_RETURN_IF_ERROR(
-            options.store->write(opt.key(i), opt.slots_[0].data(), state_bytes(opt.numel_[i]))
+            options.store->write(opt.key(i), opt.slots_[0].data(), state_bytes_of(opt.numel_[i]))
                 .wait());
       }
     }
@@ -145,6 +145,40 @@ Status OffloadedOptimizer::drain(std::vector<nvme::IoHandle>& handles) {
   return first;
 }
 
+nvme::IoHandle OffloadedOptimizer::read_partition(size_t i, void* staging) const {
+  if (i >= numel_.size() || !on_nvme_[i]) {
+    return nvme::IoHandle::failed(
+        make_error(ErrorCode::kInternal, "read_partition(", i, "): not an NVMe partition"));
+  }
+  return options_.store->read(key(i), staging, state_bytes(i));
+}
+
+nvme::IoHandle OffloadedOptimizer::write_partition(size_t i, const void* staging) const {
+  if (i >= numel_.size() || !on_nvme_[i]) {
+    return nvme::IoHandle::failed(
+        make_error(ErrorCode::kInternal, "write_partition(", i, "): not an NVMe partition"));
+  }
+  return options_.store->write(key(i), staging, state_bytes(i));
+}
+
+const float* OffloadedOptimizer::master_params(size_t i, const void* staging) const {
+  return on_nvme_[i] ? static_cast<const float*>(staging)
+                     : reinterpret_cast<const float*>(host_arena_.bytes() + host_offset_[i]);
+}
+
+Status OffloadedOptimizer::step_partition(size_t i, void* staging, const PartitionGrad& grad,
+                                          const cpu::AdamStep& step) const {
+  if (i >= numel_.size() || on_nvme_[i] != (staging != nullptr)) {
+    return make_error(ErrorCode::kInternal, "step_partition(", i,
+                      "): staging must be given exactly for NVMe partitions");
+  }
+  std::byte* base =
+      on_nvme_[i] ? static_cast<std::byte*>(staging) : host_arena_.bytes() + host_offset_[i];
+  Status st = adam_.step(buffers_at(base, i, grad), step);
+  if (!st.ok()) return st.with_context("optimizer partition " + std::to_string(i));
+  return st;
+}
+
 Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu::AdamStep& step) {
   if (grads.size() != numel_.size()) {
     return make_error(ErrorCode::kConfig, "optimizer step got ", grads.size(), " gradients for ",
@@ -171,7 +205,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
       writes[s] = nvme::IoHandle();
     }
     const size_t i = nvme_parts[j];
-    reads[s] = options_.store->read(key(i), slots_[s].data(), state_bytes(numel_[i]));
+    reads[s] = options_.store->read(key(i), slots_[s].data(), state_bytes_of(numel_[i]));
     return ok_status();
   };
   for (size_t j = 0; j < std::min(lookahead, nvme_parts.size()); ++j) {
@@ -201,7 +235,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
     st = adam_.step(buffers_at(slots_[s].bytes(), i, grads[i]), step);
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
-    writes[s] = options_.store->write(key(i), slots_[s].data(), state_bytes(numel_[i]));
+    writes[s] = options_.store->write(key(i), slots_[s].data(), state_bytes_of(numel_[i]));
   }
   return drain(writes);
 }

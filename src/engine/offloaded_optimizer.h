@@ -65,6 +65,20 @@ class OffloadedOptimizer {
   // One optimizer step over all partitions; grads.size() must equal num_partitions().
   Status step(std::span<const PartitionGrad> grads, const cpu::AdamStep& step);
 
+  // --- One partition at a time (the planned step drives these as tasks of its lanes) ---
+  // Bytes of partition i's state [params | m | v] (12 per element).
+  uint64_t state_bytes(size_t i) const { return 12 * static_cast<uint64_t>(numel_[i]); }
+  // NVMe partitions: read the state into / write it from `staging` (4 KiB aligned, pinned,
+  // state_bytes(i) long), asynchronously. Order them: read, step_partition, write.
+  nvme::IoHandle read_partition(size_t i, void* staging) const;
+  nvme::IoHandle write_partition(size_t i, const void* staging) const;
+  // Adam on partition i: its state is in the host arena (RAM partitions; staging null) or in
+  // `staging` (NVMe partitions, after read_partition). The same arithmetic as step().
+  Status step_partition(size_t i, void* staging, const PartitionGrad& grad,
+                        const cpu::AdamStep& step) const;
+  // Partition i's fp32 master parameters (in the host arena, or in `staging` for NVMe ones).
+  const float* master_params(size_t i, const void* staging) const;
+
   size_t num_partitions() const { return numel_.size(); }
   int64_t numel(size_t i) const { return numel_[i]; }
   bool on_nvme(size_t i) const { return on_nvme_[i]; }

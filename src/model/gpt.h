@@ -55,6 +55,7 @@ class GptModel {
   const GptConfig& config() const { return config_; }
   const RunShape& shape() const { return shape_; }
   gpu::Stream& stream() { return *stream_; }
+  gpu::Device& device() const { return device_; }
   // Effective checkpoint interval (K clamped to [1, L]; L when checkpointing is off).
   int64_t checkpoint_interval() const { return k_; }
 

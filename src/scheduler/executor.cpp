@@ -222,11 +222,14 @@ Status Executor::enqueue_stream_task(TaskId t) {
   }
   const TaskContext ctx{&s, step_, 0, buffer_ptrs_.data()};
   STRATA_RETURN_IF_ERROR(run_task(task, ctx));
-  if (events_[static_cast<size_t>(t)]) {
-    STRATA_RETURN_IF_ERROR(s.record(*events_[static_cast<size_t>(t)]));
-  }
+  // The end stamp comes before the event, so a task that waits on the event starts after it.
+  // The dispatcher enqueues the record before it looks at the callback's report, and the
+  // event's synchronize() then waits for that record.
   if (options_.trace || notify_[static_cast<size_t>(t)]) {
     STRATA_RETURN_IF_ERROR(s.host_callback([this, t] { on_stream_task_done(t); }));
+  }
+  if (events_[static_cast<size_t>(t)]) {
+    STRATA_RETURN_IF_ERROR(s.record(*events_[static_cast<size_t>(t)]));
   }
   return ok_status();
 }

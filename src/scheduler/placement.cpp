@@ -5,7 +5,7 @@
 namespace strata::sched {
 
 bool Placement::allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by) {
-  const uint64_t size = std::max<uint64_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+  const uint64_t size = std::max<uint64_t>((bytes + align_ - 1) / align_ * align_, align_);
   size_t first = 0;
   uint64_t run = 0;
   size_t i = 0;

@@ -13,13 +13,13 @@ namespace strata::sched {
 
 class Placement {
  public:
-  static constexpr uint64_t kAlign = 256;
-
   Placement() = default;
-  explicit Placement(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  // align: every offset and size is a multiple of it (256 on the device; 4096 in pinned host
+  // memory, so buffers there can be O_DIRECT targets).
+  Placement(uint64_t limit_bytes, uint64_t align) : limit_(limit_bytes), align_(align) {}
 
-  // Places `buffer` (bytes rounded up to kAlign) at the lowest offset where it fits under the
-  // limit, growing the arena at its end if needed; appends to `released_by` the tasks that had
+  // Places `buffer` (bytes rounded up to the alignment) at the lowest offset where it fits under
+  // the limit, growing the arena at its end if needed; appends to `released_by` the tasks that had
   // released the memory it reuses. False (and no change) when it does not fit under the limit.
   bool allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by);
   // Frees `buffer`'s range; `task` is recorded as its releaser.
@@ -38,6 +38,7 @@ class Placement {
     int32_t released_by;  // for a free range: the task that freed it, or -1
   };
   uint64_t limit_ = UINT64_MAX;
+  uint64_t align_ = 256;
   uint64_t capacity_ = 0;
   std::vector<Range> ranges_;  // sorted by offset, covering [0, capacity_)
   std::map<int32_t, uint64_t> offsets_;

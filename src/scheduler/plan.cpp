@@ -229,7 +229,8 @@ Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool b
   const size_t n = tasks_.size();
   Placement arena[kNumTiers];
   for (int tier = 0; tier < kNumTiers; ++tier) {
-    arena[tier] = Placement(bounded ? budgets.bytes[tier] : UINT64_MAX);
+    arena[tier] = Placement(bounded ? budgets.bytes[tier] : UINT64_MAX,
+                            Tier(tier) == Tier::kDevice ? 256 : 4096);
   }
   auto tier_of = [&](BufferId b) {
     return static_cast<int>(buffers_[static_cast<size_t>(b)].tier);

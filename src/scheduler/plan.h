@@ -73,7 +73,8 @@ class Plan {
     uint64_t bytes = 0;
     bool initially_valid = false;  // holds data from before the step (counts as written)
     TaskId acquired_by = -1, released_by = -1;
-    uint64_t offset = 0;  // in its tier's arena (finalize)
+    uint64_t offset = 0;  // in its tier's arena (finalize): 256-byte aligned on the device,
+                          // 4096 in pinned host memory (O_DIRECT)
   };
 
   BufferId add_buffer(std::string name, Tier tier, uint64_t bytes, bool initially_valid = false);

@@ -1,0 +1,231 @@
+#include "engine/planned_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace strata::engine {
+
+namespace {
+uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+}  // namespace
+
+Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
+                                                         OffloadedOptimizer& optimizer,
+                                                         const PlannedStepOptions& options) {
+  if (options.staging_slots < 1 || options.staging_slots > 64) {
+    return make_error(ErrorCode::kConfig, "planned step: staging slots ", options.staging_slots,
+                      " is not accepted (1..64)");
+  }
+  std::unique_ptr<PlannedStep> s(new PlannedStep(model, optimizer, options));
+  s->blocks_ = partition_blocks(model);
+  if (optimizer.num_partitions() != s->blocks_.size()) {
+    return make_error(ErrorCode::kConfig, "planned step: the optimizer has ",
+                      optimizer.num_partitions(), " partitions for ", s->blocks_.size(),
+                      " model blocks");
+  }
+  const auto rows = static_cast<size_t>(model.shape().batch * model.shape().seq);
+  s->tokens_.assign(rows, 0);
+  s->targets_.assign(rows, 0);
+  s->stats_.assign(s->blocks_.size(), cpu::GradStats{});
+  STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
+  STRATA_ASSIGN_OR_RETURN(
+      s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
+  return s;
+}
+
+Result<sched::Plan> PlannedStep::build_plan() {
+  using sched::BufferId;
+  using sched::Lane;
+  using sched::TaskContext;
+  using sched::TaskId;
+  using sched::Tier;
+  model::GptModel& m = model_;
+  const int64_t layers = m.config().layers;
+  const DType dt = m.config().dtype;
+  const size_t es = dtype_size(dt);
+  const size_t nb = blocks_.size();
+  auto name = [&](int64_t b) {
+    return b == layers ? std::string("shared") : "layer " + std::to_string(b);
+  };
+  auto bytes_of = [&](int64_t b) { return static_cast<size_t>(m.block_numel(b)) * es; };
+  sched::Plan plan;
+
+  // Pinned host buffers: each block's gradient (down) and new parameters (up), whole step.
+  std::vector<BufferId> grad16(nb), up(nb);
+  uint64_t pinned = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    grad16[b] =
+        plan.add_buffer("grad " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)));
+    up[b] = plan.add_buffer("params " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)));
+    pinned += 2 * round_page(bytes_of(int64_t(b)));
+  }
+
+  // NVMe partitions' reads first: they may start with the step, in partition order.
+  std::vector<BufferId> staging(nb, -1);
+  std::vector<TaskId> read(nb, -1);
+  uint64_t slot_bytes = 0;
+  for (size_t p = 0; p < nb; ++p) {
+    if (!opt_.on_nvme(p)) continue;
+    const std::string n = name(blocks_[p]);
+    staging[p] = plan.add_buffer("state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
+    const BufferId buf = staging[p];
+    read[p] = plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
+      return opt_.read_partition(p, c.buffer(buf)).wait();
+    });
+    plan.acquire(read[p], buf);
+    plan.writes(read[p], buf);
+    slot_bytes = std::max(slot_bytes, round_page(opt_.state_bytes(p)));
+  }
+
+  // Compute: the model's entry points, one task per layer.
+  auto compute = [&](std::string task_name, auto fn) {
+    return plan.add(std::move(task_name), Lane::kCompute,
+                    [fn](const TaskContext& c) { return fn(*c.stream); });
+  };
+  compute("zero grads", [&m](gpu::Stream& s) -> Status {
+    for (int64_t b = 0; b < m.num_blocks(); ++b) {
+      STRATA_RETURN_IF_ERROR(
+          s.memset(m.grad_block(b), 0,
+                   static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype)));
+    }
+    return ok_status();
+  });
+  compute("set batch",
+          [this](gpu::Stream& s) { return model_.set_batch(s, tokens_.data(), targets_.data()); });
+  compute("embedding forward",
+          [&m, layers](gpu::Stream& s) { return m.embedding_forward(s, m.param_block(layers)); });
+  for (int64_t l = 0; l < layers; ++l) {
+    compute("forward " + std::to_string(l),
+            [&m, l](gpu::Stream& s) { return m.layer_forward(s, l, m.param_block(l)); });
+  }
+  compute("head forward",
+          [&m, layers](gpu::Stream& s) { return m.head_forward(s, m.param_block(layers)); });
+  compute("head backward", [&m, layers](gpu::Stream& s) {
+    return m.head_backward(s, m.param_block(layers), m.grad_block(layers));
+  });
+  std::vector<TaskId> down(nb, -1);
+  auto add_down = [&](int64_t b, TaskId after) {
+    const BufferId buf = grad16[size_t(b)];
+    const size_t bytes = bytes_of(b);
+    down[size_t(b)] = plan.add("grads down " + name(b), Lane::kD2H,
+                               [&m, b, buf, bytes](const TaskContext& c) {
+                                 return c.stream->copy(c.buffer(buf), m.grad_block(b), bytes,
+                                                       gpu::CopyKind::kDeviceToHost);
+                               },
+                               {after});
+    plan.writes(down[size_t(b)], buf);
+  };
+  const int64_t last_seg = m.num_segments() - 1;
+  for (int64_t seg = last_seg; seg >= 0; --seg) {
+    if (seg != last_seg) {
+      for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
+        compute("recompute " + std::to_string(l),
+                [&m, l](gpu::Stream& s) { return m.layer_recompute(s, l, m.param_block(l)); });
+      }
+    }
+    for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
+      add_down(l, compute("backward " + std::to_string(l), [&m, l](gpu::Stream& s) {
+                 return m.layer_backward(s, l, m.param_block(l), m.grad_block(l));
+               }));
+    }
+  }
+  add_down(layers, compute("embedding backward", [&m, layers](gpu::Stream& s) {
+             return m.embedding_backward(s, m.grad_block(layers));
+           }));
+
+  // cpu: per-block gradient checks, then the norm (block order, as the serial step).
+  std::vector<TaskId> checks;
+  for (size_t p = 0; p < nb; ++p) {
+    const int64_t b = blocks_[p];
+    const BufferId buf = grad16[size_t(b)];
+    const int64_t numel = m.block_numel(b);
+    const TaskId t = plan.add("check " + name(b), Lane::kCpu,
+                              [this, b, buf, numel, dt](const TaskContext& c) {
+                                stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
+                                return ok_status();
+                              },
+                              {down[size_t(b)]});
+    plan.reads(t, buf);
+    checks.push_back(t);
+  }
+  const TaskId norm = plan.add(
+      "norm", Lane::kCpu,
+      [this](const TaskContext& c) {
+        double sum = 0.0;
+        bool finite = true;
+        for (const cpu::GradStats& s : stats_) {
+          sum += s.sum_squares;
+          finite = finite && !s.has_nonfinite;
+        }
+        norm_ = std::sqrt(sum);
+        finite_ = finite;
+        clip_ = clip_coefficient(options_.step.grad_clip, norm_);
+        return finite ? ok_status() : nonfinite_gradient_error(c.step);
+      },
+      checks);
+  const bool clipping = options_.step.grad_clip > 0.0f;
+
+  // cpu: Adam per partition; h2d: the new parameters up; nvme: the state written behind.
+  for (size_t p = 0; p < nb; ++p) {
+    const int64_t b = blocks_[p];
+    const BufferId g = grad16[size_t(b)], u = up[size_t(b)], st = staging[p];
+    const int64_t numel = m.block_numel(b);
+    std::vector<TaskId> deps{down[size_t(b)]};
+    if (read[p] >= 0) deps.push_back(read[p]);
+    if (clipping) deps.push_back(norm);
+    const TaskId adam = plan.add(
+        "adam " + name(b), Lane::kCpu,
+        [this, p, g, u, st, numel, dt](const TaskContext& c) -> Status {
+          void* state = st >= 0 ? c.buffer(st) : nullptr;
+          PartitionGrad pg;
+          pg.grads = c.buffer(g);
+          pg.grad_dtype = dt;
+          pg.out16 = dt == DType::kF32 ? nullptr : c.buffer(u);
+          pg.out_dtype = dt;
+          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step_, clip_}));
+          if (dt == DType::kF32) {
+            std::memcpy(c.buffer(u), opt_.master_params(p, state), static_cast<size_t>(numel) * 4);
+          }
+          return ok_status();
+        },
+        deps);
+    plan.reads(adam, g);
+    plan.writes(adam, u);
+    const size_t bytes = bytes_of(b);
+    const TaskId upload = plan.add("params up " + name(b), Lane::kH2D,
+                                   [&m, b, u, bytes](const TaskContext& c) {
+                                     return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
+                                                           gpu::CopyKind::kHostToDevice);
+                                   },
+                                   {adam});
+    plan.reads(upload, u);
+    if (st >= 0) {
+      plan.reads(adam, st);
+      plan.writes(adam, st);
+      const TaskId write = plan.add("write state " + name(b), Lane::kNvme,
+                                    [this, p, st](const TaskContext& c) {
+                                      return opt_.write_partition(p, c.buffer(st)).wait();
+                                    },
+                                    {adam});
+      plan.reads(write, st);
+      plan.release(write, st);
+    }
+  }
+  sched::Budgets budgets;
+  budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
+      pinned + static_cast<uint64_t>(options_.staging_slots) * slot_bytes;
+  STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the offloaded step"));
+  return plan;
+}
+
+Result<StepResult> PlannedStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
+  std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
+  std::copy(targets, targets + targets_.size(), targets_.begin());
+  step_ = step;
+  STRATA_RETURN_IF_ERROR(executor_->replay());
+  return StepResult{model_.mean_loss(), norm_};
+}
+
+}  // namespace strata::engine

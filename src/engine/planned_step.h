@@ -1,0 +1,70 @@
+// PlannedStep: the single-rank offloaded step (offload_step.h) as a scheduler plan, built once
+// and replayed every step (DESIGN.md §4). Per block, in backward order:
+//   compute  the forward and backward entry points of the model, one task per layer;
+//   d2h      the block's gradient to pinned host memory in the model's dtype (2 bytes per
+//            parameter for bf16) as soon as its backward is done;
+//   cpu      grad_check of the block (sum of squares, non-finite test); then the CPU Adam of its
+//            optimizer partition, writing the new parameters in the model's dtype;
+//   h2d      the new parameters back into the model's block as soon as they are ready;
+//   nvme     for NVMe partitions: the state is read into a pinned staging buffer from the start
+//            of the step (read-ahead bounded by the staging budget: `staging_slots` buffers of
+//            the largest NVMe partition), and written back behind the Adam.
+// Global-norm clipping stays exact: with --grad-clip > 0 every Adam waits for the norm task,
+// which sums the blocks' partial sums in block order (the serial step's order, so the norm and
+// the clip coefficient have the same bits); the downloads, the checks, the NVMe read-ahead and
+// the uploads still overlap. With clipping off, each block's Adam starts as soon as its
+// gradient is on the host, while backward of the earlier layers still computes; the non-finite
+// check then reports at the end of the step (after the update).
+// Results are bit-identical to SerialStep (tests/engine/test_planned_step.cpp).
+//
+// Ownership: borrows the model and the optimizer, which must outlive it; owns the executor
+// (streams, workers, pinned staging). Thread safety: none; run() from one thread.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/offload_step.h"
+#include "engine/offloaded_optimizer.h"
+#include "scheduler/executor.h"
+
+namespace strata::engine {
+
+struct PlannedStepOptions {
+  OffloadStepOptions step;
+  sched::ExecutorOptions executor;
+  int staging_slots = 3;  // pinned staging buffers for NVMe partitions (>= 1)
+};
+
+class PlannedStep {
+ public:
+  static Result<std::unique_ptr<PlannedStep>> create(model::GptModel& model,
+                                                     OffloadedOptimizer& optimizer,
+                                                     const PlannedStepOptions& options);
+  // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+
+  const sched::Executor& executor() const { return *executor_; }
+
+ private:
+  PlannedStep(model::GptModel& model, OffloadedOptimizer& optimizer,
+              const PlannedStepOptions& options)
+      : model_(model), opt_(optimizer), options_(options) {}
+  Result<sched::Plan> build_plan();
+
+  model::GptModel& model_;
+  OffloadedOptimizer& opt_;
+  PlannedStepOptions options_;
+  std::vector<int64_t> blocks_;  // partition -> block
+  std::unique_ptr<sched::Executor> executor_;
+  // Written by run() before a replay, read by its tasks.
+  std::vector<int32_t> tokens_, targets_;
+  int64_t step_ = 0;
+  // Written by tasks, ordered by their dependencies.
+  std::vector<cpu::GradStats> stats_;  // by block
+  float clip_ = 1.0f;
+  double norm_ = 0.0;
+  bool finite_ = true;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,74 @@
+#include "engine/serial_step.h"
+
+#include <cmath>
+
+namespace strata::engine {
+
+Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
+                                                       OffloadedOptimizer& optimizer,
+                                                       const OffloadStepOptions& options) {
+  std::unique_ptr<SerialStep> s(new SerialStep(model, optimizer, options));
+  s->blocks_ = partition_blocks(model);
+  if (optimizer.num_partitions() != s->blocks_.size()) {
+    return make_error(ErrorCode::kConfig, "serial step: the optimizer has ",
+                      optimizer.num_partitions(), " partitions for ", s->blocks_.size(),
+                      " model blocks");
+  }
+  const size_t nb = s->blocks_.size();
+  const DType dt = model.config().dtype;
+  s->grads_.resize(nb);
+  s->master_.resize(nb);
+  s->pg_.resize(nb);
+  for (size_t p = 0; p < nb; ++p) {
+    const auto b = static_cast<size_t>(s->blocks_[p]);
+    const auto numel = static_cast<size_t>(model.block_numel(s->blocks_[p]));
+    s->grads_[b].resize(numel);
+    s->master_[b].resize(numel);
+    s->pg_[p].grads = s->grads_[b].data();
+    s->pg_[p].grad_dtype = DType::kF32;
+    if (dt != DType::kF32) {
+      STRATA_ASSIGN_OR_RETURN(auto buf, cpu::default_pinned_pool().allocate(2 * numel));
+      s->pg_[p].out16 = buf.data();
+      s->pg_[p].out_dtype = dt;
+      s->out16_.push_back(std::move(buf));
+    }
+  }
+  return s;
+}
+
+Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
+  model::GptModel& m = model_;
+  STRATA_RETURN_IF_ERROR(m.zero_grad());
+  StepResult r;
+  STRATA_ASSIGN_OR_RETURN(r.loss, m.forward(tokens, targets));
+  STRATA_RETURN_IF_ERROR(m.backward());
+  double sum = 0.0;
+  bool finite = true;
+  for (int64_t b = 0; b < m.num_blocks(); ++b) {
+    auto& g = grads_[static_cast<size_t>(b)];
+    STRATA_RETURN_IF_ERROR(m.download_grads(b, g.data()));
+    const cpu::GradStats s = cpu::grad_check(g.data(), DType::kF32, static_cast<int64_t>(g.size()));
+    sum += s.sum_squares;
+    finite = finite && !s.has_nonfinite;
+  }
+  r.grad_norm = std::sqrt(sum);
+  if (!finite) return nonfinite_gradient_error(step);
+  const float clip = clip_coefficient(options_.grad_clip, r.grad_norm);
+  STRATA_RETURN_IF_ERROR(opt_.step(pg_, cpu::AdamStep{step, clip}));
+  for (size_t p = 0; p < blocks_.size(); ++p) {
+    const int64_t b = blocks_[p];
+    if (pg_[p].out16 != nullptr) {
+      STRATA_RETURN_IF_ERROR(m.stream().copy(m.param_block(b), pg_[p].out16,
+                                             2 * static_cast<size_t>(m.block_numel(b)),
+                                             gpu::CopyKind::kHostToDevice));
+    } else {
+      auto& host = master_[static_cast<size_t>(b)];
+      STRATA_RETURN_IF_ERROR(opt_.read_state(p, host.data(), nullptr, nullptr));
+      STRATA_RETURN_IF_ERROR(m.upload_params(b, host.data()));
+    }
+  }
+  STRATA_RETURN_IF_ERROR(m.stream().synchronize());
+  return r;
+}
+
+}  // namespace strata::engine

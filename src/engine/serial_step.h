@@ -1,0 +1,43 @@
+// SerialStep: the reference offloaded step, one phase after the other on the model's stream:
+// zero the gradients, forward, backward, download every block's gradient as fp32, the global
+// norm and the non-finite check on the host (cpu::grad_check, blocks in order), the whole
+// OffloadedOptimizer::step (clip coefficient as the gradient scale), then every block's new
+// parameters up (16-bit copies the optimizer wrote, or the fp32 masters for an fp32 model).
+//
+// Ownership: borrows the model and the optimizer (partitions as partition_blocks()), which must
+// outlive it; owns host staging. Thread safety: none.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cpu/pinned_memory.h"
+#include "engine/offload_step.h"
+#include "engine/offloaded_optimizer.h"
+
+namespace strata::engine {
+
+class SerialStep {
+ public:
+  static Result<std::unique_ptr<SerialStep>> create(model::GptModel& model,
+                                                    OffloadedOptimizer& optimizer,
+                                                    const OffloadStepOptions& options);
+  // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+
+ private:
+  SerialStep(model::GptModel& model, OffloadedOptimizer& optimizer,
+             const OffloadStepOptions& options)
+      : model_(model), opt_(optimizer), options_(options) {}
+
+  model::GptModel& model_;
+  OffloadedOptimizer& opt_;
+  OffloadStepOptions options_;
+  std::vector<int64_t> blocks_;             // partition -> block
+  std::vector<std::vector<float>> grads_;   // by block, fp32
+  std::vector<std::vector<float>> master_;  // by block (fp32 models: the upload)
+  std::vector<cpu::PinnedBuffer> out16_;    // by partition (16-bit models)
+  std::vector<PartitionGrad> pg_;           // by partition
+};
+
+}  // namespace strata::engine
