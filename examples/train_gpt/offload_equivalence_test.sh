@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end check of train_gpt: the same run with the optimizer state all in host RAM and all
-# on NVMe must print the same losses, norms and accuracies to the last digit (the offloaded step
-# is bit-identical to the in-RAM one). Usage: offload_equivalence_test.sh TRAIN_GPT SCRATCH_DIR
+# End-to-end check of train_gpt: the same run with the optimizer state all in host RAM, all on
+# NVMe, and with the serial (unplanned) step must print the same losses, norms and accuracies to
+# the last digit (the offloaded and planned steps are bit-identical to the in-RAM serial one),
+# and --trace must write a JSON trace. Usage: offload_equivalence_test.sh TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 train=$1
 scratch=$2/train_gpt_equivalence
@@ -11,7 +12,8 @@ common=(--device cpu --steps 30 --eval-every 15 --target-accuracy 1.0 --layers 2
 strip() { grep -E '^(step|eval)' | sed -E 's/ \| [0-9.]+ ms \| [0-9]+ tok\/s//'; }
 "$train" "${common[@]}" --offload-optimizer cpu | strip >"$scratch/ram.txt"
 "$train" "${common[@]}" --offload-optimizer nvme --optimizer-nvme-fraction 1 \
-  --nvme-path "$scratch" | strip >"$scratch/nvme.txt"
+  --nvme-path "$scratch" --trace "$scratch/trace.json" | strip >"$scratch/nvme.txt"
+"$train" "${common[@]}" --offload-optimizer cpu --schedule serial | strip >"$scratch/serial.txt"
 lines=$(wc -l <"$scratch/ram.txt")
 if [ "$lines" -lt 5 ]; then
   echo "train_gpt printed $lines step/eval lines; expected at least 5" >&2
@@ -21,4 +23,12 @@ if ! diff -u "$scratch/ram.txt" "$scratch/nvme.txt"; then
   echo "train_gpt: optimizer state on NVMe changed the run (see the diff above)" >&2
   exit 1
 fi
-echo "train_gpt: $lines step/eval lines identical with the optimizer in RAM and on NVMe"
+if ! diff -u "$scratch/ram.txt" "$scratch/serial.txt"; then
+  echo "train_gpt: the planned step differs from the serial one (see the diff above)" >&2
+  exit 1
+fi
+if ! grep -q '"traceEvents"' "$scratch/trace.json"; then
+  echo "train_gpt --trace wrote no trace events to $scratch/trace.json" >&2
+  exit 1
+fi
+echo "train_gpt: $lines step/eval lines identical with the optimizer in RAM, on NVMe, and serial"

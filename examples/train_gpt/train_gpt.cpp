@@ -1,9 +1,11 @@
 // train_gpt: trains a small GPT on the synthetic addition task (model/synthetic_task.h) with the
 // optimizer state offloaded to host RAM and, for a chosen share, to NVMe. The forward and
-// backward run on the Device (a CUDA GPU when there is one, else the CpuDevice); after each
-// backward the gradients come to the host, the global norm and the non-finite check run there
-// (cpu::grad_check), and the OffloadedOptimizer's pipelined CPU Adam updates the fp32 masters and
-// writes the new 16-bit parameters, which go back to the device.
+// backward run on the Device (a CUDA GPU when there is one, else the CpuDevice). The step is a
+// scheduler plan by default (engine/planned_step.h): each block's 16-bit gradient comes to the
+// host as soon as backward has produced it, the CPU Adam of that block runs while backward goes
+// on (after the global norm when clipping), NVMe state is read ahead and written behind, and the
+// new parameters go back up as soon as they are ready. --schedule serial runs the reference step
+// (engine/serial_step.h) with the same results, bit for bit. --trace writes a Perfetto timeline.
 //
 // This is the first, small form of the trainer: one rank, whole model resident on the device, no
 // ZeRO partitioning or parameter offload yet. Every flag is checked before memory is touched.
@@ -14,16 +16,20 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
+#include "engine/planned_step.h"
+#include "engine/serial_step.h"
 #include "gpu/device.h"
 #include "model/gpt.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
+#include "scheduler/trace.h"
 
 namespace {
 
@@ -36,6 +42,10 @@ struct Flags {
   std::string offload_optimizer = "cpu";
   double nvme_fraction = 0.0;
   std::string nvme_path;
+  std::string schedule = "planned";
+  std::string trace;
+  int64_t trace_steps = 2;
+  int device_threads = 0, host_threads = 0;
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
   int64_t checkpoint_interval = 0, eval_every = 50;
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
@@ -63,6 +73,15 @@ Status check_flags(const Flags& f) {
                       "--offload-optimizer nvme needs --nvme-path DIR[,DIR...] (a directory on "
                       "the disk that holds the optimizer state)");
   }
+  if (f.schedule != "planned" && f.schedule != "serial") {
+    return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
+                      "' is not accepted (use planned or serial)");
+  }
+  if (!f.trace.empty() && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--trace needs --schedule planned (the serial step has "
+                      "no plan to trace)");
+  }
   if (f.channels % f.heads != 0) {
     return make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
                       f.channels, " (use a head count that divides the channel count)");
@@ -72,18 +91,6 @@ Status check_flags(const Flags& f) {
                       " needs --offload-optimizer nvme");
   }
   return ok_status();
-}
-
-// Sum of squares of every block's gradient; false in `finite` when any value is NaN/Inf.
-double grad_sum_squares(const std::vector<std::vector<float>>& grads, bool& finite) {
-  double sum = 0.0;
-  finite = true;
-  for (const auto& g : grads) {
-    const cpu::GradStats s = cpu::grad_check(g.data(), DType::kF32, static_cast<int64_t>(g.size()));
-    sum += s.sum_squares;
-    finite = finite && !s.has_nonfinite;
-  }
-  return sum;
 }
 
 }  // namespace
@@ -101,6 +108,25 @@ int main(int argc, char** argv) {
                  "share of the optimizer state on NVMe (with --offload-optimizer nvme)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--nvme-path", f.nvme_path, "DIR[,DIR...]: where the swap files go");
+  app.add_option("--schedule", f.schedule,
+                 "planned: the step as a plan with transfers and the CPU Adam overlapping "
+                 "compute; serial: one phase after the other (same results)")
+      ->capture_default_str();
+  app.add_option("--trace", f.trace,
+                 "FILE: write a Chrome/Perfetto trace (JSON) of --trace-steps steps after the "
+                 "first, and print each traced step's lane metrics");
+  app.add_option("--trace-steps", f.trace_steps, "steps in the trace")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--device-threads", f.device_threads,
+                 "CpuDevice: threads that run the kernels (0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--host-threads", f.host_threads,
+                 "threads of the host lane that runs the CPU Adam and the gradient checks "
+                 "(0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option("--steps", f.steps, "most training steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
@@ -164,7 +190,9 @@ int main(int argc, char** argv) {
 
   auto kind = gpu::parse_device_kind(f.device);
   if (!kind.ok()) return fail(kind.status().with_context("--device"));
-  auto dev_r = gpu::create_device(*kind, {});
+  gpu::DeviceOptions dev_opts;
+  dev_opts.threads = f.device_threads;
+  auto dev_r = gpu::create_device(*kind, dev_opts);
   if (!dev_r.ok()) return fail(dev_r.status());
   gpu::Device& dev = *dev_r.value();
   auto model_r = model::GptModel::create(dev, cfg, shape);
@@ -172,14 +200,11 @@ int main(int argc, char** argv) {
   model::GptModel& gpt = *model_r.value();
   if (Status st = gpt.init_params(f.seed); !st.ok()) return fail(st);
 
-  // One optimizer partition per parameter block (L layers + the shared block).
+  // One optimizer partition per parameter block, in backward order (engine/offload_step.h).
+  const std::vector<int64_t> blocks = engine::partition_blocks(gpt);
   const int64_t nb = gpt.num_blocks();
-  std::vector<int64_t> numel(static_cast<size_t>(nb));
-  int64_t max_numel = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    numel[b] = gpt.block_numel(b);
-    max_numel = std::max(max_numel, numel[b]);
-  }
+  std::vector<int64_t> numel;
+  for (int64_t b : blocks) numel.push_back(gpt.block_numel(b));
   std::unique_ptr<nvme::SwapStore> store;
   if (f.offload_optimizer == "nvme") {
     nvme::SwapStoreOptions so;
@@ -199,28 +224,30 @@ int main(int argc, char** argv) {
   if (!opt_r.ok()) return fail(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();
 
-  // Host copies: fp32 gradients (downloaded), 16-bit updated params (uploaded as they are).
-  cpu::PinnedPool& pool = cpu::default_pinned_pool();
-  std::vector<std::vector<float>> grads(static_cast<size_t>(nb)), master(static_cast<size_t>(nb));
-  std::vector<cpu::PinnedBuffer> out16;
-  std::vector<engine::PartitionGrad> pg(static_cast<size_t>(nb));
-  const bool bf16 = cfg.dtype == DType::kBF16;
-  for (int64_t b = 0; b < nb; ++b) {
-    grads[b].resize(static_cast<size_t>(numel[b]));
-    master[b].resize(static_cast<size_t>(numel[b]));
-    if (Status st = gpt.download_params(b, master[b].data()); !st.ok()) return fail(st);
-    if (Status st = opt.load(static_cast<size_t>(b), master[b].data(), nullptr, nullptr); !st.ok())
-      return fail(st);
-    pg[b].grads = grads[b].data();
-    pg[b].grad_dtype = DType::kF32;
-    if (bf16) {
-      auto buf = pool.allocate(2 * static_cast<size_t>(numel[b]));
-      if (!buf.ok()) return fail(buf.status());
-      pg[b].out16 = buf->data();
-      pg[b].out_dtype = DType::kBF16;
-      out16.push_back(std::move(buf).value());
-    }
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    std::vector<float> master(static_cast<size_t>(numel[p]));
+    if (Status st = gpt.download_params(blocks[p], master.data()); !st.ok()) return fail(st);
+    if (Status st = opt.load(p, master.data(), nullptr, nullptr); !st.ok()) return fail(st);
   }
+  engine::OffloadStepOptions step_opts;
+  step_opts.grad_clip = f.grad_clip;
+  std::unique_ptr<engine::SerialStep> serial;
+  std::unique_ptr<engine::PlannedStep> planned;
+  if (f.schedule == "serial") {
+    auto r = engine::SerialStep::create(gpt, opt, step_opts);
+    if (!r.ok()) return fail(r.status());
+    serial = std::move(r).value();
+  } else {
+    engine::PlannedStepOptions po;
+    po.step = step_opts;
+    po.executor.cpu_threads =
+        f.host_threads > 0 ? f.host_threads : static_cast<int>(std::thread::hardware_concurrency());
+    po.executor.trace = true;
+    auto r = engine::PlannedStep::create(gpt, opt, po);
+    if (!r.ok()) return fail(r.status());
+    planned = std::move(r).value();
+  }
+  sched::TraceWriter trace;
 
   std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
               cfg.describe().c_str(), static_cast<long long>(cfg.num_params()), dev.name().c_str(),
@@ -231,6 +258,15 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(opt.nvme_state_bytes()),
               static_cast<unsigned long long>(opt.staging_bytes()));
   if (store) std::printf("nvme: %s\n", store->describe().c_str());
+  if (planned) {
+    const sched::Plan& plan = planned->executor().plan();
+    std::printf(
+        "schedule: planned, %zu tasks, %llu bytes of pinned host buffers (the plan's peak)\n",
+        plan.num_tasks(),
+        static_cast<unsigned long long>(plan.peak_bytes(sched::Tier::kPinnedHost)));
+  } else {
+    std::printf("schedule: serial\n");
+  }
 
   const int64_t B = f.batch, T = task.seq();
   std::vector<int32_t> tokens(B * T), targets(B * T);
@@ -253,39 +289,27 @@ int main(int argc, char** argv) {
   for (int64_t step = 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
     task.make_batch(B, f.seed, /*stream=*/0, step, tokens.data(), targets.data());
-    if (Status st = gpt.zero_grad(); !st.ok()) return fail(st);
-    auto loss = gpt.forward(tokens.data(), targets.data());
-    if (!loss.ok()) return fail(loss.status());
-    if (Status st = gpt.backward(); !st.ok()) return fail(st);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (Status st = gpt.download_grads(b, grads[b].data()); !st.ok()) return fail(st);
-    }
-    bool finite = true;
-    const double norm = std::sqrt(grad_sum_squares(grads, finite));
-    if (!finite) {
-      return fail(
-          make_error(ErrorCode::kInternal, "step ", step, ": non-finite gradient (lower --lr)"));
-    }
-    const float clip =
-        f.grad_clip > 0.0f && norm > f.grad_clip ? static_cast<float>(f.grad_clip / norm) : 1.0f;
-    if (Status st = opt.step(pg, cpu::AdamStep{step, clip}); !st.ok()) return fail(st);
-    for (int64_t b = 0; b < nb; ++b) {
-      Status st;
-      if (bf16) {
-        st = gpt.stream().copy(gpt.param_block(b), out16[b].data(), 2 * numel[b],
-                               gpu::CopyKind::kHostToDevice);
-      } else {
-        st = opt.read_state(static_cast<size_t>(b), master[b].data(), nullptr, nullptr);
-        if (st.ok()) st = gpt.upload_params(b, master[b].data());
+    auto result = planned ? planned->run(tokens.data(), targets.data(), step)
+                          : serial->run(tokens.data(), targets.data(), step);
+    if (!result.ok()) return fail(result.status());
+    const float loss = result->loss;
+    const double norm = result->grad_norm;
+    if (planned && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
+      const sched::Executor& ex = planned->executor();
+      trace.add_step(ex.plan(), ex.last_trace());
+      std::printf("trace step %lld: %s\n", static_cast<long long>(step),
+                  sched::compute_metrics(ex.plan(), ex.last_trace()).describe().c_str());
+      if (step + 1 == 2 + f.trace_steps || step == f.steps) {
+        if (Status st = trace.write(f.trace); !st.ok()) return fail(st);
+        std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n",
+                    trace.num_events(), f.trace.c_str());
       }
-      if (!st.ok()) return fail(st);
     }
-    if (Status st = gpt.stream().synchronize(); !st.ok()) return fail(st);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool eval = step % f.eval_every == 0 || step == f.steps;
     if (step == 1 || step % 10 == 0 || eval) {
       std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s\n",
-                  static_cast<long long>(step), *loss, norm, f.lr, ms, B * T / (ms / 1e3));
+                  static_cast<long long>(step), loss, norm, f.lr, ms, B * T / (ms / 1e3));
     }
     if (eval) {
       auto acc = evaluate();
