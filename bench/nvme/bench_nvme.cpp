@@ -12,13 +12,16 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
+#include "gpu/cpu_device.h"
 #include "nvme/swap_store.h"
+#include "scheduler/executor.h"
 
 using namespace strata;
 using bench::Clock;
@@ -211,6 +214,11 @@ int main(int argc, char** argv) {
   if (!store.ok()) return fail(store.status());
   cpu::AdamHyper hyper;
   cpu::CpuAdam adam(hyper);
+  gpu::DeviceOptions plan_dev_opts;  // the executor's streams; this plan uses host lanes only
+  plan_dev_opts.memory_limit_bytes = 1 << 20;
+  auto plan_dev = gpu::create_cpu_device(plan_dev_opts);
+  if (!plan_dev.ok()) return fail(plan_dev.status());
+  gpu::Device* plan_device = plan_dev->get();
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = 1.0;
   oo.store = store->get();
@@ -281,21 +289,74 @@ int main(int argc, char** argv) {
     STRATA_RETURN_IF_ERROR(opt->step(pg, cpu::AdamStep{step, 1.0f}));
     return seconds_since(t0);
   };
+  // The same step as a scheduler plan (what the planned trainer step runs): per partition a
+  // read on the nvme lane into a staging buffer, the Adam on the cpu lane, the write behind on
+  // the nvme lane; read-ahead bounded by a pinned budget of the same number of slots.
+  int plan_step = 0;
+  auto make_plan_executor = [&]() -> Result<std::unique_ptr<sched::Executor>> {
+    sched::Plan plan;
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const std::string n = std::to_string(j);
+      const sched::BufferId buf =
+          plan.add_buffer("state " + n, sched::Tier::kPinnedHost, opt->state_bytes(j));
+      const sched::TaskId rd =
+          plan.add("read " + n, sched::Lane::kNvme, [&, j, buf](const sched::TaskContext& c) {
+            return opt->read_partition(j, c.buffer(buf)).wait();
+          });
+      plan.acquire(rd, buf);
+      plan.writes(rd, buf);
+      const sched::TaskId ad = plan.add(
+          "adam " + n, sched::Lane::kCpu,
+          [&, j, buf](const sched::TaskContext& c) {
+            return opt->step_partition(j, c.buffer(buf), pg[j], cpu::AdamStep{plan_step, 1.0f});
+          },
+          {rd});
+      plan.reads(ad, buf);
+      plan.writes(ad, buf);
+      const sched::TaskId wr = plan.add("write " + n, sched::Lane::kNvme,
+                                        [&, j, buf](const sched::TaskContext& c) {
+                                          return opt->write_partition(j, c.buffer(buf)).wait();
+                                        },
+                                        {ad});
+      plan.reads(wr, buf);
+      plan.release(wr, buf);
+    }
+    sched::Budgets budgets;
+    budgets.bytes[static_cast<int>(sched::Tier::kPinnedHost)] =
+        static_cast<uint64_t>(staging_slots) * ((opt->state_bytes(0) + 4095) / 4096 * 4096);
+    STRATA_RETURN_IF_ERROR(plan.finalize(budgets));
+    sched::ExecutorOptions eo;
+    eo.pool = &pool;
+    eo.cpu_threads = static_cast<int>(std::thread::hardware_concurrency());
+    eo.nvme_workers = staging_slots + 1;
+    return sched::Executor::create(*plan_device, std::move(plan), eo);
+  };
+  auto plan_ex = make_plan_executor();
+  if (!plan_ex.ok()) return fail(plan_ex.status());
+  auto time_plan_step = [&](int step) -> Result<double> {
+    plan_step = step;
+    const auto t0 = Clock::now();
+    STRATA_RETURN_IF_ERROR((*plan_ex)->replay());
+    return seconds_since(t0);
+  };
   // rep 0 is the warm-up; the step and the baselines alternate order (ABBA) and the ratio is
   // the median of the per-repeat ratios, as in the sequential part.
-  std::vector<double> t_step, t_io, t_adam, step_ratio;
+  std::vector<double> t_step, t_io, t_adam, step_ratio, t_plan, plan_ratio;
   for (int rep = 0; rep <= repeats; ++rep) {
-    Result<double> ts = 0.0, tio = 0.0, tad = 0.0;
+    Result<double> ts = 0.0, tio = 0.0, tad = 0.0, tp = 0.0;
     if (rep % 2 == 1) {
       tio = time_io();
       tad = time_adam(rep + 1);
+      tp = time_plan_step(rep + 1);
       ts = time_step(rep + 1);
     } else {
       ts = time_step(rep + 1);
+      tp = time_plan_step(rep + 1);
       tio = time_io();
       tad = time_adam(rep + 1);
     }
     if (!ts.ok()) return fail(ts.status());
+    if (!tp.ok()) return fail(tp.status());
     if (!tio.ok()) return fail(tio.status());
     if (!tad.ok()) return fail(tad.status());
     if (rep == 0) continue;
@@ -303,8 +364,10 @@ int main(int argc, char** argv) {
     t_io.push_back(*tio);
     t_adam.push_back(*tad);
     step_ratio.push_back(*ts / std::max(*tio, *tad));
-    std::printf("repeat %d: step %.3f s, pure I/O %.3f s, pure Adam %.3f s\n", rep, *ts, *tio,
-                *tad);
+    t_plan.push_back(*tp);
+    plan_ratio.push_back(*tp / std::max(*tio, *tad));
+    std::printf("repeat %d: step %.3f s, planned step %.3f s, pure I/O %.3f s, pure Adam %.3f s\n",
+                rep, *ts, *tp, *tio, *tad);
   }
   const double s_med = median(t_step), io_med = median(t_io), ad_med = median(t_adam);
   const double ratio = median(step_ratio);
@@ -320,6 +383,11 @@ int main(int argc, char** argv) {
   std::printf("%-28s %10.3f s\n", "pure CPU Adam", ad_med);
   std::printf("%-28s %10.3f s\n", "pipelined step", s_med);
   std::printf("%-28s %10.3f\n", "step / max(io, adam)", ratio);
+  std::printf("%-28s %10.3f s\n", "planned step (nvme lane)", median(t_plan));
+  std::printf("%-28s %10.3f\n", "planned / max(io, adam)", median(plan_ratio));
+  std::printf(
+      "last planned step: %s\n",
+      sched::compute_metrics((*plan_ex)->plan(), (*plan_ex)->last_trace()).describe().c_str());
 
   nlohmann::json j;
   j["bench"] = "nvme";
@@ -339,6 +407,8 @@ int main(int argc, char** argv) {
   j["pure_io_s"] = io_med;
   j["pure_adam_s"] = ad_med;
   j["pipelined_step_over_max"] = ratio;
+  j["planned_step_s"] = median(t_plan);
+  j["planned_step_over_max"] = median(plan_ratio);
   j["staging_bytes"] = opt->staging_bytes();
   std::printf("%s\n", j.dump().c_str());
   return 0;
