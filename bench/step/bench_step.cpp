@@ -83,6 +83,7 @@ Stack make_stack(const Shape& s, bool planned, double nvme_fraction, nvme::SwapS
   oo.nvme_fraction = nvme_fraction;
   oo.store = store;
   oo.key_base = key_base;
+  oo.staging_slots = planned ? 1 : 3;
   cpu::AdamHyper hyper;
   hyper.lr = 1e-4f;
   st.opt = std::make_unique<engine::OffloadedOptimizer>(

@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = f.offload_optimizer == "nvme" ? f.nvme_fraction : 0.0;
   oo.store = store.get();
+  oo.staging_slots = f.schedule == "planned" ? 1 : 3;  // the plan stages through its own buffers
   auto opt_r = engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
   if (!opt_r.ok()) return fail(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();

@@ -24,9 +24,9 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", options.nvme_fraction,
                       " is not accepted (0..1)");
   }
-  if (options.staging_slots < 3 || options.staging_slots > 64) {
+  if (options.staging_slots < 1 || options.staging_slots > 64) {
     return make_error(ErrorCode::kConfig, "optimizer staging slots ", options.staging_slots,
-                      " is not accepted (3..64)");
+                      " is not accepted (1..64; step() needs 3)");
   }
   OffloadedOptimizer opt(std::move(adam));
   opt.options_ = options;
@@ -187,6 +187,10 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
   std::vector<size_t> nvme_parts;
   for (size_t i = 0; i < numel_.size(); ++i) {
     if (on_nvme_[i]) nvme_parts.push_back(i);
+  }
+  if (!nvme_parts.empty() && slots_.size() < 3) {
+    return make_error(ErrorCode::kConfig, "OffloadedOptimizer::step needs 3 staging slots, it has ",
+                      slots_.size(), " (step the partitions one by one instead)");
   }
   const size_t num_slots = slots_.size();
   // reads[s] / writes[s]: the operation in flight on slot s. Every exit path drains both, so no

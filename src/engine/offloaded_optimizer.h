@@ -36,9 +36,12 @@ struct OffloadedOptimizerOptions {
   double nvme_fraction = 0.0;        // share of elements on NVMe, 0..1
   nvme::SwapStore* store = nullptr;  // required when any partition is on NVMe
   cpu::PinnedPool* pool = nullptr;   // default_pinned_pool() when null
-  int staging_slots = 3;             // >= 3: read-ahead, compute, write-behind
-  uint64_t key_base = 0;             // swap keys are key_base + partition index
-  bool register_staging = true;      // register staging buffers as io_uring fixed buffers
+  // Pinned staging buffers for NVMe partitions: step() needs >= 3 (read-ahead, compute,
+  // write-behind); 1 is enough for a caller that drives the partitions itself (PlannedStep
+  // stages through its own budgeted buffers) and uses only load()/read_state().
+  int staging_slots = 3;
+  uint64_t key_base = 0;         // swap keys are key_base + partition index
+  bool register_staging = true;  // register staging buffers as io_uring fixed buffers
 };
 
 // Gradient and 16-bit output of one partition for one step.
@@ -85,6 +88,7 @@ class OffloadedOptimizer {
   uint64_t staging_bytes() const { return slot_bytes_ * slots_.size(); }
   uint64_t host_state_bytes() const { return host_arena_.size_bytes(); }
   uint64_t nvme_state_bytes() const { return nvme_bytes_; }
+  nvme::SwapStore* store() const { return options_.store; }
   const cpu::CpuAdam& adam() const { return adam_; }
   cpu::CpuAdam& adam() { return adam_; }
 

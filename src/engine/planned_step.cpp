@@ -177,14 +177,16 @@ Result<sched::Plan> PlannedStep::build_plan() {
     if (clipping) deps.push_back(norm);
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
-        [this, p, g, u, st, numel, dt](const TaskContext& c) -> Status {
+        [this, p, g, u, st, numel, dt, clipping](const TaskContext& c) -> Status {
           void* state = st >= 0 ? c.buffer(st) : nullptr;
+          // Without clipping the norm task runs beside this one: do not touch its result.
+          const float clip = clipping ? clip_ : 1.0f;
           PartitionGrad pg;
           pg.grads = c.buffer(g);
           pg.grad_dtype = dt;
           pg.out16 = dt == DType::kF32 ? nullptr : c.buffer(u);
           pg.out_dtype = dt;
-          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step_, clip_}));
+          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step_, clip}));
           if (dt == DType::kF32) {
             std::memcpy(c.buffer(u), opt_.master_params(p, state), static_cast<size_t>(numel) * 4);
           }

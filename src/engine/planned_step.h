@@ -15,7 +15,9 @@
 // the uploads still overlap. With clipping off, each block's Adam starts as soon as its
 // gradient is on the host, while backward of the earlier layers still computes; the non-finite
 // check then reports at the end of the step (after the update).
-// Results are bit-identical to SerialStep (tests/engine/test_planned_step.cpp).
+// Results are bit-identical to SerialStep (tests/engine/test_planned_step.cpp). The optimizer's
+// own staging is not used (create it with staging_slots = 1 to save that pinned memory); the
+// plan's pinned arena is registered with the swap store as io_uring fixed buffers.
 //
 // Ownership: borrows the model and the optimizer, which must outlive it; owns the executor
 // (streams, workers, pinned staging). Thread safety: none; run() from one thread.

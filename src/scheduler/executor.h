@@ -66,6 +66,9 @@ class Executor {
   const Plan& plan() const { return plan_; }
   gpu::Stream& stream(Lane lane) { return *streams_[static_cast<int>(lane)]; }
   void* buffer(BufferId id) const { return buffer_ptrs_[static_cast<size_t>(id)]; }
+  // The pinned host allocation holding every pinned-tier buffer (to register it for I/O).
+  void* pinned_arena() const { return host_arena_.data(); }
+  size_t pinned_arena_bytes() const { return host_arena_.mapped_bytes(); }
   const StepTrace& last_trace() const { return trace_; }
   int64_t steps() const { return step_; }
   // Median time from a task's dependencies being met to its start, not measured here: see

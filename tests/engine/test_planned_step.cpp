@@ -64,6 +64,7 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   oo.nvme_fraction = c.nvme_fraction;
   oo.store = store;
   oo.key_base = c.planned ? 1000 : 0;
+  oo.staging_slots = c.planned ? 1 : 3;
   auto opt_r = OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
   EXPECT_TRUE(opt_r.ok()) << opt_r.status().to_string();
   OffloadedOptimizer& opt = opt_r.value();

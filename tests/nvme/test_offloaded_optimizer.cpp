@@ -181,9 +181,52 @@ TEST(OffloadedOptimizer, BadOptionsAreConfigErrors) {
       OffloadedOptimizer::create({10, 10}, cpu::CpuAdam(cpu::AdamHyper{}), oo).status().code(),
       ErrorCode::kConfig);
   oo.nvme_fraction = 0.0;
-  oo.staging_slots = 2;
-  EXPECT_EQ(OffloadedOptimizer::create({10}, cpu::CpuAdam(cpu::AdamHyper{}), oo).status().code(),
-            ErrorCode::kConfig);
+  for (int slots : {0, 65}) {
+    oo.staging_slots = slots;
+    EXPECT_EQ(OffloadedOptimizer::create({10}, cpu::CpuAdam(cpu::AdamHyper{}), oo).status().code(),
+              ErrorCode::kConfig);
+  }
+}
+
+// One staging slot serves load()/read_state() and the per-partition calls; the pipelined
+// step() needs three and says so.
+TEST(OffloadedOptimizer, OneSlotStepsPartitionByPartition) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  nvme::SwapStoreOptions so;
+  so.dirs = {dir.path()};
+  so.capacity_bytes = 8ull << 20;
+  auto store = nvme::SwapStore::open(so);
+  ASSERT_TRUE(store.ok());
+  OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = 1.0;
+  oo.store = store->get();
+  oo.staging_slots = 1;
+  auto opt = OffloadedOptimizer::create({1000}, cpu::CpuAdam(cpu::AdamHyper{}), oo);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  std::vector<float> p(1000, 0.5f), g(1000, 0.1f);
+  ASSERT_TRUE(opt->load(0, p.data(), nullptr, nullptr).ok());
+  std::vector<PartitionGrad> pg(1, PartitionGrad{g.data(), DType::kF32, nullptr});
+  EXPECT_EQ(opt->step(pg, cpu::AdamStep{1, 1.0f}).code(), ErrorCode::kConfig);
+  // The same update through read_partition / step_partition / write_partition, against an
+  // in-RAM CpuAdam on the same values.
+  auto staging = cpu::default_pinned_pool().allocate(opt->state_bytes(0));
+  ASSERT_TRUE(staging.ok());
+  ASSERT_TRUE(opt->read_partition(0, staging->data()).wait().ok());
+  ASSERT_TRUE(opt->step_partition(0, staging->data(), pg[0], cpu::AdamStep{1, 1.0f}).ok());
+  ASSERT_TRUE(opt->write_partition(0, staging->data()).wait().ok());
+  std::vector<float> want = p, m(1000, 0.0f), v(1000, 0.0f);
+  ASSERT_TRUE(cpu::CpuAdam(cpu::AdamHyper{})
+                  .step(cpu::AdamBuffers{want.data(), m.data(), v.data(), g.data(), DType::kF32,
+                                         nullptr, DType::kBF16, 1000},
+                        cpu::AdamStep{1, 1.0f})
+                  .ok());
+  std::vector<float> got(1000);
+  ASSERT_TRUE(opt->read_state(0, got.data(), nullptr, nullptr).ok());
+  EXPECT_EQ(got, want);
+  // A RAM partition's call with staging (or an NVMe one's without) is refused.
+  EXPECT_EQ(opt->step_partition(0, nullptr, pg[0], cpu::AdamStep{2, 1.0f}).code(),
+            ErrorCode::kInternal);
 }
 
 }  // namespace
