@@ -32,6 +32,13 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
+  // The staging buffers live in the executor's pinned arena: register it with the swap store
+  // as io_uring fixed buffers (this replaces the store's earlier registration).
+  if (optimizer.store() != nullptr && optimizer.nvme_state_bytes() > 0 &&
+      s->executor_->pinned_arena_bytes() > 0) {
+    STRATA_RETURN_IF_ERROR(optimizer.store()->register_buffers(
+        {nvme::BufferRegion{s->executor_->pinned_arena(), s->executor_->pinned_arena_bytes()}}));
+  }
   return s;
 }
 
@@ -136,19 +143,20 @@ Result<sched::Plan> PlannedStep::build_plan() {
            }));
 
   // cpu: per-block gradient checks, then the norm (block order, as the serial step).
-  std::vector<TaskId> checks;
+  std::vector<TaskId> checks(nb, -1);  // by partition
   for (size_t p = 0; p < nb; ++p) {
     const int64_t b = blocks_[p];
     const BufferId buf = grad16[size_t(b)];
     const int64_t numel = m.block_numel(b);
-    const TaskId t = plan.add("check " + name(b), Lane::kCpu,
-                              [this, b, buf, numel, dt](const TaskContext& c) {
-                                stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
-                                return ok_status();
-                              },
-                              {down[size_t(b)]});
+    const TaskId t = plan.add(
+        "check " + name(b), Lane::kCpu,
+        [this, b, buf, numel, dt](const TaskContext& c) {
+          stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
+          return stats_[size_t(b)].has_nonfinite ? nonfinite_gradient_error(c.step) : ok_status();
+        },
+        {down[size_t(b)]});
     plan.reads(t, buf);
-    checks.push_back(t);
+    checks[p] = t;
   }
   const TaskId norm = plan.add(
       "norm", Lane::kCpu,
@@ -172,7 +180,8 @@ Result<sched::Plan> PlannedStep::build_plan() {
     const int64_t b = blocks_[p];
     const BufferId g = grad16[size_t(b)], u = up[size_t(b)], st = staging[p];
     const int64_t numel = m.block_numel(b);
-    std::vector<TaskId> deps{down[size_t(b)]};
+    // The block's own check first, so a non-finite gradient never reaches its optimizer state.
+    std::vector<TaskId> deps{checks[p]};
     if (read[p] >= 0) deps.push_back(read[p]);
     if (clipping) deps.push_back(norm);
     const TaskId adam = plan.add(
@@ -223,6 +232,8 @@ Result<sched::Plan> PlannedStep::build_plan() {
 }
 
 Result<StepResult> PlannedStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
+  // Checked here: a task's error would leave the executor failed for good.
+  STRATA_RETURN_IF_ERROR(model_.check_batch(tokens, targets));
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());
   step_ = step;

@@ -13,8 +13,10 @@
 // which sums the blocks' partial sums in block order (the serial step's order, so the norm and
 // the clip coefficient have the same bits); the downloads, the checks, the NVMe read-ahead and
 // the uploads still overlap. With clipping off, each block's Adam starts as soon as its
-// gradient is on the host, while backward of the earlier layers still computes; the non-finite
-// check then reports at the end of the step (after the update).
+// gradient is on the host (and its own non-finite check passed), while backward of the earlier
+// layers still computes. A non-finite gradient then stops the step after the blocks checked
+// before it were updated (the serial step updates none); the run ends with that error either
+// way. Any task error leaves the executor failed: every later run() returns it.
 // Results are bit-identical to SerialStep (tests/engine/test_planned_step.cpp). The optimizer's
 // own staging is not used (create it with staging_slots = 1 to save that pinned memory); the
 // plan's pinned arena is registered with the swap store as io_uring fixed buffers.

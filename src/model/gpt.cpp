@@ -169,9 +169,8 @@ Status GptModel::zero_grad() {
   return ok_status();
 }
 
-Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) {
+Status GptModel::check_batch(const int32_t* tokens, const int32_t* targets) const {
   const int64_t n = shape_.batch * shape_.seq;
-  int64_t valid = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab) {
       return make_error(ErrorCode::kConfig, "token ", tokens[i], " at position ", i,
@@ -181,12 +180,20 @@ Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t*
       return make_error(ErrorCode::kConfig, "target ", targets[i], " at position ", i,
                         " is not below vocab=", config_.vocab);
     }
-    if (targets != nullptr && targets[i] >= 0) ++valid;
   }
+  return ok_status();
+}
+
+Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) {
+  STRATA_RETURN_IF_ERROR(check_batch(tokens, targets));
+  const int64_t n = shape_.batch * shape_.seq;
+  int64_t valid = 0;
+  for (int64_t i = 0; targets != nullptr && i < n; ++i) valid += targets[i] >= 0 ? 1 : 0;
   STRATA_RETURN_IF_ERROR(
       s.copy(tokens_.data(), tokens, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice));
   have_targets_ = targets != nullptr;
   valid_targets_ = valid;
+  losses_ready_ = false;
   if (targets == nullptr) return ok_status();
   return s.copy(targets_.data(), targets, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice);
 }
@@ -205,7 +212,7 @@ Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
 }
 
 float GptModel::mean_loss() const {
-  if (!have_targets_ || valid_targets_ == 0) return 0.0f;
+  if (!losses_ready_ || valid_targets_ == 0) return 0.0f;
   double sum = 0.0;  // fixed order on the host
   for (float v : host_losses_) sum += v;
   return static_cast<float>(sum / static_cast<double>(valid_targets_));

@@ -85,6 +85,8 @@ class GptModel {
   // Checks tokens/targets (as forward) and enqueues their upload on `s`. targets may be null
   // (inference). The host arrays must stay valid until `s` has run the copies.
   Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets);
+  // set_batch's checks alone (kConfig naming the position and the value).
+  Status check_batch(const int32_t* tokens, const int32_t* targets) const;
   // Token + position embedding into layer 0's input. `shared`: the shared block's parameters.
   Status embedding_forward(gpu::Stream& s, const void* shared);
   // Layer l's forward, keeping its activations for backward. `params`: layer l's block.
@@ -92,7 +94,8 @@ class GptModel {
   // Final layernorm, logits and (with targets) the cross-entropy; the per-token losses are
   // copied to model-owned host memory, read by mean_loss() once `s` has run the copy.
   Status head_forward(gpu::Stream& s, const void* shared);
-  // Mean loss of the last head_forward with targets (0 when none was valid).
+  // Mean loss of the last head_forward with targets (0 when none was valid, or when the last
+  // set_batch had no targets).
   float mean_loss() const;
   // Gradients of the logits and the final layernorm into `shared_grads`; starts the residual
   // gradient. Needs a head_forward with targets.
@@ -156,6 +159,7 @@ class GptModel {
   int64_t resident_segment_ = -1;  // segment whose layers' activations are in sets_
   bool have_targets_ = false;
   int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch
+  bool losses_ready_ = false;  // head_forward with targets ran since the last set_batch
   std::vector<float> host_losses_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "core/check.h"
 #include "core/log.h"
 
 namespace strata::sched {
@@ -36,10 +37,11 @@ Result<std::unique_ptr<Executor>> Executor::create(gpu::Device& device, Plan pla
   if (!plan.finalized()) {
     return make_error(ErrorCode::kConfig, "Executor::create needs a finalized plan");
   }
-  if (options.cpu_threads < 1 || options.cpu_workers < 1 || options.nvme_workers < 1) {
+  if (options.cpu_threads < 1 || options.cpu_workers < 1 || options.nvme_workers < 1 ||
+      options.cpu_workers > 64 || options.nvme_workers > 64) {
     return make_error(ErrorCode::kConfig, "executor: cpu_threads ", options.cpu_threads,
                       ", cpu_workers ", options.cpu_workers, ", nvme_workers ",
-                      options.nvme_workers, " are not accepted (each >= 1)");
+                      options.nvme_workers, " are not accepted (threads >= 1, workers 1..64)");
   }
   std::unique_ptr<Executor> ex(new Executor(device, std::move(plan), options));
   STRATA_RETURN_IF_ERROR(ex->init());
@@ -107,7 +109,8 @@ Status Executor::init() {
     if (plan_.lane_tasks(lane).empty()) continue;
     auto hl = std::make_unique<HostLane>();
     hl->lane = lane;
-    hl->workers = lane == Lane::kCpu    ? options_.cpu_workers
+    // More cpu workers than arena threads would only queue inside the arena.
+    hl->workers = lane == Lane::kCpu    ? std::min(options_.cpu_workers, options_.cpu_threads)
                   : lane == Lane::kNvme ? options_.nvme_workers
                                         : 1;
     hl->heap.reserve(plan_.lane_tasks(lane).size());
@@ -121,6 +124,12 @@ Status Executor::init() {
     }
   }
   return ok_status();
+}
+
+gpu::Stream& Executor::stream(Lane lane) {
+  STRATA_CHECK(is_stream_lane(lane),
+               "Executor::stream(" << lane_name(lane) << "): not a stream lane");
+  return *streams_[static_cast<int>(lane)];
 }
 
 Executor::~Executor() {

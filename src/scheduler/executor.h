@@ -6,11 +6,14 @@
 // streams are fed ahead and never stepped one kernel at a time. nvme, cpu and comm tasks run on
 // worker threads owned by the executor (cpu tasks inside a bounded oneTBB task_arena); a
 // host-lane task starts when its last dependency completes (a stream task reports completion
-// through a host callback after its event). Ready host tasks start in plan order.
+// through a host callback before its event record). Ready host tasks start in the order
+// Plan::finalize walked them (Plan::order()).
 //
 // Memory: the plan's buffers are placed in one device allocation and one pinned host
 // allocation of the plan's peak per tier, made by create(); replay() allocates nothing on the
-// heap itself (tests/scheduler checks this with a counting operator new).
+// heap itself (tests/scheduler checks this with a counting operator new over the host lanes).
+// The devices' own enqueue paths may: a CpuStream queues a std::function per work item, and
+// CUDA's host callback wraps its function on the heap.
 //
 // Failure: a task that returns an error (or throws) stops the step: nothing new is started,
 // tasks in flight finish, the streams are drained, and replay() returns that Status. The
@@ -44,8 +47,8 @@ namespace strata::sched {
 
 struct ExecutorOptions {
   int cpu_threads = 1;   // threads of the cpu lane's oneTBB arena (the host's share of cores)
-  int cpu_workers = 2;   // cpu-lane tasks that may run at once (they share the arena)
-  int nvme_workers = 4;  // nvme-lane tasks in flight at once
+  int cpu_workers = 2;   // cpu-lane tasks that may run at once (at most cpu_threads; 1..64)
+  int nvme_workers = 4;  // nvme-lane tasks in flight at once (1..64)
   bool trace = true;     // record every task's span (StepTrace)
   cpu::PinnedPool* pool = nullptr;  // pinned tier; default_pinned_pool() when null
 };
@@ -64,7 +67,7 @@ class Executor {
   Status replay();
 
   const Plan& plan() const { return plan_; }
-  gpu::Stream& stream(Lane lane) { return *streams_[static_cast<int>(lane)]; }
+  gpu::Stream& stream(Lane lane);  // stream lanes only
   void* buffer(BufferId id) const { return buffer_ptrs_[static_cast<size_t>(id)]; }
   // The pinned host allocation holding every pinned-tier buffer (to register it for I/O).
   void* pinned_arena() const { return host_arena_.data(); }

@@ -48,14 +48,15 @@ bool Placement::allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& r
   return true;
 }
 
-void Placement::release(int32_t buffer, int32_t task) {
+bool Placement::release(int32_t buffer, int32_t task) {
   for (auto& r : ranges_) {
     if (r.owner == buffer) {
       r.owner = -1;
       r.released_by = task;
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 uint64_t Placement::used_bytes() const {

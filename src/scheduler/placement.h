@@ -22,8 +22,8 @@ class Placement {
   // the limit, growing the arena at its end if needed; appends to `released_by` the tasks that had
   // released the memory it reuses. False (and no change) when it does not fit under the limit.
   bool allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by);
-  // Frees `buffer`'s range; `task` is recorded as its releaser.
-  void release(int32_t buffer, int32_t task);
+  // Frees `buffer`'s range; `task` is recorded as its releaser. False if it is not placed.
+  bool release(int32_t buffer, int32_t task);
 
   uint64_t capacity_bytes() const { return capacity_; }  // the peak so far (arena size)
   uint64_t used_bytes() const;

@@ -41,7 +41,10 @@ TaskId Plan::add(std::string name, Lane lane, TaskFn fn, std::vector<TaskId> dep
 
 void Plan::depend(TaskId task, TaskId on) {
   if (task < 0 || static_cast<size_t>(task) >= tasks_.size()) {
-    if (build_error_.empty()) build_error_ = "depend() on task " + std::to_string(task);
+    if (build_error_.empty()) {
+      build_error_ =
+          "depend(" + std::to_string(task) + ", " + std::to_string(on) + ") names no such task";
+    }
     return;
   }
   tasks_[static_cast<size_t>(task)].deps.push_back(on);
@@ -146,6 +149,31 @@ Status Plan::check_accesses(const std::vector<std::vector<uint64_t>>& ancestors)
       if (!written) {
         return make_error(ErrorCode::kConfig, "plan: task '", t.name, "' reads buffer '", buf.name,
                           "' before any task it depends on writes it");
+      }
+    }
+  }
+  // A release after its acquire, and no two accesses of a buffer unordered when one writes.
+  std::vector<std::vector<std::pair<TaskId, bool>>> accesses(buffers_.size());
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    for (BufferId b : tasks_[i].reads) accesses[size_t(b)].emplace_back(TaskId(i), false);
+    for (BufferId b : tasks_[i].writes) accesses[size_t(b)].emplace_back(TaskId(i), true);
+  }
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const Buffer& buf = buffers_[b];
+    if (buf.acquired_by >= 0 && buf.released_by >= 0 && !before(buf.acquired_by, buf.released_by)) {
+      return make_error(ErrorCode::kConfig, "plan: buffer '", buf.name, "' is released by '",
+                        task(buf.released_by).name, "', which does not depend on '",
+                        task(buf.acquired_by).name, "', which acquires it");
+    }
+    const auto& acc = accesses[b];
+    for (size_t x = 0; x < acc.size(); ++x) {
+      for (size_t y = x + 1; y < acc.size(); ++y) {
+        const auto [tx, wx] = acc[x];
+        const auto [ty, wy] = acc[y];
+        if (tx == ty || !(wx || wy) || before(tx, ty) || before(ty, tx)) continue;
+        return make_error(ErrorCode::kConfig, "plan: tasks '", task(tx).name, "' and '",
+                          task(ty).name, "' both use buffer '", buf.name,
+                          "' and one writes it, but neither depends on the other");
       }
     }
   }
@@ -322,7 +350,9 @@ Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool b
                         budgets.bytes[tier], " bytes; task '", t.name, "' cannot acquire '",
                         buffers_[static_cast<size_t>(want)].name, "' (",
                         buffers_[static_cast<size_t>(want)].bytes, " bytes) while ",
-                        arena[tier].used_bytes(), " bytes are held by ", holders.str());
+                        arena[tier].used_bytes(), " bytes are held by ", holders.str(),
+                        " (placement reads ahead greedily: if another order fits, make the task "
+                        "that should wait depend on the one that should go first)");
     }
     ready.erase(chosen);
     Task& task_ref = tasks_[static_cast<size_t>(chosen)];
@@ -334,7 +364,12 @@ Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool b
         task_ref.memory_deps.push_back(d);
       }
     }
-    for (BufferId b : task_ref.releases) arena[tier_of(b)].release(b, chosen);
+    for (BufferId b : task_ref.releases) {
+      if (!arena[tier_of(b)].release(b, chosen)) {
+        return make_error(ErrorCode::kInternal, "plan: '", task_ref.name, "' releases buffer '",
+                          buffers_[static_cast<size_t>(b)].name, "', which was not placed");
+      }
+    }
     order_.push_back(chosen);
     for (TaskId s : succ[static_cast<size_t>(chosen)]) {
       if (--indeg[static_cast<size_t>(s)] == 0) ready.insert(s);

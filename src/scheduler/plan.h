@@ -13,11 +13,13 @@
 //   - no cycle, counting the implied edges of in-order lanes (a dependency on a later task of
 //     the same in-order lane is a cycle: it could never run);
 //   - every buffer read is written first: a writer (or initially_valid) that is an ancestor of
-//     the reader, and every access of an acquired buffer lies between its acquire and release;
+//     the reader; every access of an acquired buffer lies between its acquire and release; and
+//     two accesses of one buffer, one of them a write, are ordered by dependencies;
 // then places the buffers: tasks are walked in a topological order as eager as the run-time
 // (ready tasks that acquire memory first, read-ahead as far as the budget allows; otherwise by
 // depth in the graph, then plan order); a task whose buffer would not fit its tier's budget is
-// postponed until earlier tasks release memory;
+// postponed until earlier tasks release memory (the walk is greedy and does not backtrack: a plan
+// that fits only if one acquirer waits for another can be refused; a dependency fixes that);
 // a buffer that reuses memory gets a dependency on the task that released it. That bounds any
 // read-ahead by the budget ("memory dependencies"). The peak per tier is computed from the plan
 // alone; a plan that cannot fit is refused (kOutOfMemory) with its peak without a budget, the

@@ -134,6 +134,37 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
 }
 
 #ifndef STRATA_TEST_NVME
+// A bad token is refused before the plan runs, so the step stays usable.
+TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
+  gpu::DeviceOptions o;
+  o.memory_limit_bytes = 64 << 20;
+  auto dev = gpu::create_cpu_device(o);
+  ASSERT_TRUE(dev.ok());
+  model::GptConfig cfg;
+  cfg.vocab = 13;
+  cfg.max_seq = 4;
+  cfg.layers = 1;
+  cfg.heads = 2;
+  cfg.channels = 16;
+  cfg.dtype = DType::kBF16;
+  auto m = model::GptModel::create(*dev.value(), cfg, model::RunShape{1, 4, 0});
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(m.value()->init_params(1).ok());
+  std::vector<int64_t> numel;
+  for (int64_t b : partition_blocks(*m.value())) numel.push_back(m.value()->block_numel(b));
+  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), {});
+  ASSERT_TRUE(opt.ok());
+  auto step = PlannedStep::create(*m.value(), opt.value(), PlannedStepOptions{});
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  const std::vector<int32_t> bad{1, 2, 13, 4}, good{1, 2, 3, 4}, targets{2, 3, 4, 5};
+  const auto r = step.value()->run(bad.data(), targets.data(), 1);
+  ASSERT_EQ(r.status().code(), ErrorCode::kConfig);
+  EXPECT_NE(r.status().message().find("token 13 at position 2"), std::string::npos);
+  const auto ok = step.value()->run(good.data(), targets.data(), 1);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_GT(ok->loss, 0.0f);
+}
+
 TEST(PlannedStep, MatchesTheSerialStepBitForBitInRam) {
   for (DType dt : {DType::kBF16, DType::kF32}) {
     for (float clip : {0.5f, 0.0f}) {

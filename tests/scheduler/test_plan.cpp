@@ -206,6 +206,34 @@ TEST(Plan, UsingABufferOutsideItsLifetimeIsRefused) {
   EXPECT_NE(st.message().find("releases it"), std::string::npos) << st.message();
 }
 
+TEST(Plan, UnorderedWritesAndReadsOfABufferAreRefused) {
+  Plan p;
+  const BufferId b = p.add_buffer("staging", Tier::kPinnedHost, 64);
+  const TaskId w1 = p.add("fill", Lane::kCpu, nop);
+  p.writes(w1, b);
+  const TaskId r = p.add("upload", Lane::kH2D, nop, {w1});
+  p.reads(r, b);
+  const TaskId w2 = p.add("refill", Lane::kCpu, nop, {w1});  // may overwrite during the upload
+  p.writes(w2, b);
+  Status st = p.finalize();
+  ASSERT_EQ(st.code(), ErrorCode::kConfig);
+  EXPECT_NE(st.message().find("'upload' and 'refill'"), std::string::npos) << st.message();
+  p.depend(w2, r);  // refill after the upload: fine
+  EXPECT_TRUE(p.finalize().ok());
+}
+
+TEST(Plan, AReleaseThatMayRunBeforeTheAcquireIsRefused) {
+  Plan p;
+  const BufferId b = p.add_buffer("slot", Tier::kPinnedHost, 64);
+  const TaskId get = p.add("read", Lane::kNvme, nop);
+  p.acquire(get, b);
+  const TaskId put = p.add("write", Lane::kNvme, nop);  // not after the read
+  p.release(put, b);
+  const Status st = p.finalize();
+  ASSERT_EQ(st.code(), ErrorCode::kConfig);
+  EXPECT_NE(st.message().find("released by 'write'"), std::string::npos) << st.message();
+}
+
 TEST(Plan, ManyBuffersOfMixedSizesNeverShareLiveMemory) {
   // Layers of different sizes with read-ahead, a mid-size budget, two tiers.
   Plan p;

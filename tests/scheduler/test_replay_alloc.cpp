@@ -38,30 +38,33 @@ TEST(Replay, AllocatesNothingOnTheHeap) {
   auto dev = gpu::create_cpu_device(o);
   ASSERT_TRUE(dev.ok());
   Plan p;
-  const BufferId buf = p.add_buffer("x", Tier::kPinnedHost, 4096);
+  std::vector<BufferId> bufs;
   std::vector<TaskId> level;
   for (int i = 0; i < 6; ++i) {
+    const BufferId buf = p.add_buffer("x" + std::to_string(i), Tier::kPinnedHost, 4096);
     const TaskId t = p.add("produce" + std::to_string(i), i % 2 ? Lane::kNvme : Lane::kCpu,
                            [=](const TaskContext& c) {
-                             static_cast<float*>(c.buffer(buf))[i] = static_cast<float>(c.step);
+                             *static_cast<float*>(c.buffer(buf)) = static_cast<float>(c.step);
                              return ok_status();
                            });
     p.writes(t, buf);
     level.push_back(t);
+    bufs.push_back(buf);
   }
   const TaskId reduce = p.add(
       "reduce", Lane::kComm,
       [=](const TaskContext& c) {
         float sum = 0;
-        for (int i = 0; i < 6; ++i) sum += static_cast<float*>(c.buffer(buf))[i];
+        for (BufferId b : bufs) sum += *static_cast<float*>(c.buffer(b));
         return sum == 6.0f * static_cast<float>(c.step)
                    ? ok_status()
                    : make_error(ErrorCode::kInternal, "wrong sum ", sum);
       },
       level);
-  p.reads(reduce, buf);
+  for (BufferId b : bufs) p.reads(reduce, b);
   p.add("after", Lane::kCpu, [](const TaskContext&) { return ok_status(); }, {reduce});
-  ASSERT_TRUE(p.finalize().ok());
+  const Status planned = p.finalize();
+  ASSERT_TRUE(planned.ok()) << planned.to_string();
   auto ex = Executor::create(*dev.value(), std::move(p));
   ASSERT_TRUE(ex.ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(ex.value()->replay().ok());  // warm-up
