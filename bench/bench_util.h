@@ -3,7 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
 #include <vector>
+
+#include "core/status.h"
 
 namespace strata::bench {
 
@@ -19,6 +24,20 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// For benchmarks that cannot go on after an error: print "NAME: error" and exit 1.
+[[noreturn]] inline void die(const char* name, const Status& st) {
+  std::fprintf(stderr, "%s: %s\n", name, st.to_string().c_str());
+  std::exit(1);
+}
+inline void check(const char* name, const Status& st) {
+  if (!st.ok()) die(name, st);
+}
+template <typename T>
+T check(const char* name, Result<T> r) {
+  if (!r.ok()) die(name, r.status());
+  return std::move(r).value();
 }
 
 }  // namespace strata::bench

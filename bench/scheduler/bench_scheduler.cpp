@@ -23,18 +23,11 @@ using bench::seconds_since;
 
 namespace {
 
-[[noreturn]] void die(const Status& st) {
-  std::fprintf(stderr, "bench_scheduler: %s\n", st.to_string().c_str());
-  std::exit(1);
-}
 template <typename T>
 T check(Result<T> r) {
-  if (!r.ok()) die(r.status());
-  return std::move(r).value();
+  return bench::check("bench_scheduler", std::move(r));
 }
-void check(const Status& st) {
-  if (!st.ok()) die(st);
-}
+void check(const Status& st) { bench::check("bench_scheduler", st); }
 
 struct Pipeline {
   int layers = 16;

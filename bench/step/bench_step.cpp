@@ -31,23 +31,27 @@ using bench::seconds_since;
 
 namespace {
 
-[[noreturn]] void die(const Status& st) {
-  std::fprintf(stderr, "bench_step: %s\n", st.to_string().c_str());
-  std::exit(1);
-}
 template <typename T>
 T check(Result<T> r) {
-  if (!r.ok()) die(r.status());
-  return std::move(r).value();
+  return bench::check("bench_step", std::move(r));
 }
-void check(const Status& st) {
-  if (!st.ok()) die(st);
-}
+void check(const Status& st) { bench::check("bench_step", st); }
 
 struct Shape {
   int64_t layers = 8, channels = 384, heads = 6, batch = 1, seq = 8;
   float grad_clip = 0.0f;
 };
+
+model::GptConfig gpt_config(const Shape& s) {
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = s.seq;
+  cfg.layers = s.layers;
+  cfg.heads = s.heads;
+  cfg.channels = s.channels;
+  cfg.dtype = DType::kBF16;
+  return cfg;
+}
 
 // One model + optimizer + step of either kind.
 struct Stack {
@@ -67,13 +71,7 @@ Stack make_stack(const Shape& s, bool planned, double nvme_fraction, nvme::SwapS
   o.threads = 1;
   o.memory_limit_bytes = size_t{4} << 30;
   st.dev = check(gpu::create_cpu_device(o));
-  model::GptConfig cfg;
-  cfg.vocab = model::AdditionTask::kVocab;
-  cfg.max_seq = s.seq;
-  cfg.layers = s.layers;
-  cfg.heads = s.heads;
-  cfg.channels = s.channels;
-  cfg.dtype = DType::kBF16;
+  const model::GptConfig cfg = gpt_config(s);
   st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0}));
   check(st.model->init_params(5));
   const auto blocks = engine::partition_blocks(*st.model);
@@ -208,12 +206,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quick) repeats = std::min(repeats, 3);
 
-  model::GptConfig cfg;
-  cfg.vocab = model::AdditionTask::kVocab;
-  cfg.max_seq = s.seq;
-  cfg.layers = s.layers;
-  cfg.heads = s.heads;
-  cfg.channels = s.channels;
+  const model::GptConfig cfg = gpt_config(s);
   std::printf(
       "GPT L=%lld C=%lld NH=%lld, %lld params, B=%lld T=%lld bf16, clip %g; CpuDevice 1 "
       "thread, host lane 1 thread\n",

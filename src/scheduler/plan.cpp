@@ -93,6 +93,18 @@ void Plan::for_each_predecessor(TaskId task, const std::function<void(TaskId)>& 
   }
 }
 
+void Plan::successors(std::vector<std::vector<TaskId>>& succ, std::vector<int>& indeg) const {
+  const size_t n = tasks_.size();
+  succ.assign(n, {});
+  indeg.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for_each_predecessor(static_cast<TaskId>(i), [&](TaskId p) {
+      succ[static_cast<size_t>(p)].push_back(static_cast<TaskId>(i));
+      ++indeg[i];
+    });
+  }
+}
+
 Status Plan::check_structure() const {
   if (!build_error_.empty()) return make_error(ErrorCode::kConfig, "plan: ", build_error_);
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -195,14 +207,9 @@ Status Plan::finalize(const Budgets& budgets) {
     lane_tasks_[lane].push_back(static_cast<TaskId>(i));
   }
   for (auto& t : tasks_) t.memory_deps.clear();
-  std::vector<std::vector<TaskId>> succ(n);
-  std::vector<int> indeg(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    for_each_predecessor(static_cast<TaskId>(i), [&](TaskId p) {
-      succ[static_cast<size_t>(p)].push_back(static_cast<TaskId>(i));
-      ++indeg[i];
-    });
-  }
+  std::vector<std::vector<TaskId>> succ;
+  std::vector<int> indeg;
+  successors(succ, indeg);
   std::vector<TaskId> topo;
   std::set<TaskId> ready;
   for (size_t i = 0; i < n; ++i) {
@@ -275,14 +282,9 @@ Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool b
                         " bytes does not fit; ", arena[tier].used_bytes(), " bytes placed)");
     }
   }
-  std::vector<std::vector<TaskId>> succ(n);
-  std::vector<int> indeg(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    for_each_predecessor(static_cast<TaskId>(i), [&](TaskId p) {
-      succ[static_cast<size_t>(p)].push_back(static_cast<TaskId>(i));
-      ++indeg[i];
-    });
-  }
+  std::vector<std::vector<TaskId>> succ;
+  std::vector<int> indeg;
+  successors(succ, indeg);
   // Ready tasks by (level, plan order).
   auto earlier = [&](TaskId a, TaskId b) {
     return level[size_t(a)] != level[size_t(b)] ? level[size_t(a)] < level[size_t(b)] : a < b;

@@ -108,6 +108,8 @@ class Plan {
   void for_each_predecessor(TaskId task, const std::function<void(TaskId)>& fn) const;
 
  private:
+  // Successor lists and in-degrees over every predecessor relation (for_each_predecessor).
+  void successors(std::vector<std::vector<TaskId>>& succ, std::vector<int>& indeg) const;
   Status check_structure() const;
   Status check_accesses(const std::vector<std::vector<uint64_t>>& ancestors) const;
   Status place(const Budgets& budgets, const std::vector<int>& level, bool bounded);
