@@ -1,7 +1,8 @@
 // PlannedStep against SerialStep: 50 training steps of a small GPT on the synthetic addition task
 // (checkpointing on, so recompute tasks run), the same losses, gradient norms and parameters,
-// bit for bit, on the CpuDevice: bf16 and fp32, clipping on (and active) and off, optimizer state
-// in host RAM (label unit) or half of it on NVMe (test_planned_step_nvme, label nvme).
+// bit for bit: bf16 and fp32, clipping on (and active) and off, optimizer state in host RAM
+// (test_planned_step on the CpuDevice, label unit; test_planned_step_gpu on a CUDA GPU, label
+// gpu, skipped without one) or half of it on NVMe (test_planned_step_nvme, label nvme).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,9 +15,19 @@
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"
+#include "tested_device.h"
 
 namespace strata::engine {
 namespace {
+
+// The device under test (tests/gpu/tested_device.h): the CpuDevice with one kernel thread, or a
+// CUDA GPU in the gpu variant; null (with the reason) when there is none.
+std::unique_ptr<gpu::Device> open_device(std::string& why) {
+  gpu::DeviceOptions o;
+  o.memory_limit_bytes = 256 << 20;
+  o.threads = 1;
+  return gpu::test::open_tested_device(o, why);
+}
 
 struct Case {
   bool planned = false;
@@ -35,12 +46,13 @@ constexpr int kSteps = 50;
 
 TrainRun train(const Case& c, nvme::SwapStore* store) {
   TrainRun run;
-  gpu::DeviceOptions o;
-  o.memory_limit_bytes = 256 << 20;
-  o.threads = 1;
-  auto dev_r = gpu::create_cpu_device(o);
-  EXPECT_TRUE(dev_r.ok());
-  auto& dev = *dev_r.value();
+  std::string why;
+  auto dev_r = open_device(why);
+  if (!dev_r) {
+    ADD_FAILURE() << why;
+    return run;
+  }
+  auto& dev = *dev_r;
   auto task = model::AdditionTask::create(2, 10).value();
   model::GptConfig cfg;
   cfg.vocab = model::AdditionTask::kVocab;
@@ -136,10 +148,9 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
 #ifndef STRATA_TEST_NVME
 // A bad token is refused before the plan runs, so the step stays usable.
 TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
-  gpu::DeviceOptions o;
-  o.memory_limit_bytes = 64 << 20;
-  auto dev = gpu::create_cpu_device(o);
-  ASSERT_TRUE(dev.ok());
+  std::string why;
+  auto dev = open_device(why);
+  if (!dev) GTEST_SKIP() << why;
   model::GptConfig cfg;
   cfg.vocab = 13;
   cfg.max_seq = 4;
@@ -147,7 +158,7 @@ TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
   cfg.heads = 2;
   cfg.channels = 16;
   cfg.dtype = DType::kBF16;
-  auto m = model::GptModel::create(*dev.value(), cfg, model::RunShape{1, 4, 0});
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{1, 4, 0});
   ASSERT_TRUE(m.ok());
   ASSERT_TRUE(m.value()->init_params(1).ok());
   std::vector<int64_t> numel;
@@ -166,6 +177,8 @@ TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
 }
 
 TEST(PlannedStep, MatchesTheSerialStepBitForBitInRam) {
+  std::string why;
+  if (!open_device(why)) GTEST_SKIP() << why;
   for (DType dt : {DType::kBF16, DType::kF32}) {
     for (float clip : {0.5f, 0.0f}) {
       Case c;
