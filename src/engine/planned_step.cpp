@@ -152,7 +152,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
         "check " + name(b), Lane::kCpu,
         [this, b, buf, numel, dt](const TaskContext& c) {
           stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
-          return stats_[size_t(b)].has_nonfinite ? nonfinite_gradient_error(c.step) : ok_status();
+          return stats_[size_t(b)].has_nonfinite ? nonfinite_gradient_error(step_) : ok_status();
         },
         {down[size_t(b)]});
     plan.reads(t, buf);
@@ -160,7 +160,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
   }
   const TaskId norm = plan.add(
       "norm", Lane::kCpu,
-      [this](const TaskContext& c) {
+      [this](const TaskContext&) {
         double sum = 0.0;
         bool finite = true;
         for (const cpu::GradStats& s : stats_) {
@@ -170,7 +170,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
         norm_ = std::sqrt(sum);
         finite_ = finite;
         clip_ = clip_coefficient(options_.step.grad_clip, norm_);
-        return finite ? ok_status() : nonfinite_gradient_error(c.step);
+        return finite ? ok_status() : nonfinite_gradient_error(step_);
       },
       checks);
   const bool clipping = options_.step.grad_clip > 0.0f;
@@ -233,6 +233,9 @@ Result<sched::Plan> PlannedStep::build_plan() {
 
 Result<StepResult> PlannedStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
   // Checked here: a task's error would leave the executor failed for good.
+  if (tokens == nullptr || targets == nullptr) {
+    return make_error(ErrorCode::kConfig, "PlannedStep::run needs tokens and targets");
+  }
   STRATA_RETURN_IF_ERROR(model_.check_batch(tokens, targets));
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());

@@ -74,8 +74,6 @@ class Executor {
   size_t pinned_arena_bytes() const { return host_arena_.mapped_bytes(); }
   const StepTrace& last_trace() const { return trace_; }
   int64_t steps() const { return step_; }
-  // Median time from a task's dependencies being met to its start, not measured here: see
-  // bench/scheduler for the dispatch overhead per task.
 
  private:
   struct HostLane;
