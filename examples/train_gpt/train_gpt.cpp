@@ -313,6 +313,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(step), loss, norm, f.lr, ms, B * T / (ms / 1e3));
     }
     if (eval) {
+      // With clipping, the planned step applies a step's update in the next one: apply it now.
+      if (planned) {
+        if (Status st = planned->flush(); !st.ok()) return fail(st);
+      }
       auto acc = evaluate();
       if (!acc.ok()) return fail(acc.status());
       acc_token = acc->token;

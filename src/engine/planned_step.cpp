@@ -29,6 +29,7 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   s->tokens_.assign(rows, 0);
   s->targets_.assign(rows, 0);
   s->stats_.assign(s->blocks_.size(), cpu::GradStats{});
+  s->rotate_ = options.step.grad_clip > 0.0f;
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -58,13 +59,23 @@ Result<sched::Plan> PlannedStep::build_plan() {
   };
   auto bytes_of = [&](int64_t b) { return static_cast<size_t>(m.block_numel(b)) * es; };
   sched::Plan plan;
+  // With clipping, the update of step n waits for step n's norm, that is for the whole backward:
+  // the plan then rotates, and runs that update at the start of the next run(), overlapping the
+  // forward of step n+1 (whose layer l waits for block l's new parameters).
+  const bool clipping = options_.step.grad_clip > 0.0f;
+  const bool rotate = rotate_;
+  // The order the optimizer visits the partitions: backward order without rotation (gradients
+  // arrive that way), forward order with it (the next forward needs them that way).
+  std::vector<size_t> visit(nb);
+  for (size_t k = 0; k < nb; ++k) visit[k] = rotate ? nb - 1 - k : k;
 
   // Pinned host buffers: each block's gradient (down) and new parameters (up), whole step.
   std::vector<BufferId> grad16(nb), up(nb);
   uint64_t pinned = 0;
   for (size_t b = 0; b < nb; ++b) {
-    grad16[b] =
-        plan.add_buffer("grad " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)));
+    // Rotated, the update at the start reads the previous step's gradients.
+    grad16[b] = plan.add_buffer("grad " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)),
+                                /*initially_valid=*/rotate);
     up[b] = plan.add_buffer("params " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)));
     pinned += 2 * round_page(bytes_of(int64_t(b)));
   }
@@ -73,12 +84,13 @@ Result<sched::Plan> PlannedStep::build_plan() {
   std::vector<BufferId> staging(nb, -1);
   std::vector<TaskId> read(nb, -1);
   uint64_t slot_bytes = 0;
-  for (size_t p = 0; p < nb; ++p) {
+  for (size_t p : visit) {
     if (!opt_.on_nvme(p)) continue;
     const std::string n = name(blocks_[p]);
     staging[p] = plan.add_buffer("state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
     const BufferId buf = staging[p];
     read[p] = plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
+      if (update_step_ == 0) return ok_status();  // nothing to update in this run
       return opt_.read_partition(p, c.buffer(buf)).wait();
     });
     plan.acquire(read[p], buf);
@@ -88,8 +100,9 @@ Result<sched::Plan> PlannedStep::build_plan() {
 
   // Compute: the model's entry points, one task per layer.
   auto compute = [&](std::string task_name, auto fn) {
-    return plan.add(std::move(task_name), Lane::kCompute,
-                    [fn](const TaskContext& c) { return fn(*c.stream); });
+    return plan.add(std::move(task_name), Lane::kCompute, [this, fn](const TaskContext& c) {
+      return flushing_ ? ok_status() : fn(*c.stream);
+    });
   };
   compute("zero grads", [&m](gpu::Stream& s) -> Status {
     for (int64_t b = 0; b < m.num_blocks(); ++b) {
@@ -101,11 +114,14 @@ Result<sched::Plan> PlannedStep::build_plan() {
   });
   compute("set batch",
           [this](gpu::Stream& s) { return model_.set_batch(s, tokens_.data(), targets_.data()); });
-  compute("embedding forward",
-          [&m, layers](gpu::Stream& s) { return m.embedding_forward(s, m.param_block(layers)); });
+  std::vector<TaskId> forward(nb, -1);  // by block: the first task that reads its parameters
+  forward[size_t(layers)] = compute("embedding forward", [&m, layers](gpu::Stream& s) {
+    return m.embedding_forward(s, m.param_block(layers));
+  });
   for (int64_t l = 0; l < layers; ++l) {
-    compute("forward " + std::to_string(l),
-            [&m, l](gpu::Stream& s) { return m.layer_forward(s, l, m.param_block(l)); });
+    forward[size_t(l)] = compute("forward " + std::to_string(l), [&m, l](gpu::Stream& s) {
+      return m.layer_forward(s, l, m.param_block(l));
+    });
   }
   compute("head forward",
           [&m, layers](gpu::Stream& s) { return m.head_forward(s, m.param_block(layers)); });
@@ -117,7 +133,8 @@ Result<sched::Plan> PlannedStep::build_plan() {
     const BufferId buf = grad16[size_t(b)];
     const size_t bytes = bytes_of(b);
     down[size_t(b)] = plan.add("grads down " + name(b), Lane::kD2H,
-                               [&m, b, buf, bytes](const TaskContext& c) {
+                               [this, &m, b, buf, bytes](const TaskContext& c) {
+                                 if (flushing_) return ok_status();
                                  return c.stream->copy(c.buffer(buf), m.grad_block(b), bytes,
                                                        gpu::CopyKind::kDeviceToHost);
                                },
@@ -151,6 +168,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
     const TaskId t = plan.add(
         "check " + name(b), Lane::kCpu,
         [this, b, buf, numel, dt](const TaskContext& c) {
+          if (flushing_) return ok_status();
           stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
           return stats_[size_t(b)].has_nonfinite ? nonfinite_gradient_error(step_) : ok_status();
         },
@@ -161,6 +179,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
   const TaskId norm = plan.add(
       "norm", Lane::kCpu,
       [this](const TaskContext&) {
+        if (flushing_) return ok_status();
         double sum = 0.0;
         bool finite = true;
         for (const cpu::GradStats& s : stats_) {
@@ -173,29 +192,32 @@ Result<sched::Plan> PlannedStep::build_plan() {
         return finite ? ok_status() : nonfinite_gradient_error(step_);
       },
       checks);
-  const bool clipping = options_.step.grad_clip > 0.0f;
-
   // cpu: Adam per partition; h2d: the new parameters up; nvme: the state written behind.
-  for (size_t p = 0; p < nb; ++p) {
+  for (size_t p : visit) {
     const int64_t b = blocks_[p];
     const BufferId g = grad16[size_t(b)], u = up[size_t(b)], st = staging[p];
     const int64_t numel = m.block_numel(b);
-    // The block's own check first, so a non-finite gradient never reaches its optimizer state.
-    std::vector<TaskId> deps{checks[p]};
+    // The block's own check first, so a non-finite gradient never reaches its optimizer state
+    // (rotated, the previous run's checks and norm passed before this run could start).
+    std::vector<TaskId> deps;
+    if (!rotate) deps.push_back(checks[p]);
     if (read[p] >= 0) deps.push_back(read[p]);
-    if (clipping) deps.push_back(norm);
+    if (clipping && !rotate) deps.push_back(norm);
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
-        [this, p, g, u, st, numel, dt, clipping](const TaskContext& c) -> Status {
+        [this, p, g, u, st, numel, dt, clipping, rotate](const TaskContext& c) -> Status {
+          const int64_t step = rotate ? update_step_ : step_;
+          if (step == 0) return ok_status();  // rotated, and nothing to update in this run
           void* state = st >= 0 ? c.buffer(st) : nullptr;
           // Without clipping the norm task runs beside this one: do not touch its result.
+          // Rotated, clip_ is the previous run's (this run's norm waits for this update).
           const float clip = clipping ? clip_ : 1.0f;
           PartitionGrad pg;
           pg.grads = c.buffer(g);
           pg.grad_dtype = dt;
           pg.out16 = dt == DType::kF32 ? nullptr : c.buffer(u);
           pg.out_dtype = dt;
-          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step_, clip}));
+          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step, clip}));
           if (dt == DType::kF32) {
             std::memcpy(c.buffer(u), opt_.master_params(p, state), static_cast<size_t>(numel) * 4);
           }
@@ -206,17 +228,20 @@ Result<sched::Plan> PlannedStep::build_plan() {
     plan.writes(adam, u);
     const size_t bytes = bytes_of(b);
     const TaskId upload = plan.add("params up " + name(b), Lane::kH2D,
-                                   [&m, b, u, bytes](const TaskContext& c) {
+                                   [this, &m, b, u, bytes, rotate](const TaskContext& c) {
+                                     if (rotate && update_step_ == 0) return ok_status();
                                      return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
                                                            gpu::CopyKind::kHostToDevice);
                                    },
                                    {adam});
     plan.reads(upload, u);
+    if (rotate) plan.depend(forward[size_t(b)], upload);
     if (st >= 0) {
       plan.reads(adam, st);
       plan.writes(adam, st);
       const TaskId write = plan.add("write state " + name(b), Lane::kNvme,
                                     [this, p, st](const TaskContext& c) {
+                                      if (update_step_ == 0) return ok_status();
                                       return opt_.write_partition(p, c.buffer(st)).wait();
                                     },
                                     {adam});
@@ -240,8 +265,22 @@ Result<StepResult> PlannedStep::run(const int32_t* tokens, const int32_t* target
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());
   step_ = step;
+  update_step_ = rotate_ ? pending_ : step;
+  flushing_ = false;
   STRATA_RETURN_IF_ERROR(executor_->replay());
+  if (rotate_) pending_ = step;
   return StepResult{model_.mean_loss(), norm_};
+}
+
+Status PlannedStep::flush() {
+  if (pending_ == 0) return ok_status();
+  update_step_ = pending_;
+  flushing_ = true;
+  const Status st = executor_->replay();
+  flushing_ = false;
+  STRATA_RETURN_IF_ERROR(st);
+  pending_ = 0;
+  return ok_status();
 }
 
 }  // namespace strata::engine

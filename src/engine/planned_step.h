@@ -9,10 +9,14 @@
 //   nvme     for NVMe partitions: the state is read into a pinned staging buffer from the start
 //            of the step (read-ahead bounded by the staging budget: `staging_slots` buffers of
 //            the largest NVMe partition), and written back behind the Adam.
-// Global-norm clipping stays exact: with --grad-clip > 0 every Adam waits for the norm task,
-// which sums the blocks' partial sums in block order (the serial step's order, so the norm and
-// the clip coefficient have the same bits); the downloads, the checks, the NVMe read-ahead and
-// the uploads still overlap. With clipping off, each block's Adam starts as soon as its
+// Global-norm clipping stays exact: with --grad-clip > 0 the update of step n waits for the norm
+// task, which sums the blocks' partial sums in block order (the serial step's order, so the norm
+// and the clip coefficient have the same bits), that is for the whole backward. The plan is then
+// rotated: run(n) ends with step n's backward, checks and norm, and its update (Adam in forward
+// order, NVMe state read ahead, parameters up) runs at the start of run(n+1), where forward of
+// layer l waits only for block l's new parameters. No step ever sees stale parameters; the
+// device holds step n's update only after the next run() or flush(). With clipping off, each
+// block's Adam starts as soon as its
 // gradient is on the host (and its own non-finite check passed), while backward of the earlier
 // layers still computes. A non-finite gradient then stops the step after the blocks checked
 // before it were updated (the serial step updates none); the run ends with that error either
@@ -46,7 +50,11 @@ class PlannedStep {
                                                      OffloadedOptimizer& optimizer,
                                                      const PlannedStepOptions& options);
   // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
+  // With clipping, the update of this step is applied by the next run() or flush().
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+  // Applies a pending update (clipping on), so that the model's parameters and the optimizer
+  // state are those after the last run(): call it before evaluating, saving or reading them.
+  Status flush();
 
   const sched::Executor& executor() const { return *executor_; }
 
@@ -61,9 +69,13 @@ class PlannedStep {
   PlannedStepOptions options_;
   std::vector<int64_t> blocks_;  // partition -> block
   std::unique_ptr<sched::Executor> executor_;
-  // Written by run() before a replay, read by its tasks.
+  // Written by run()/flush() before a replay, read by its tasks.
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
+  int64_t update_step_ = 0;  // the step whose update this replay applies (0: none)
+  int64_t pending_ = 0;      // rotated: the step whose update has not run yet (0: none)
+  bool rotate_ = false;      // clipping on: updates run at the start of the next replay
+  bool flushing_ = false;    // a flush(): only the pending update runs
   // Written by tasks, ordered by their dependencies.
   std::vector<cpu::GradStats> stats_;  // by block
   float clip_ = 1.0f;

@@ -117,6 +117,11 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     run.losses.push_back(r->loss);
     run.norms.push_back(r->grad_norm);
   }
+  if (planned) {
+    const Status st = planned->flush();  // the last step's update (clipping on)
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(planned->flush().ok());  // nothing left: a no-op
+  }
   for (int64_t b = 0; b < m.num_blocks(); ++b) {
     std::vector<float> p(static_cast<size_t>(m.block_numel(b)));
     EXPECT_TRUE(m.download_params(b, p.data()).ok());
