@@ -139,10 +139,8 @@ bool can_stream(const void* out16) { return reinterpret_cast<uintptr_t>(out16) %
 
 CpuAdam::CpuAdam(AdamHyper hyper, CpuAdamOptions options) : hyper_(hyper), options_(options) {}
 
-Status CpuAdam::step(const AdamBuffers& buffers, const AdamStep& step) const {
-  STRATA_RETURN_IF_ERROR(check_options(options_));
+Result<AdamConstants> CpuAdam::constants(const AdamStep& step) const {
   STRATA_RETURN_IF_ERROR(check_hyper(hyper_));
-  STRATA_RETURN_IF_ERROR(check_buffers(buffers));
   if (hyper_.bias_correction && step.step < 1) {
     return make_error(ErrorCode::kConfig, "Adam step ", step.step,
                       " is not accepted with bias correction (use step >= 1)");
@@ -151,8 +149,6 @@ Status CpuAdam::step(const AdamBuffers& buffers, const AdamStep& step) const {
     return make_error(ErrorCode::kConfig, "Adam grad_scale ", step.grad_scale,
                       " is not accepted (use a finite value)");
   }
-  if (buffers.numel == 0) return ok_status();
-
   const AdamHyper& h = hyper_;
   const double b1 = h.beta1;
   const double b2 = h.beta2;
@@ -162,9 +158,9 @@ Status CpuAdam::step(const AdamBuffers& buffers, const AdamStep& step) const {
     bc1 = 1.0 - std::pow(b1, static_cast<double>(step.step));
     bc2 = 1.0 - std::pow(b2, static_cast<double>(step.step));
   }
-  const bool l2 = h.mode == AdamMode::kAdam && h.weight_decay != 0.0f;
-  const bool decoupled = h.mode == AdamMode::kAdamW && h.weight_decay != 0.0f;
-  detail::AdamConsts k{};
+  AdamConstants k;
+  k.l2_decay = h.mode == AdamMode::kAdam && h.weight_decay != 0.0f;
+  k.decoupled_decay = h.mode == AdamMode::kAdamW && h.weight_decay != 0.0f;
   k.grad_scale = step.grad_scale;
   k.beta1 = h.beta1;
   k.one_minus_beta1 = static_cast<float>(1.0 - b1);
@@ -173,9 +169,23 @@ Status CpuAdam::step(const AdamBuffers& buffers, const AdamStep& step) const {
   k.neg_step_size = static_cast<float>(-static_cast<double>(h.lr) / bc1);
   k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   k.eps = h.eps;
-  k.l2 = l2 ? h.weight_decay : 0.0f;
-  k.decay = decoupled ? static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay) : 1.0f;
+  k.l2 = k.l2_decay ? h.weight_decay : 0.0f;
+  k.decay = k.decoupled_decay ? static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay)
+                              : 1.0f;
+  return k;
+}
 
+Status CpuAdam::step(const AdamBuffers& buffers, const AdamStep& step) const {
+  STRATA_ASSIGN_OR_RETURN(const AdamConstants k, constants(step));
+  return update(buffers, k);
+}
+
+Status CpuAdam::update(const AdamBuffers& buffers, const AdamConstants& k) const {
+  STRATA_RETURN_IF_ERROR(check_options(options_));
+  STRATA_RETURN_IF_ERROR(check_buffers(buffers));
+  if (buffers.numel == 0) return ok_status();
+  const bool l2 = k.l2_decay;
+  const bool decoupled = k.decoupled_decay;
   const OutKind out = out_kind(buffers.out16, buffers.out_dtype);
   const detail::AdamChunkFn fn = adam_kernel(options_.isa, buffers.grad_dtype, out, l2, decoupled);
   STRATA_CHECK(fn != nullptr);

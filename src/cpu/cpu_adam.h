@@ -70,6 +70,24 @@ struct AdamStep {
   float grad_scale = 1.0f;  // multiplier on every gradient (loss-scale unscale x clip coefficient)
 };
 
+// The per-call constants of one step, computed once in double and rounded to float once: every
+// implementation of the update applies exactly these per element (the SIMD paths here, the
+// device kernels of gpu::Kernels::adam_step).
+struct AdamConstants {
+  float grad_scale = 1.0f;       // multiplier on every gradient
+  float beta1 = 0.0f;            // b1
+  float one_minus_beta1 = 0.0f;  // 1 - b1
+  float beta2 = 0.0f;            // b2
+  float one_minus_beta2 = 0.0f;  // 1 - b2
+  float neg_step_size = 0.0f;    // -lr / (1 - b1^t)     (-lr without bias correction)
+  float inv_sqrt_bc2 = 1.0f;     // 1 / sqrt(1 - b2^t)   (1 without bias correction)
+  float eps = 0.0f;
+  float l2 = 0.0f;        // Adam: weight decay added to the gradient (g += l2 * p); 0 for AdamW
+  float decay = 1.0f;     // AdamW: 1 - lr * weight_decay (p *= decay); 1 for Adam
+  bool l2_decay = false;  // apply l2 (Adam with weight decay)
+  bool decoupled_decay = false;  // apply decay (AdamW with weight decay)
+};
+
 struct CpuAdamOptions {
   Isa isa = detect_isa();
   int64_t chunk_numel = 1 << 16;  // fixed work unit (a multiple of 64)
@@ -88,7 +106,12 @@ class CpuAdam {
 
   // Validates the buffers (non-null where numel > 0, out_dtype 16-bit), the hyper-parameters,
   // the step and the options (chunk size, ISA supported by this CPU), then updates the buffers.
+  // The same as update(buffers, constants(step)).
   Status step(const AdamBuffers& buffers, const AdamStep& step) const;
+  // The constants of `step` (validating the hyper-parameters and the step).
+  Result<AdamConstants> constants(const AdamStep& step) const;
+  // Updates the buffers with given constants (validating the buffers and the options).
+  Status update(const AdamBuffers& buffers, const AdamConstants& k) const;
 
  private:
   AdamHyper hyper_;

@@ -7,22 +7,11 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "cpu/cpu_adam.h"
 
 namespace strata::cpu::detail {
 
-// Per-call constants, computed once in double on the host and rounded to float once.
-struct AdamConsts {
-  float grad_scale;       // multiplier on every gradient
-  float beta1;            // b1
-  float one_minus_beta1;  // 1 - b1
-  float beta2;            // b2
-  float one_minus_beta2;  // 1 - b2
-  float neg_step_size;    // -lr / (1 - b1^t)     (-lr without bias correction)
-  float inv_sqrt_bc2;     // 1 / sqrt(1 - b2^t)   (1 without bias correction)
-  float eps;
-  float l2;     // Adam: weight decay added to the gradient (g += l2 * p); 0 for AdamW
-  float decay;  // AdamW: 1 - lr * weight_decay (p *= decay); 1 for Adam
-};
+using AdamConsts = AdamConstants;
 
 enum class OutKind : int { kNone = 0, kF16 = 1, kBF16 = 2 };
 

@@ -107,6 +107,25 @@ Status CpuKernels::launch(Stream& s, const char* op, std::function<Status(CpuStr
   return ok_status();
 }
 
+Status CpuKernels::adam_step(Stream& s, const AdamArgs& a) {
+  if (a.numel < 0) return make_error(ErrorCode::kConfig, "adam_step: numel ", a.numel, " < 0");
+  if (a.numel == 0) return ok_status();
+  cpu::AdamBuffers b{a.params,     a.exp_avg, a.exp_avg_sq, a.grads,
+                     a.grad_dtype, a.out16,   a.out_dtype,  a.numel};
+  const cpu::CpuAdam adam(cpu::AdamHyper{});  // update() uses only the constants given
+  // The same checks as at run time, so that bad arguments are refused when enqueued.
+  STRATA_RETURN_IF_ERROR(adam.update(cpu::AdamBuffers{b.params, b.exp_avg, b.exp_avg_sq, b.grads,
+                                                      b.grad_dtype, b.out16, b.out_dtype, 0},
+                                     a.constants)
+                             .with_context("adam_step"));
+  for (const void* p : {static_cast<const void*>(a.params), static_cast<const void*>(a.exp_avg),
+                        static_cast<const void*>(a.exp_avg_sq), a.grads}) {
+    STRATA_RETURN_IF_ERROR(check_pointer("adam_step", "buffer", p));
+  }
+  const cpu::AdamConstants k = a.constants;
+  return launch(s, "adam_step", [adam, b, k](CpuStream&) { return adam.update(b, k); });
+}
+
 Status CpuKernels::add(Stream& s, void* out, const void* a, const void* b, int64_t n, DType dtype) {
   STRATA_RETURN_IF_ERROR(check_dtype("add", dtype));
   if (n == 0) return ok_status();

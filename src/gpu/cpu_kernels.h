@@ -66,6 +66,11 @@ class CpuKernels final : public Kernels {
   // can run nested on their thread while they hold it).
   Status launch(Stream& s, const char* op, std::function<Status(CpuStream&)> body);
 
+ public:
+  // The CPU Adam's own SIMD update (cpu/cpu_adam.h) on the device's arena.
+  Status adam_step(Stream& s, const AdamArgs& args) override;
+
+ private:
   CpuDevice* device_;
 };
 

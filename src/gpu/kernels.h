@@ -16,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "cpu/cpu_adam.h"
 #include "gpu/device.h"
 
 namespace strata::gpu {
@@ -36,6 +37,19 @@ struct MatmulArgs {
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+};
+
+// One Adam step over `numel` elements of device memory (Kernels::adam_step).
+struct AdamArgs {
+  float* params = nullptr;      // fp32, updated in place
+  float* exp_avg = nullptr;     // fp32 m
+  float* exp_avg_sq = nullptr;  // fp32 v
+  const void* grads = nullptr;
+  DType grad_dtype = DType::kF32;
+  void* out16 = nullptr;  // optional: the new params as out_dtype (fp16 or bf16)
+  DType out_dtype = DType::kBF16;
+  int64_t numel = 0;
+  cpu::AdamConstants constants;
 };
 
 // All tensors of one call share `dtype` except where a parameter says fp32 or int32.
@@ -107,6 +121,13 @@ class Kernels {
   // element is NaN or Inf else 0.0f. When accumulate, out[0] += and out[1] = max(out[1], ...).
   virtual Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
                              bool accumulate) = 0;
+
+  // Adam/AdamW on device memory (the optimizer state kept on the device): fp32 params, m and v
+  // updated in place from gradients of `grad_dtype`, the new params also written as fp16/bf16
+  // into out16 when it is given, with the constants of cpu::CpuAdam::constants and exactly
+  // cpu_adam.h's per-element operations (bit for bit with the CPU Adam on the CpuDevice; on a GPU
+  // the same IEEE operations, fused multiply-adds included).
+  virtual Status adam_step(Stream& s, const AdamArgs& args) = 0;
 };
 
 }  // namespace strata::gpu

@@ -67,6 +67,17 @@ cudaError_t launch_attention_backward_tc(cudaStream_t stream, void* dqkv, const 
 cudaError_t launch_add(cudaStream_t stream, void* out, const void* a, const void* b, int64_t n,
                        ElemType t);
 cudaError_t launch_scale(cudaStream_t stream, void* x, float factor, int64_t n, ElemType t);
+
+// cpu::AdamConstants (cpu/cpu_adam.h), which .cu files cannot include (C++20).
+struct AdamKernelConstants {
+  float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, inv_sqrt_bc2,
+      eps, l2, decay;
+  bool l2_decay, decoupled_decay;
+};
+// Adam on fp32 params/m/v from grads of grad_t; with has_out16, the new params as out_t too.
+cudaError_t launch_adam(cudaStream_t stream, float* params, float* m, float* v, const void* grads,
+                        ElemType grad_t, void* out16, ElemType out_t, bool has_out16, int64_t n,
+                        const AdamKernelConstants& k);
 cudaError_t launch_cast(cudaStream_t stream, void* dst, ElemType dst_t, const void* src,
                         ElemType src_t, int64_t n);
 

@@ -195,6 +195,35 @@ Status LaunchKernels::add(Stream& s, void* out, const void* a, const void* b, in
   return launched(launch_add(target.stream, out, a, b, n, elem_type(dtype)), op);
 }
 
+Status LaunchKernels::adam_step(Stream& s, const AdamArgs& a) {
+  const char* op = "adam_step";
+  if (!valid_dtype(a.grad_dtype)) return dtype_error(op, a.grad_dtype);
+  if (a.out16 != nullptr && a.out_dtype == DType::kF32) {
+    return make_error(ErrorCode::kConfig, op, ": out16 must be fp16 or bf16, not fp32");
+  }
+  STRATA_RETURN_IF_ERROR(check_count(op, "numel", a.numel, 0));
+  if (a.numel == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {a.params, a.exp_avg, a.exp_avg_sq, a.grads}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  const cpu::AdamConstants& c = a.constants;
+  const AdamKernelConstants k{c.grad_scale,
+                              c.beta1,
+                              c.one_minus_beta1,
+                              c.beta2,
+                              c.one_minus_beta2,
+                              c.neg_step_size,
+                              c.inv_sqrt_bc2,
+                              c.eps,
+                              c.l2,
+                              c.decay,
+                              c.l2_decay,
+                              c.decoupled_decay};
+  return launched(launch_adam(target.stream, a.params, a.exp_avg, a.exp_avg_sq, a.grads,
+                              elem_type(a.grad_dtype), a.out16, elem_type(a.out_dtype),
+                              a.out16 != nullptr, a.numel, k),
+                  op);
+}
+
 Status LaunchKernels::scale(Stream& s, void* x, float factor, int64_t n, DType dtype) {
   const char* op = "scale";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);

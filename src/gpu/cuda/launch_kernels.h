@@ -38,6 +38,7 @@ class LaunchKernels : public Kernels {
                             int64_t NH, DType dtype) override;
   Status add(Stream& s, void* out, const void* a, const void* b, int64_t n, DType dtype) override;
   Status scale(Stream& s, void* x, float factor, int64_t n, DType dtype) override;
+  Status adam_step(Stream& s, const AdamArgs& args) override;
   Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
               int64_t n) override;
   Status softmax_cross_entropy(Stream& s, float* losses, void* logits, const int32_t* targets,
