@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string device = "auto";
   std::string precision = "bf16";
+  std::string loss_scale = "dynamic";
   std::string offload_optimizer = "cpu";
   double nvme_fraction = 0.0;
   std::string nvme_path;
@@ -59,10 +61,17 @@ int fail(const Status& st) {
 }
 
 Status check_flags(const Flags& f) {
-  if (f.precision != "bf16" && f.precision != "fp32") {
+  if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
-                      "' is not accepted (use bf16 or fp32; fp16 needs loss scaling, which this "
-                      "trainer does not have yet)");
+                      "' is not accepted (use bf16, fp16 or fp32)");
+  }
+  if (f.loss_scale != "dynamic") {
+    char* end = nullptr;
+    const double v = std::strtod(f.loss_scale.c_str(), &end);
+    if (end == f.loss_scale.c_str() || *end != '\0' || !(v > 0.0) || !std::isfinite(v)) {
+      return make_error(ErrorCode::kConfig, "--loss-scale '", f.loss_scale,
+                        "' is not accepted (use dynamic, or a positive number)");
+    }
   }
   if (f.offload_optimizer != "cpu" && f.offload_optimizer != "nvme") {
     return make_error(ErrorCode::kConfig, "--offload-optimizer '", f.offload_optimizer,
@@ -99,7 +108,12 @@ int main(int argc, char** argv) {
   CLI::App app{"train_gpt: a small GPT on the synthetic addition task, optimizer offloaded"};
   Flags f;
   app.add_option("--device", f.device, "auto|cpu|cuda")->capture_default_str();
-  app.add_option("--precision", f.precision, "bf16|fp32: parameters and activations")
+  app.add_option("--precision", f.precision,
+                 "bf16|fp16|fp32: parameters, gradients and activations (fp16 scales the loss)")
+      ->capture_default_str();
+  app.add_option("--loss-scale", f.loss_scale,
+                 "fp16: dynamic (from 2^16, doubled after 1000 clean steps, halved after 2 "
+                 "overflows in a row; an overflowing step is skipped) or a fixed scale")
       ->capture_default_str();
   app.add_option("--offload-optimizer", f.offload_optimizer,
                  "cpu|nvme: where the fp32 masters and Adam moments live")
@@ -172,7 +186,9 @@ int main(int argc, char** argv) {
   cfg.layers = f.layers;
   cfg.heads = f.heads;
   cfg.channels = f.channels;
-  cfg.dtype = f.precision == "bf16" ? DType::kBF16 : DType::kF32;
+  cfg.dtype = f.precision == "bf16"   ? DType::kBF16
+              : f.precision == "fp16" ? DType::kF16
+                                      : DType::kF32;
   const model::RunShape shape{f.batch, task.seq(), f.checkpoint_interval};
   if (Status st = cfg.validate(); !st.ok()) return fail(st);
   if (Status st = shape.validate(cfg); !st.ok()) return fail(st);
@@ -232,6 +248,7 @@ int main(int argc, char** argv) {
   }
   engine::OffloadStepOptions step_opts;
   step_opts.grad_clip = f.grad_clip;
+  if (f.loss_scale != "dynamic") step_opts.loss_scaling.loss_scale = std::stod(f.loss_scale);
   std::unique_ptr<engine::SerialStep> serial;
   std::unique_ptr<engine::PlannedStep> planned;
   if (f.schedule == "serial") {
@@ -309,8 +326,12 @@ int main(int argc, char** argv) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool eval = step % f.eval_every == 0 || step == f.steps;
     if (step == 1 || step % 10 == 0 || eval) {
-      std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s\n",
+      std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
                   static_cast<long long>(step), loss, norm, f.lr, ms, B * T / (ms / 1e3));
+      if (cfg.dtype == DType::kF16) {
+        std::printf(" | scale %g%s", result->loss_scale, result->skipped ? " | skipped" : "");
+      }
+      std::printf("\n");
     }
     if (eval) {
       // With clipping, the planned step applies a step's update in the next one: apply it now.

@@ -1,5 +1,7 @@
 #include "engine/offload_step.h"
 
+#include <cmath>
+
 namespace strata::engine {
 
 std::vector<int64_t> partition_blocks(const model::GptModel& model) {
@@ -12,6 +14,33 @@ std::vector<int64_t> partition_blocks(const model::GptModel& model) {
 
 float clip_coefficient(float grad_clip, double norm) {
   return grad_clip > 0.0f && norm > grad_clip ? static_cast<float>(grad_clip / norm) : 1.0f;
+}
+
+Result<StepScaling> StepScaling::create(const OffloadStepOptions& options, DType model_dtype) {
+  StepScaling s;
+  s.grad_clip_ = options.grad_clip;
+  if (model_dtype == DType::kF16) {
+    STRATA_ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::create(options.loss_scaling));
+    s.scaler_ = scaler;
+  }
+  return s;
+}
+
+Result<StepScaling::Decision> StepScaling::decide(double sum_squares, bool finite, int64_t step) {
+  const double scale = loss_scale();
+  Decision d;
+  d.norm = std::sqrt(sum_squares) / scale;
+  if (!finite) {
+    if (!scaler_) return nonfinite_gradient_error(step);
+    scaler_->update(true);
+    return d;  // skipped
+  }
+  d.apply = true;
+  d.grad_scale =
+      static_cast<float>(static_cast<double>(clip_coefficient(grad_clip_, d.norm)) / scale);
+  if (scaler_) scaler_->update(false);
+  d.adam_step = ++applied_;
+  return d;
 }
 
 Status nonfinite_gradient_error(int64_t step) {

@@ -14,18 +14,54 @@
 #include <cstdint>
 #include <vector>
 
+#include <optional>
+
 #include "core/status.h"
+#include "engine/loss_scaler.h"
 #include "model/gpt.h"
 
 namespace strata::engine {
 
 struct OffloadStepOptions {
-  float grad_clip = 1.0f;  // clip the global gradient norm to this; 0 = off
+  float grad_clip = 1.0f;          // clip the global gradient norm to this; 0 = off
+  LossScalerOptions loss_scaling;  // fp16 models only (dynamic by default)
 };
 
 struct StepResult {
-  float loss = 0.0f;       // mean cross-entropy of the micro-batch
-  double grad_norm = 0.0;  // global L2 norm of the gradients (before clipping)
+  float loss = 0.0f;        // mean cross-entropy of the micro-batch
+  double grad_norm = 0.0;   // global L2 norm of the unscaled gradients (before clipping)
+  bool skipped = false;     // fp16: a gradient overflowed, nothing was updated
+  double loss_scale = 1.0;  // the loss scale this step used
+};
+
+// What both steps decide from a step's gradient check, with the same arithmetic, so that they
+// agree bit for bit: the unscaled norm, whether to apply the update (fp16: not on overflow, which
+// also updates the loss scale), the gradient multiplier for Adam (clip coefficient / loss
+// scale) and Adam's step count (updates applied so far, for bias correction: a skipped step does
+// not count, as in DeepSpeed).
+class StepScaling {
+ public:
+  // fp16 models get a LossScaler (kConfig for bad fp16 options); others scale by 1.
+  static Result<StepScaling> create(const OffloadStepOptions& options, DType model_dtype);
+
+  float loss_scale() const { return scaler_ ? static_cast<float>(scaler_->scale()) : 1.0f; }
+  bool fp16() const { return scaler_.has_value(); }
+
+  struct Decision {
+    double norm = 0.0;
+    bool apply = false;
+    float grad_scale = 1.0f;
+    int64_t adam_step = 0;
+  };
+  // sum_squares and finite: of the gradients as computed (scaled). A non-finite gradient is an
+  // error without fp16 (naming `step`), a skipped step with it.
+  Result<Decision> decide(double sum_squares, bool finite, int64_t step);
+  int64_t applied() const { return applied_; }
+
+ private:
+  std::optional<LossScaler> scaler_;
+  float grad_clip_ = 0.0f;
+  int64_t applied_ = 0;
 };
 
 // partition p -> model block: L-1, L-2, ..., 0, then L (the shared block).

@@ -29,7 +29,9 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   s->tokens_.assign(rows, 0);
   s->targets_.assign(rows, 0);
   s->stats_.assign(s->blocks_.size(), cpu::GradStats{});
-  s->rotate_ = options.step.grad_clip > 0.0f;
+  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
+  // Clipping needs the norm, fp16 the overflow check, of every gradient before any update.
+  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16();
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -59,11 +61,12 @@ Result<sched::Plan> PlannedStep::build_plan() {
   };
   auto bytes_of = [&](int64_t b) { return static_cast<size_t>(m.block_numel(b)) * es; };
   sched::Plan plan;
-  // With clipping, the update of step n waits for step n's norm, that is for the whole backward:
-  // the plan then rotates, and runs that update at the start of the next run(), overlapping the
-  // forward of step n+1 (whose layer l waits for block l's new parameters).
-  const bool clipping = options_.step.grad_clip > 0.0f;
+  // With clipping (or fp16), the update of step n waits for step n's norm (or overflow check),
+  // that is for the whole backward: the plan then rotates, and runs that update at the start of
+  // the next run(), overlapping the forward of step n+1 (whose layer l waits for block l's new
+  // parameters).
   const bool rotate = rotate_;
+  const bool fp16 = scaling_.fp16();
   // The order the optimizer visits the partitions: backward order without rotation (gradients
   // arrive that way), forward order with it (the next forward needs them that way).
   std::vector<size_t> visit(nb);
@@ -165,18 +168,21 @@ Result<sched::Plan> PlannedStep::build_plan() {
     const int64_t b = blocks_[p];
     const BufferId buf = grad16[size_t(b)];
     const int64_t numel = m.block_numel(b);
-    const TaskId t = plan.add(
-        "check " + name(b), Lane::kCpu,
-        [this, b, buf, numel, dt](const TaskContext& c) {
-          if (flushing_) return ok_status();
-          stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
-          return stats_[size_t(b)].has_nonfinite ? nonfinite_gradient_error(step_) : ok_status();
-        },
-        {down[size_t(b)]});
+    const TaskId t = plan.add("check " + name(b), Lane::kCpu,
+                              [this, b, buf, numel, dt, fp16](const TaskContext& c) {
+                                if (flushing_) return ok_status();
+                                stats_[size_t(b)] = cpu::grad_check(c.buffer(buf), dt, numel);
+                                // fp16: an overflow skips the step (decided after it); otherwise it
+                                // is an error.
+                                return stats_[size_t(b)].has_nonfinite && !fp16
+                                           ? nonfinite_gradient_error(step_)
+                                           : ok_status();
+                              },
+                              {down[size_t(b)]});
     plan.reads(t, buf);
     checks[p] = t;
   }
-  const TaskId norm = plan.add(
+  plan.add(
       "norm", Lane::kCpu,
       [this](const TaskContext&) {
         if (flushing_) return ok_status();
@@ -186,10 +192,9 @@ Result<sched::Plan> PlannedStep::build_plan() {
           sum += s.sum_squares;
           finite = finite && !s.has_nonfinite;
         }
-        norm_ = std::sqrt(sum);
+        sum_ = sum;  // run() decides from these (StepScaling), as the serial step does
         finite_ = finite;
-        clip_ = clip_coefficient(options_.step.grad_clip, norm_);
-        return finite ? ok_status() : nonfinite_gradient_error(step_);
+        return ok_status();
       },
       checks);
   // cpu: Adam per partition; h2d: the new parameters up; nvme: the state written behind.
@@ -202,22 +207,18 @@ Result<sched::Plan> PlannedStep::build_plan() {
     std::vector<TaskId> deps;
     if (!rotate) deps.push_back(checks[p]);
     if (read[p] >= 0) deps.push_back(read[p]);
-    if (clipping && !rotate) deps.push_back(norm);
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
-        [this, p, g, u, st, numel, dt, clipping, rotate](const TaskContext& c) -> Status {
-          const int64_t step = rotate ? update_step_ : step_;
-          if (step == 0) return ok_status();  // rotated, and nothing to update in this run
+        [this, p, g, u, st, numel, dt](const TaskContext& c) -> Status {
+          if (update_step_ == 0) return ok_status();  // rotated, and nothing to apply
           void* state = st >= 0 ? c.buffer(st) : nullptr;
-          // Without clipping the norm task runs beside this one: do not touch its result.
-          // Rotated, clip_ is the previous run's (this run's norm waits for this update).
-          const float clip = clipping ? clip_ : 1.0f;
           PartitionGrad pg;
           pg.grads = c.buffer(g);
           pg.grad_dtype = dt;
           pg.out16 = dt == DType::kF32 ? nullptr : c.buffer(u);
           pg.out_dtype = dt;
-          STRATA_RETURN_IF_ERROR(opt_.step_partition(p, state, pg, cpu::AdamStep{step, clip}));
+          STRATA_RETURN_IF_ERROR(
+              opt_.step_partition(p, state, pg, cpu::AdamStep{update_step_, update_grad_scale_}));
           if (dt == DType::kF32) {
             std::memcpy(c.buffer(u), opt_.master_params(p, state), static_cast<size_t>(numel) * 4);
           }
@@ -228,8 +229,8 @@ Result<sched::Plan> PlannedStep::build_plan() {
     plan.writes(adam, u);
     const size_t bytes = bytes_of(b);
     const TaskId upload = plan.add("params up " + name(b), Lane::kH2D,
-                                   [this, &m, b, u, bytes, rotate](const TaskContext& c) {
-                                     if (rotate && update_step_ == 0) return ok_status();
+                                   [this, &m, b, u, bytes](const TaskContext& c) {
+                                     if (update_step_ == 0) return ok_status();
                                      return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
                                                            gpu::CopyKind::kHostToDevice);
                                    },
@@ -265,21 +266,38 @@ Result<StepResult> PlannedStep::run(const int32_t* tokens, const int32_t* target
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());
   step_ = step;
-  update_step_ = rotate_ ? pending_ : step;
+  if (rotate_) {  // the previous step's update, if it is to be applied
+    update_step_ = pending_adam_step_;
+    update_grad_scale_ = pending_grad_scale_;
+  } else {  // this step's, with no clipping and no loss scale
+    update_step_ = scaling_.applied() + 1;
+    update_grad_scale_ = 1.0f;
+  }
   flushing_ = false;
+  StepResult r;
+  r.loss_scale = scaling_.loss_scale();
+  model_.set_loss_scale(scaling_.loss_scale());
   STRATA_RETURN_IF_ERROR(executor_->replay());
-  if (rotate_) pending_ = step;
-  return StepResult{model_.mean_loss(), norm_};
+  STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d, scaling_.decide(sum_, finite_, step));
+  if (rotate_) {
+    pending_adam_step_ = d.apply ? d.adam_step : 0;
+    pending_grad_scale_ = d.grad_scale;
+  }
+  r.loss = model_.mean_loss();
+  r.grad_norm = d.norm;
+  r.skipped = !d.apply;
+  return r;
 }
 
 Status PlannedStep::flush() {
-  if (pending_ == 0) return ok_status();
-  update_step_ = pending_;
+  if (pending_adam_step_ == 0) return ok_status();
+  update_step_ = pending_adam_step_;
+  update_grad_scale_ = pending_grad_scale_;
   flushing_ = true;
   const Status st = executor_->replay();
   flushing_ = false;
   STRATA_RETURN_IF_ERROR(st);
-  pending_ = 0;
+  pending_adam_step_ = 0;
   return ok_status();
 }
 

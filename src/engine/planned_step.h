@@ -11,19 +11,20 @@
 //            the largest NVMe partition), and written back behind the Adam.
 // Global-norm clipping stays exact: with --grad-clip > 0 the update of step n waits for the norm
 // task, which sums the blocks' partial sums in block order (the serial step's order, so the norm
-// and the clip coefficient have the same bits), that is for the whole backward. The plan is then
-// rotated: run(n) ends with step n's backward, checks and norm, and its update (Adam in forward
-// order, NVMe state read ahead, parameters up) runs at the start of run(n+1), where forward of
-// layer l waits only for block l's new parameters. No step ever sees stale parameters; the
-// device holds step n's update only after the next run() or flush(). With clipping off, each
-// block's Adam starts as soon as its
-// gradient is on the host (and its own non-finite check passed), while backward of the earlier
-// layers still computes. A non-finite gradient then stops the step after the blocks checked
-// before it were updated (the serial step updates none); the run ends with that error either
-// way. Any task error leaves the executor failed: every later run() returns it.
-// Results are bit-identical to SerialStep (tests/engine/test_planned_step.cpp). The optimizer's
-// own staging is not used (create it with staging_slots = 1 to save that pinned memory); the
-// plan's pinned arena is registered with the swap store as io_uring fixed buffers.
+// and the clip coefficient have the same bits), that is for the whole backward; so does an fp16
+// update for the overflow check (an overflow skips it and lowers the loss scale: StepScaling,
+// the serial step's arithmetic). The plan is then rotated: run(n) ends with step n's backward,
+// checks and norm, and its update (Adam in forward order, NVMe state read ahead, parameters up)
+// runs at the start of run(n+1), where forward of layer l waits only for block l's new parameters.
+// No step ever sees stale parameters; the device holds step n's update only after the next run() or
+// flush(). With clipping off, each block's Adam starts as soon as its gradient is on the host (and
+// its own non-finite check passed), while backward of the earlier layers still computes. A
+// non-finite gradient then stops the step after the blocks checked before it were updated (the
+// serial step updates none); the run ends with that error either way. Any task error leaves the
+// executor failed: every later run() returns it. Results are bit-identical to SerialStep
+// (tests/engine/test_planned_step.cpp). The optimizer's own staging is not used (create it with
+// staging_slots = 1 to save that pinned memory); the plan's pinned arena is registered with the
+// swap store as io_uring fixed buffers.
 //
 // Ownership: borrows the model and the optimizer, which must outlive it; owns the executor
 // (streams, workers, pinned staging). Thread safety: none; run() from one thread.
@@ -72,14 +73,18 @@ class PlannedStep {
   // Written by run()/flush() before a replay, read by its tasks.
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
-  int64_t update_step_ = 0;  // the step whose update this replay applies (0: none)
-  int64_t pending_ = 0;      // rotated: the step whose update has not run yet (0: none)
-  bool rotate_ = false;      // clipping on: updates run at the start of the next replay
-  bool flushing_ = false;    // a flush(): only the pending update runs
+  // The update this replay applies: Adam's step count (0: none) and gradient multiplier.
+  int64_t update_step_ = 0;
+  float update_grad_scale_ = 1.0f;
+  // Rotated: the update decided after the last run(), not applied yet (step count 0: none).
+  int64_t pending_adam_step_ = 0;
+  float pending_grad_scale_ = 1.0f;
+  bool rotate_ = false;  // clipping or fp16: updates run at the start of the next replay
+  StepScaling scaling_;
+  bool flushing_ = false;  // a flush(): only the pending update runs
   // Written by tasks, ordered by their dependencies.
   std::vector<cpu::GradStats> stats_;  // by block
-  float clip_ = 1.0f;
-  double norm_ = 0.0;
+  double sum_ = 0.0;                   // the gradients' sum of squares (scaled, fp16)
   bool finite_ = true;
 };
 

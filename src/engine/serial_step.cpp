@@ -8,6 +8,7 @@ Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
                                                        OffloadedOptimizer& optimizer,
                                                        const OffloadStepOptions& options) {
   std::unique_ptr<SerialStep> s(new SerialStep(model, optimizer, options));
+  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options, model.config().dtype));
   s->blocks_ = partition_blocks(model);
   if (optimizer.num_partitions() != s->blocks_.size()) {
     return make_error(ErrorCode::kConfig, "serial step: the optimizer has ",
@@ -40,6 +41,8 @@ Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets
   model::GptModel& m = model_;
   STRATA_RETURN_IF_ERROR(m.zero_grad());
   StepResult r;
+  r.loss_scale = scaling_.loss_scale();
+  m.set_loss_scale(scaling_.loss_scale());
   STRATA_ASSIGN_OR_RETURN(r.loss, m.forward(tokens, targets));
   STRATA_RETURN_IF_ERROR(m.backward());
   double sum = 0.0;
@@ -51,10 +54,11 @@ Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets
     sum += s.sum_squares;
     finite = finite && !s.has_nonfinite;
   }
-  r.grad_norm = std::sqrt(sum);
-  if (!finite) return nonfinite_gradient_error(step);
-  const float clip = clip_coefficient(options_.grad_clip, r.grad_norm);
-  STRATA_RETURN_IF_ERROR(opt_.step(pg_, cpu::AdamStep{step, clip}));
+  STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d, scaling_.decide(sum, finite, step));
+  r.grad_norm = d.norm;
+  r.skipped = !d.apply;
+  if (!d.apply) return r;  // fp16 overflow: no parameter, no moment changes
+  STRATA_RETURN_IF_ERROR(opt_.step(pg_, cpu::AdamStep{d.adam_step, d.grad_scale}));
   for (size_t p = 0; p < blocks_.size(); ++p) {
     const int64_t b = blocks_[p];
     if (pg_[p].out16 != nullptr) {

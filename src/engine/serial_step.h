@@ -1,8 +1,9 @@
 // SerialStep: the reference offloaded step, one phase after the other on the model's stream:
 // zero the gradients, forward, backward, download every block's gradient as fp32, the global
 // norm and the non-finite check on the host (cpu::grad_check, blocks in order), the whole
-// OffloadedOptimizer::step (clip coefficient as the gradient scale), then every block's new
-// parameters up (16-bit copies the optimizer wrote, or the fp32 masters for an fp32 model).
+// OffloadedOptimizer::step (clip coefficient over the loss scale as the gradient scale), then
+// every block's new parameters up (16-bit copies the optimizer wrote, or the fp32 masters for an
+// fp32 model). fp16: the loss is scaled (StepScaling); an overflow skips the update.
 //
 // Ownership: borrows the model and the optimizer (partitions as partition_blocks()), which must
 // outlive it; owns host staging. Thread safety: none.
@@ -33,6 +34,7 @@ class SerialStep {
   model::GptModel& model_;
   OffloadedOptimizer& opt_;
   OffloadStepOptions options_;
+  StepScaling scaling_;
   std::vector<int64_t> blocks_;             // partition -> block
   std::vector<std::vector<float>> grads_;   // by block, fp32
   std::vector<std::vector<float>> master_;  // by block (fp32 models: the upload)

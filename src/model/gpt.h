@@ -94,6 +94,10 @@ class GptModel {
   // Final layernorm, logits and (with targets) the cross-entropy; the per-token losses are
   // copied to model-owned host memory, read by mean_loss() once `s` has run the copy.
   Status head_forward(gpu::Stream& s, const void* shared);
+  // fp16 loss scaling: head_forward's loss gradient is multiplied by `scale` (so are all the
+  // gradients); the losses it reports are not. 1 by default.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  float loss_scale() const { return loss_scale_; }
   // Mean loss of the last head_forward with targets (0 when none was valid, or when the last
   // set_batch had no targets).
   float mean_loss() const;
@@ -160,6 +164,7 @@ class GptModel {
   bool have_targets_ = false;
   int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch
   bool losses_ready_ = false;  // head_forward with targets ran since the last set_batch
+  float loss_scale_ = 1.0f;
   std::vector<float> host_losses_;
 };
 

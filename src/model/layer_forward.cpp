@@ -114,7 +114,7 @@ Status GptModel::head_forward(gpu::Stream& s, const void* shared) {
   STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
   if (!have_targets_) return ok_status();
   losses_ready_ = true;
-  const float dloss = valid_targets_ > 0 ? 1.0f / static_cast<float>(valid_targets_) : 0.0f;
+  const float dloss = valid_targets_ > 0 ? loss_scale_ / static_cast<float>(valid_targets_) : 0.0f;
   STRATA_RETURN_IF_ERROR(k_ops_.softmax_cross_entropy(s, losses_.as<float>(), logits_.data(),
                                                       targets_.as<int32_t>(), n, config_.vocab,
                                                       config_.vp(), dloss, dt));

@@ -5,6 +5,7 @@
 // gpu, skipped without one) or half of it on NVMe (test_planned_step_nvme, label nvme).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -34,11 +35,14 @@ struct Case {
   DType dtype = DType::kBF16;
   float grad_clip = 0.5f;
   double nvme_fraction = 0.0;
+  LossScalerOptions loss_scaling;  // fp16
 };
 
 struct TrainRun {
   std::vector<float> losses;
   std::vector<double> norms;
+  std::vector<double> scales;
+  std::vector<bool> skipped;
   std::vector<std::vector<float>> params;  // by block
 };
 
@@ -93,6 +97,7 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   }
   OffloadStepOptions so;
   so.grad_clip = c.grad_clip;
+  so.loss_scaling = c.loss_scaling;
   std::unique_ptr<SerialStep> serial;
   std::unique_ptr<PlannedStep> planned;
   if (c.planned) {
@@ -116,6 +121,8 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     if (!r.ok()) return run;
     run.losses.push_back(r->loss);
     run.norms.push_back(r->grad_norm);
+    run.scales.push_back(r->loss_scale);
+    run.skipped.push_back(r->skipped);
   }
   if (planned) {
     const Status st = planned->flush();  // the last step's update (clipping on)
@@ -136,6 +143,8 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_EQ(std::memcmp(&serial.losses[s], &planned.losses[s], sizeof(float)), 0)
         << "loss at step " << s + 1 << ": " << serial.losses[s] << " vs " << planned.losses[s];
+    EXPECT_EQ(serial.scales[s], planned.scales[s]) << "loss scale at step " << s + 1;
+    EXPECT_EQ(serial.skipped[s], planned.skipped[s]) << "skip at step " << s + 1;
     EXPECT_EQ(std::memcmp(&serial.norms[s], &planned.norms[s], sizeof(double)), 0)
         << "norm at step " << s + 1;
   }
@@ -202,6 +211,97 @@ TEST(PlannedStep, MatchesTheSerialStepBitForBitInRam) {
     }
   }
 }
+// fp16 with dynamic loss scaling: an initial scale of 2^24 overflows the fp16 gradients, so the
+// first steps are skipped (nothing updated) while the scale comes down; both steps must agree on
+// every skip, scale, loss, norm and parameter.
+TEST(PlannedStep, MatchesTheSerialStepBitForBitInFp16WithOverflows) {
+  std::string why;
+  if (!open_device(why)) GTEST_SKIP() << why;
+  for (float clip : {0.5f, 0.0f}) {
+    Case c;
+    c.dtype = DType::kF16;
+    c.grad_clip = clip;
+    c.loss_scaling.initial_scale_power = 24;
+    c.loss_scaling.hysteresis = 1;
+    c.loss_scaling.loss_scale_window = 10;
+    const TrainRun serial = train(c, nullptr);
+    c.planned = true;
+    const TrainRun planned = train(c, nullptr);
+    SCOPED_TRACE("fp16 clip " + std::to_string(clip));
+    expect_same_bits(serial, planned);
+    int skipped = 0;
+    for (bool s : serial.skipped) skipped += s ? 1 : 0;
+    EXPECT_GT(skipped, 0) << "no overflow: the test would not cover the skip";
+    EXPECT_LT(skipped, kSteps / 2);
+    EXPECT_LT(serial.scales.back(), 16777216.0);
+  }
+}
+
+// An overflowing fp16 step changes no parameter and no moment, halves the scale (hysteresis 1),
+// and the first step that does not overflow updates.
+TEST(PlannedStep, AnFp16OverflowChangesNothing) {
+  std::string why;
+  auto dev = open_device(why);
+  if (!dev) GTEST_SKIP() << why;
+  model::GptConfig cfg;
+  cfg.vocab = 13;
+  cfg.max_seq = 4;
+  cfg.layers = 1;
+  cfg.heads = 2;
+  cfg.channels = 16;
+  cfg.dtype = DType::kF16;
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 4, 0});
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(m.value()->init_params(1).ok());
+  const auto blocks = partition_blocks(*m.value());
+  std::vector<int64_t> numel;
+  std::vector<std::vector<float>> before;
+  for (int64_t b : blocks) numel.push_back(m.value()->block_numel(b));
+  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), {});
+  ASSERT_TRUE(opt.ok());
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    before.emplace_back(static_cast<size_t>(numel[p]));
+    ASSERT_TRUE(m.value()->download_params(blocks[p], before[p].data()).ok());
+    ASSERT_TRUE(opt->load(p, before[p].data(), nullptr, nullptr).ok());
+  }
+  PlannedStepOptions po;
+  po.step.loss_scaling.initial_scale_power = 60;  // 2^60: every fp16 gradient overflows
+  po.step.loss_scaling.hysteresis = 1;
+  auto step = PlannedStep::create(*m.value(), opt.value(), po);
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  const std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8}, targets{2, 3, 4, 5, 6, 7, 8, 9};
+  auto r = step.value()->run(tokens.data(), targets.data(), 1);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->skipped);
+  EXPECT_EQ(r->loss_scale, std::ldexp(1.0, 60));
+  ASSERT_TRUE(step.value()->flush().ok());
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    std::vector<float> now(before[p].size()), master(before[p].size()), mom(before[p].size()),
+        var(before[p].size());
+    ASSERT_TRUE(m.value()->download_params(blocks[p], now.data()).ok());
+    ASSERT_TRUE(opt->read_state(p, master.data(), mom.data(), var.data()).ok());
+    EXPECT_EQ(now, before[p]) << "parameters of partition " << p;
+    EXPECT_EQ(master, before[p]) << "master weights of partition " << p;
+    EXPECT_EQ(mom, std::vector<float>(mom.size(), 0.0f)) << "m of partition " << p;
+    EXPECT_EQ(var, std::vector<float>(var.size(), 0.0f)) << "v of partition " << p;
+  }
+  // The scale halves on every overflow until the gradients fit; then the step updates.
+  bool updated = false;
+  double last_scale = r->loss_scale;
+  for (int64_t s = 2; s <= 80 && !updated; ++s) {
+    r = step.value()->run(tokens.data(), targets.data(), s);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->loss_scale, last_scale / 2) << "step " << s;
+    last_scale = r->loss_scale;
+    updated = !r->skipped;
+  }
+  EXPECT_TRUE(updated);
+  ASSERT_TRUE(step.value()->flush().ok());
+  std::vector<float> now(before[0].size());
+  ASSERT_TRUE(m.value()->download_params(blocks[0], now.data()).ok());
+  EXPECT_NE(now, before[0]);
+}
+
 #else
 TEST(PlannedStep, MatchesTheSerialStepBitForBitWithHalfTheStateOnNvme) {
   strata::test::ScratchDir dir;
