@@ -160,26 +160,49 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
 }
 
 #ifndef STRATA_TEST_NVME
-// A bad token is refused before the plan runs, so the step stays usable.
-TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
-  std::string why;
-  auto dev = open_device(why);
-  if (!dev) GTEST_SKIP() << why;
+// A one-layer model of `dtype` (V=13, T=4, B sequences) and its optimizer state in RAM, loaded
+// with the model's initial parameters.
+struct TinySetup {
+  std::unique_ptr<model::GptModel> model;
+  std::vector<int64_t> blocks;  // partition -> block
+  std::unique_ptr<OffloadedOptimizer> opt;
+};
+TinySetup tiny_setup(gpu::Device& dev, DType dtype, int64_t batch) {
+  TinySetup t;
   model::GptConfig cfg;
   cfg.vocab = 13;
   cfg.max_seq = 4;
   cfg.layers = 1;
   cfg.heads = 2;
   cfg.channels = 16;
-  cfg.dtype = DType::kBF16;
-  auto m = model::GptModel::create(*dev, cfg, model::RunShape{1, 4, 0});
-  ASSERT_TRUE(m.ok());
-  ASSERT_TRUE(m.value()->init_params(1).ok());
+  cfg.dtype = dtype;
+  auto m = model::GptModel::create(dev, cfg, model::RunShape{batch, 4, 0});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  t.model = std::move(m).value();
+  EXPECT_TRUE(t.model->init_params(1).ok());
+  t.blocks = partition_blocks(*t.model);
   std::vector<int64_t> numel;
-  for (int64_t b : partition_blocks(*m.value())) numel.push_back(m.value()->block_numel(b));
+  for (int64_t b : t.blocks) numel.push_back(t.model->block_numel(b));
   auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), {});
-  ASSERT_TRUE(opt.ok());
-  auto step = PlannedStep::create(*m.value(), opt.value(), PlannedStepOptions{});
+  EXPECT_TRUE(opt.ok()) << opt.status().to_string();
+  t.opt = std::make_unique<OffloadedOptimizer>(std::move(opt).value());
+  for (size_t p = 0; p < t.blocks.size(); ++p) {
+    std::vector<float> master(static_cast<size_t>(numel[p]));
+    EXPECT_TRUE(t.model->download_params(t.blocks[p], master.data()).ok());
+    EXPECT_TRUE(t.opt->load(p, master.data(), nullptr, nullptr).ok());
+  }
+  return t;
+}
+
+// A bad token is refused before the plan runs, so the step stays usable.
+TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
+  std::string why;
+  auto dev = open_device(why);
+  if (!dev) GTEST_SKIP() << why;
+  TinySetup t = tiny_setup(*dev, DType::kBF16, 1);
+  auto& m = t.model;
+  auto& opt = t.opt;
+  auto step = PlannedStep::create(*m, *opt, PlannedStepOptions{});
   ASSERT_TRUE(step.ok()) << step.status().to_string();
   const std::vector<int32_t> bad{1, 2, 13, 4}, good{1, 2, 3, 4}, targets{2, 3, 4, 5};
   const auto r = step.value()->run(bad.data(), targets.data(), 1);
@@ -243,31 +266,19 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
   std::string why;
   auto dev = open_device(why);
   if (!dev) GTEST_SKIP() << why;
-  model::GptConfig cfg;
-  cfg.vocab = 13;
-  cfg.max_seq = 4;
-  cfg.layers = 1;
-  cfg.heads = 2;
-  cfg.channels = 16;
-  cfg.dtype = DType::kF16;
-  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 4, 0});
-  ASSERT_TRUE(m.ok());
-  ASSERT_TRUE(m.value()->init_params(1).ok());
-  const auto blocks = partition_blocks(*m.value());
-  std::vector<int64_t> numel;
+  TinySetup t = tiny_setup(*dev, DType::kF16, 2);
+  auto& m = t.model;
+  auto& opt = t.opt;
+  const auto& blocks = t.blocks;
   std::vector<std::vector<float>> before;
-  for (int64_t b : blocks) numel.push_back(m.value()->block_numel(b));
-  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), {});
-  ASSERT_TRUE(opt.ok());
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    before.emplace_back(static_cast<size_t>(numel[p]));
-    ASSERT_TRUE(m.value()->download_params(blocks[p], before[p].data()).ok());
-    ASSERT_TRUE(opt->load(p, before[p].data(), nullptr, nullptr).ok());
+  for (int64_t b : blocks) {
+    before.emplace_back(static_cast<size_t>(m->block_numel(b)));
+    ASSERT_TRUE(m->download_params(b, before.back().data()).ok());
   }
   PlannedStepOptions po;
   po.step.loss_scaling.initial_scale_power = 60;  // 2^60: every fp16 gradient overflows
   po.step.loss_scaling.hysteresis = 1;
-  auto step = PlannedStep::create(*m.value(), opt.value(), po);
+  auto step = PlannedStep::create(*m, *opt, po);
   ASSERT_TRUE(step.ok()) << step.status().to_string();
   const std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8}, targets{2, 3, 4, 5, 6, 7, 8, 9};
   auto r = step.value()->run(tokens.data(), targets.data(), 1);
@@ -278,7 +289,7 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
   for (size_t p = 0; p < blocks.size(); ++p) {
     std::vector<float> now(before[p].size()), master(before[p].size()), mom(before[p].size()),
         var(before[p].size());
-    ASSERT_TRUE(m.value()->download_params(blocks[p], now.data()).ok());
+    ASSERT_TRUE(m->download_params(blocks[p], now.data()).ok());
     ASSERT_TRUE(opt->read_state(p, master.data(), mom.data(), var.data()).ok());
     EXPECT_EQ(now, before[p]) << "parameters of partition " << p;
     EXPECT_EQ(master, before[p]) << "master weights of partition " << p;
@@ -298,7 +309,7 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
   EXPECT_TRUE(updated);
   ASSERT_TRUE(step.value()->flush().ok());
   std::vector<float> now(before[0].size());
-  ASSERT_TRUE(m.value()->download_params(blocks[0], now.data()).ok());
+  ASSERT_TRUE(m->download_params(blocks[0], now.data()).ok());
   EXPECT_NE(now, before[0]);
 }
 
