@@ -17,11 +17,11 @@
 // checks and norm, and its update (Adam in forward order, NVMe state read ahead, parameters up)
 // runs at the start of run(n+1), where forward of layer l waits only for block l's new parameters.
 // No step ever sees stale parameters; the device holds step n's update only after the next run() or
-// flush(). With clipping off, each block's Adam starts as soon as its gradient is on the host (and
-// its own non-finite check passed), while backward of the earlier layers still computes. A
-// non-finite gradient then stops the step after the blocks checked before it were updated (the
-// serial step updates none); the run ends with that error either way. Any task error leaves the
-// executor failed: every later run() returns it. Results are bit-identical to SerialStep
+// flush(). With clipping off (and no fp16), each block's Adam starts as soon as its gradient is on
+// the host (and its own non-finite check passed), while backward of the earlier layers still
+// computes. A non-finite gradient then stops the step after the blocks checked before it were
+// updated (the serial step updates none); the run ends with that error either way. Any task error
+// leaves the executor failed: every later run() returns it. Results are bit-identical to SerialStep
 // (tests/engine/test_planned_step.cpp). The optimizer's own staging is not used (create it with
 // staging_slots = 1 to save that pinned memory); the plan's pinned arena is registered with the
 // swap store as io_uring fixed buffers.
