@@ -73,9 +73,15 @@ Status check_flags(const Flags& f) {
                         "' is not accepted (use dynamic, or a positive number)");
     }
   }
-  if (f.offload_optimizer != "cpu" && f.offload_optimizer != "nvme") {
+  if (f.offload_optimizer != "none" && f.offload_optimizer != "cpu" &&
+      f.offload_optimizer != "nvme") {
     return make_error(ErrorCode::kConfig, "--offload-optimizer '", f.offload_optimizer,
-                      "' is not accepted (use cpu or nvme)");
+                      "' is not accepted (use none, cpu or nvme)");
+  }
+  if (f.offload_optimizer == "none" && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-optimizer none needs --schedule planned (the serial step "
+                      "updates on the host)");
   }
   if (f.offload_optimizer == "nvme" && f.nvme_path.empty()) {
     return make_error(ErrorCode::kConfig,
@@ -95,7 +101,7 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
                       f.channels, " (use a head count that divides the channel count)");
   }
-  if (f.offload_optimizer == "cpu" && f.nvme_fraction > 0.0) {
+  if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
   }
@@ -116,7 +122,8 @@ int main(int argc, char** argv) {
                  "overflows in a row; an overflowing step is skipped) or a fixed scale")
       ->capture_default_str();
   app.add_option("--offload-optimizer", f.offload_optimizer,
-                 "cpu|nvme: where the fp32 masters and Adam moments live")
+                 "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "
+                 "device, updated there)")
       ->capture_default_str();
   app.add_option("--optimizer-nvme-fraction", f.nvme_fraction,
                  "share of the optimizer state on NVMe (with --offload-optimizer nvme)")
@@ -261,6 +268,7 @@ int main(int argc, char** argv) {
     po.executor.cpu_threads =
         f.host_threads > 0 ? f.host_threads : static_cast<int>(std::thread::hardware_concurrency());
     po.executor.trace = true;
+    po.device_optimizer = f.offload_optimizer == "none";
     auto r = engine::PlannedStep::create(gpt, opt, po);
     if (!r.ok()) return fail(r.status());
     planned = std::move(r).value();
@@ -271,10 +279,17 @@ int main(int argc, char** argv) {
               cfg.describe().c_str(), static_cast<long long>(cfg.num_params()), dev.name().c_str(),
               static_cast<long long>(f.batch), static_cast<long long>(task.seq()),
               static_cast<long long>(gpt.checkpoint_interval()));
-  std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging\n",
-              static_cast<unsigned long long>(opt.host_state_bytes()),
-              static_cast<unsigned long long>(opt.nvme_state_bytes()),
-              static_cast<unsigned long long>(opt.staging_bytes()));
+  if (f.offload_optimizer == "none") {
+    std::printf(
+        "optimizer: %llu state bytes on the device, updated there (the host copy only "
+        "held the initial state)\n",
+        static_cast<unsigned long long>(opt.host_state_bytes()));
+  } else {
+    std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging\n",
+                static_cast<unsigned long long>(opt.host_state_bytes()),
+                static_cast<unsigned long long>(opt.nvme_state_bytes()),
+                static_cast<unsigned long long>(opt.staging_bytes()));
+  }
   if (store) std::printf("nvme: %s\n", store->describe().c_str());
   if (planned) {
     const sched::Plan& plan = planned->executor().plan();

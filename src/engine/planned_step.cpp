@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "gpu/kernels.h"
+
 namespace strata::engine {
 
 namespace {
@@ -32,6 +34,7 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
   // Clipping needs the norm, fp16 the overflow check, of every gradient before any update.
   s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16();
+  if (options.device_optimizer) STRATA_RETURN_IF_ERROR(s->load_device_state());
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -43,6 +46,21 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
         {nvme::BufferRegion{s->executor_->pinned_arena(), s->executor_->pinned_arena_bytes()}}));
   }
   return s;
+}
+
+Status PlannedStep::load_device_state() {
+  model::GptModel& m = model_;
+  for (size_t p = 0; p < blocks_.size(); ++p) {
+    const auto n = static_cast<size_t>(opt_.numel(p));
+    std::vector<float> host(3 * n);
+    STRATA_RETURN_IF_ERROR(opt_.read_state(p, host.data(), host.data() + n, host.data() + 2 * n));
+    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, m.device().allocate(host.size() * 4));
+    STRATA_RETURN_IF_ERROR(
+        m.stream().copy(buf.data(), host.data(), host.size() * 4, gpu::CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
+    device_state_.push_back(std::move(buf));
+  }
+  return ok_status();
 }
 
 Result<sched::Plan> PlannedStep::build_plan() {
@@ -101,6 +119,43 @@ Result<sched::Plan> PlannedStep::build_plan() {
     slot_bytes = std::max(slot_bytes, round_page(opt_.state_bytes(p)));
   }
 
+  // --offload-optimizer none: Adam on the device (Kernels::adam_step) on the compute lane,
+  // reading the block's gradient and writing its parameters where they are.
+  const bool device = !device_state_.empty();
+  std::vector<size_t> part_of(nb);
+  for (size_t p = 0; p < nb; ++p) part_of[size_t(blocks_[p])] = p;
+  auto device_adam = [&](size_t p) {
+    const int64_t b = blocks_[p];
+    plan.add("adam " + name(b) + " (device)", Lane::kCompute,
+             [this, &m, p, b, dt](const TaskContext& c) -> Status {
+               if (update_step_ == 0) return ok_status();  // rotated, and nothing to apply
+               STRATA_ASSIGN_OR_RETURN(
+                   const cpu::AdamConstants k,
+                   opt_.adam().constants(cpu::AdamStep{update_step_, update_grad_scale_}));
+               const int64_t n = m.block_numel(b);
+               float* state = device_state_[p].as<float>();
+               gpu::AdamArgs a;
+               a.params = state;
+               a.exp_avg = state + n;
+               a.exp_avg_sq = state + 2 * n;
+               a.grads = m.grad_block(b);
+               a.grad_dtype = dt;
+               a.out16 = dt == DType::kF32 ? nullptr : m.param_block(b);
+               a.out_dtype = dt;
+               a.numel = n;
+               a.constants = k;
+               STRATA_RETURN_IF_ERROR(m.device().kernels().adam_step(*c.stream, a));
+               if (dt != DType::kF32) return ok_status();
+               return c.stream->copy(m.param_block(b), state, static_cast<size_t>(n) * 4,
+                                     gpu::CopyKind::kDeviceToDevice);
+             });
+  };
+  // Rotated, the previous step's update comes first: before the gradients are zeroed and the
+  // forward reads the parameters (the compute lane runs in order).
+  if (device && rotate) {
+    for (size_t p : visit) device_adam(p);
+  }
+
   // Compute: the model's entry points, one task per layer.
   auto compute = [&](std::string task_name, auto fn) {
     return plan.add(std::move(task_name), Lane::kCompute, [this, fn](const TaskContext& c) {
@@ -156,11 +211,13 @@ Result<sched::Plan> PlannedStep::build_plan() {
       add_down(l, compute("backward " + std::to_string(l), [&m, l](gpu::Stream& s) {
                  return m.layer_backward(s, l, m.param_block(l), m.grad_block(l));
                }));
+      if (device && !rotate) device_adam(part_of[size_t(l)]);  // as soon as its gradient is
     }
   }
   add_down(layers, compute("embedding backward", [&m, layers](gpu::Stream& s) {
              return m.embedding_backward(s, m.grad_block(layers));
            }));
+  if (device && !rotate) device_adam(part_of[size_t(layers)]);
 
   // cpu: per-block gradient checks, then the norm (block order, as the serial step).
   std::vector<TaskId> checks(nb, -1);  // by partition
@@ -199,6 +256,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
       checks);
   // cpu: Adam per partition; h2d: the new parameters up; nvme: the state written behind.
   for (size_t p : visit) {
+    if (device) break;
     const int64_t b = blocks_[p];
     const BufferId g = grad16[size_t(b)], u = up[size_t(b)], st = staging[p];
     const int64_t numel = m.block_numel(b);

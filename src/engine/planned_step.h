@@ -43,6 +43,11 @@ struct PlannedStepOptions {
   OffloadStepOptions step;
   sched::ExecutorOptions executor;
   int staging_slots = 3;  // pinned staging buffers for NVMe partitions (>= 1)
+  // --offload-optimizer none: the fp32 master, m and v move to the device at create (from the
+  // optimizer's state) and Kernels::adam_step updates them there, on the compute lane, writing
+  // the new parameters in place; no parameter goes up. Gradients still come down in 16 bits for
+  // the checks and the norm (the serial step's arithmetic, so the bits stay the same).
+  bool device_optimizer = false;
 };
 
 class PlannedStep {
@@ -64,11 +69,13 @@ class PlannedStep {
               const PlannedStepOptions& options)
       : model_(model), opt_(optimizer), options_(options) {}
   Result<sched::Plan> build_plan();
+  Status load_device_state();
 
   model::GptModel& model_;
   OffloadedOptimizer& opt_;
   PlannedStepOptions options_;
-  std::vector<int64_t> blocks_;  // partition -> block
+  std::vector<int64_t> blocks_;                  // partition -> block
+  std::vector<gpu::DeviceBuffer> device_state_;  // by partition: [master | m | v] (device opt)
   std::unique_ptr<sched::Executor> executor_;
   // Written by run()/flush() before a replay, read by its tasks.
   std::vector<int32_t> tokens_, targets_;

@@ -36,6 +36,7 @@ struct Case {
   float grad_clip = 0.5f;
   double nvme_fraction = 0.0;
   LossScalerOptions loss_scaling;  // fp16
+  bool device_optimizer = false;   // planned: Adam on the device (--offload-optimizer none)
 };
 
 struct TrainRun {
@@ -104,6 +105,7 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     PlannedStepOptions po;
     po.step = so;
     po.staging_slots = 2;
+    po.device_optimizer = c.device_optimizer;
     auto r = PlannedStep::create(m, opt, po);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     planned = std::move(r).value();
@@ -234,6 +236,29 @@ TEST(PlannedStep, MatchesTheSerialStepBitForBitInRam) {
     }
   }
 }
+// --offload-optimizer none: the optimizer state on the device, updated by Kernels::adam_step, gives
+// the bits of the serial step's CPU Adam (bf16 and fp32, clipping on and off, fp16 overflows).
+TEST(PlannedStep, DeviceOptimizerMatchesTheSerialStepBitForBit) {
+  std::string why;
+  if (!open_device(why)) GTEST_SKIP() << why;
+  for (DType dt : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (float clip : {0.5f, 0.0f}) {
+      Case c;
+      c.dtype = dt;
+      c.grad_clip = clip;
+      c.loss_scaling.initial_scale_power = 24;
+      c.loss_scaling.hysteresis = 1;
+      const TrainRun serial = train(c, nullptr);
+      c.planned = true;
+      c.device_optimizer = true;
+      const TrainRun planned = train(c, nullptr);
+      SCOPED_TRACE(std::string("device optimizer, ") + std::string(dtype_name(dt)) + " clip " +
+                   std::to_string(clip));
+      expect_same_bits(serial, planned);
+    }
+  }
+}
+
 // fp16 with dynamic loss scaling: an initial scale of 2^24 overflows the fp16 gradients, so the
 // first steps are skipped (nothing updated) while the scale comes down; both steps must agree on
 // every skip, scale, loss, norm and parameter.
