@@ -65,6 +65,10 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
   }
+  if (f.loss_scale != "dynamic" && f.precision != "fp16") {
+    return make_error(ErrorCode::kConfig, "--loss-scale ", f.loss_scale,
+                      " needs --precision fp16 (bf16 and fp32 are not loss-scaled)");
+  }
   if (f.loss_scale != "dynamic") {
     char* end = nullptr;
     const double v = std::strtod(f.loss_scale.c_str(), &end);
@@ -118,8 +122,9 @@ int main(int argc, char** argv) {
                  "bf16|fp16|fp32: parameters, gradients and activations (fp16 scales the loss)")
       ->capture_default_str();
   app.add_option("--loss-scale", f.loss_scale,
-                 "fp16: dynamic (from 2^16, doubled after 1000 clean steps, halved after 2 "
-                 "overflows in a row; an overflowing step is skipped) or a fixed scale")
+                 "fp16: dynamic (DeepSpeed's: from 2^16, doubled after 1000 steps without "
+                 "overflow, halved from the 2nd overflow since the last doubling; an "
+                 "overflowing step is skipped) or a fixed scale")
       ->capture_default_str();
   app.add_option("--offload-optimizer", f.offload_optimizer,
                  "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "

@@ -8,8 +8,9 @@
 //     is down to 1, the scale is divided by 2 (not below min_loss_scale); otherwise the budget
 //     shrinks by one and the scale stays.
 //   no overflow: the step is applied; every loss_scale_window steps counted from the last
-//     overflow (or from the start), the scale doubles and the hysteresis budget is restored
-//     (with consecutive_hysteresis, the budget is restored after every clean step instead).
+//     overflow (or from the start), the scale doubles (up to 2^64) and the hysteresis budget is
+//     restored (with consecutive_hysteresis, the budget is restored after every clean step
+//     instead).
 // A static scale (loss_scale > 0) never changes, and an overflow still skips the step.
 // Value type; not thread-safe.
 #pragma once

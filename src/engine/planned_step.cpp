@@ -32,8 +32,14 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   s->targets_.assign(rows, 0);
   s->stats_.assign(s->blocks_.size(), cpu::GradStats{});
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
-  // Clipping needs the norm, fp16 the overflow check, of every gradient before any update.
-  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16();
+  // Clipping needs the norm, fp16 the overflow check, of every gradient before any update; the
+  // device optimizer, which cannot wait for a host check within the step, too.
+  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer;
+  if (options.device_optimizer && optimizer.nvme_state_bytes() > 0) {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-optimizer none keeps the optimizer state on the device: it "
+                      "cannot have an NVMe share (--optimizer-nvme-fraction 0)");
+  }
   if (options.device_optimizer) STRATA_RETURN_IF_ERROR(s->load_device_state());
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
@@ -356,6 +362,19 @@ Status PlannedStep::flush() {
   flushing_ = false;
   STRATA_RETURN_IF_ERROR(st);
   pending_adam_step_ = 0;
+  return sync_device_state();
+}
+
+Status PlannedStep::sync_device_state() {
+  model::GptModel& m = model_;
+  for (size_t p = 0; p < device_state_.size(); ++p) {
+    const auto n = static_cast<size_t>(opt_.numel(p));
+    std::vector<float> host(3 * n);
+    STRATA_RETURN_IF_ERROR(m.stream().copy(host.data(), device_state_[p].data(), host.size() * 4,
+                                           gpu::CopyKind::kDeviceToHost));
+    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
+    STRATA_RETURN_IF_ERROR(opt_.load(p, host.data(), host.data() + n, host.data() + 2 * n));
+  }
   return ok_status();
 }
 

@@ -46,7 +46,9 @@ struct PlannedStepOptions {
   // --offload-optimizer none: the fp32 master, m and v move to the device at create (from the
   // optimizer's state) and Kernels::adam_step updates them there, on the compute lane, writing
   // the new parameters in place; no parameter goes up. Gradients still come down in 16 bits for
-  // the checks and the norm (the serial step's arithmetic, so the bits stay the same).
+  // the checks and the norm (the serial step's arithmetic, so the bits stay the same), and the
+  // plan is always rotated, so that no update runs before every gradient is checked. Refused
+  // with an NVMe share of the state.
   bool device_optimizer = false;
 };
 
@@ -58,8 +60,9 @@ class PlannedStep {
   // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
   // With clipping, the update of this step is applied by the next run() or flush().
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
-  // Applies a pending update (clipping on), so that the model's parameters and the optimizer
-  // state are those after the last run(): call it before evaluating, saving or reading them.
+  // Applies a pending update (clipping, fp16 or the device optimizer), so that the model's
+  // parameters and the optimizer state (copied back to the host from the device optimizer) are
+  // those after the last run(): call it before evaluating, saving or reading them.
   Status flush();
 
   const sched::Executor& executor() const { return *executor_; }
@@ -70,6 +73,7 @@ class PlannedStep {
       : model_(model), opt_(optimizer), options_(options) {}
   Result<sched::Plan> build_plan();
   Status load_device_state();
+  Status sync_device_state();  // device optimizer: its state copied back into opt_
 
   model::GptModel& model_;
   OffloadedOptimizer& opt_;

@@ -2,6 +2,7 @@
 // from the rules in loss_scaler.h, and the refusal of bad options.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "engine/loss_scaler.h"
@@ -117,6 +118,22 @@ TEST(LossScaler, BadOptionsNameTheDeepSpeedKey) {
   o = {};
   o.min_loss_scale = 0;
   expect_refused(o, "fp16.min_loss_scale");
+  o = {};
+  o.loss_scale = 1e39;  // not a float
+  expect_refused(o, "fp16.loss_scale");
+  o.loss_scale = 1e-50;
+  expect_refused(o, "fp16.loss_scale");
+}
+
+TEST(LossScaler, GrowthStopsAtTwoToTheSixtyFour) {
+  LossScalerOptions o;
+  o.initial_scale_power = 63;
+  o.loss_scale_window = 1;
+  LossScaler s = make(o);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), std::ldexp(1.0, 64));
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), std::ldexp(1.0, 64));
 }
 
 }  // namespace

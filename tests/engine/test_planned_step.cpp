@@ -45,6 +45,7 @@ struct TrainRun {
   std::vector<double> scales;
   std::vector<bool> skipped;
   std::vector<std::vector<float>> params;  // by block
+  std::vector<float> state;                // every partition's master, m, v after the run
 };
 
 constexpr int kSteps = 50;
@@ -131,6 +132,12 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_TRUE(planned->flush().ok());  // nothing left: a no-op
   }
+  for (size_t p = 0; p < numel.size(); ++p) {
+    std::vector<float> st(3 * static_cast<size_t>(numel[p]));
+    const auto n = static_cast<size_t>(numel[p]);
+    EXPECT_TRUE(opt.read_state(p, st.data(), st.data() + n, st.data() + 2 * n).ok());
+    run.state.insert(run.state.end(), st.begin(), st.end());
+  }
   for (int64_t b = 0; b < m.num_blocks(); ++b) {
     std::vector<float> p(static_cast<size_t>(m.block_numel(b)));
     EXPECT_TRUE(m.download_params(b, p.data()).ok());
@@ -157,6 +164,9 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
               0)
         << "parameters of block " << b;
   }
+  ASSERT_EQ(serial.state.size(), planned.state.size());
+  EXPECT_EQ(std::memcmp(serial.state.data(), planned.state.data(), serial.state.size() * 4), 0)
+      << "optimizer state (master, m, v)";
   // The run learned something, so the comparison is not between two frozen models.
   EXPECT_LT(serial.losses.back(), serial.losses.front());
 }
