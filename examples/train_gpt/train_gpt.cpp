@@ -260,7 +260,9 @@ int main(int argc, char** argv) {
   }
   engine::OffloadStepOptions step_opts;
   step_opts.grad_clip = f.grad_clip;
-  if (f.loss_scale != "dynamic") step_opts.loss_scaling.loss_scale = std::stod(f.loss_scale);
+  if (f.loss_scale != "dynamic") {  // checked by check_flags
+    step_opts.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);
+  }
   std::unique_ptr<engine::SerialStep> serial;
   std::unique_ptr<engine::PlannedStep> planned;
   if (f.schedule == "serial") {

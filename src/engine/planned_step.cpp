@@ -96,15 +96,19 @@ Result<sched::Plan> PlannedStep::build_plan() {
   std::vector<size_t> visit(nb);
   for (size_t k = 0; k < nb; ++k) visit[k] = rotate ? nb - 1 - k : k;
 
-  // Pinned host buffers: each block's gradient (down) and new parameters (up), whole step.
-  std::vector<BufferId> grad16(nb), up(nb);
+  // Pinned host buffers: each block's gradient (down) and new parameters (up; not with the
+  // device optimizer, which writes them on the device), whole step.
+  const bool device = !device_state_.empty();
+  std::vector<BufferId> grad16(nb), up(nb, -1);
   uint64_t pinned = 0;
   for (size_t b = 0; b < nb; ++b) {
     // Rotated, the update at the start reads the previous step's gradients.
     grad16[b] = plan.add_buffer("grad " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)),
                                 /*initially_valid=*/rotate);
+    pinned += round_page(bytes_of(int64_t(b)));
+    if (device) continue;
     up[b] = plan.add_buffer("params " + name(int64_t(b)), Tier::kPinnedHost, bytes_of(int64_t(b)));
-    pinned += 2 * round_page(bytes_of(int64_t(b)));
+    pinned += round_page(bytes_of(int64_t(b)));
   }
 
   // NVMe partitions' reads first: they may start with the step, in partition order.
@@ -127,7 +131,6 @@ Result<sched::Plan> PlannedStep::build_plan() {
 
   // --offload-optimizer none: Adam on the device (Kernels::adam_step) on the compute lane,
   // reading the block's gradient and writing its parameters where they are.
-  const bool device = !device_state_.empty();
   std::vector<size_t> part_of(nb);
   for (size_t p = 0; p < nb; ++p) part_of[size_t(blocks_[p])] = p;
   auto device_adam = [&](size_t p) {

@@ -156,13 +156,18 @@ void Executor::complete_locked(TaskId t) {
   for (TaskId s : succ_[static_cast<size_t>(t)]) {
     if (--remaining_[static_cast<size_t>(s)] != 0) continue;
     const Lane lane = plan_.task(s).lane;
-    if (is_stream_lane(lane)) continue;  // the dispatcher enqueues it
-    HostLane& hl = *host_lanes_[static_cast<int>(lane)];
-    hl.heap.push_back(s);
-    std::push_heap(hl.heap.begin(), hl.heap.end(),
-                   [this](TaskId a, TaskId b) { return pos_[size_t(a)] > pos_[size_t(b)]; });
-    hl.cv.notify_one();
+    if (!is_stream_lane(lane)) push_ready_locked(s);  // the dispatcher enqueues stream tasks
   }
+}
+
+bool Executor::later(TaskId a, TaskId b) const { return pos_[size_t(a)] > pos_[size_t(b)]; }
+
+void Executor::push_ready_locked(TaskId t) {
+  HostLane& hl = *host_lanes_[static_cast<int>(plan_.task(t).lane)];
+  hl.heap.push_back(t);
+  std::push_heap(hl.heap.begin(), hl.heap.end(),
+                 [this](TaskId a, TaskId b) { return later(a, b); });
+  hl.cv.notify_one();
 }
 
 void Executor::fail_locked(Status st) {
@@ -174,12 +179,12 @@ void Executor::fail_locked(Status st) {
 }
 
 void Executor::worker_loop(HostLane& hl, int worker) {
-  auto later = [this](TaskId a, TaskId b) { return pos_[size_t(a)] > pos_[size_t(b)]; };
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     hl.cv.wait(lock, [&] { return stop_ || (!failed_ && !hl.heap.empty()); });
     if (stop_) return;
-    std::pop_heap(hl.heap.begin(), hl.heap.end(), later);
+    std::pop_heap(hl.heap.begin(), hl.heap.end(),
+                  [this](TaskId a, TaskId b) { return later(a, b); });
     const TaskId t = hl.heap.back();
     hl.heap.pop_back();
     ++running_;
@@ -259,12 +264,7 @@ Status Executor::replay() {
   t0_ = std::chrono::steady_clock::now();
   for (size_t i = 0; i < n; ++i) {
     if (remaining_[i] == 0 && !is_stream_lane(plan_.task(TaskId(i)).lane)) {
-      // complete_locked's push, for tasks with no dependency.
-      HostLane& hl = *host_lanes_[static_cast<int>(plan_.task(TaskId(i)).lane)];
-      hl.heap.push_back(TaskId(i));
-      std::push_heap(hl.heap.begin(), hl.heap.end(),
-                     [this](TaskId a, TaskId b) { return pos_[size_t(a)] > pos_[size_t(b)]; });
-      hl.cv.notify_one();
+      push_ready_locked(TaskId(i));
     }
   }
   size_t cursor[kNumStreamLanes] = {0, 0, 0};

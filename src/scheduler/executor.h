@@ -80,7 +80,9 @@ class Executor {
   Executor(gpu::Device& device, Plan plan, const ExecutorOptions& options);
   Status init();
   void worker_loop(HostLane& lane, int worker);
-  void complete_locked(TaskId t);  // successors' counters; requires mu_
+  void complete_locked(TaskId t);        // successors' counters; requires mu_
+  void push_ready_locked(TaskId t);      // a ready host task onto its lane's heap; requires mu_
+  bool later(TaskId a, TaskId b) const;  // a starts after b (heap order: plan walk position)
   void fail_locked(Status st);
   Status enqueue_stream_task(TaskId t);
   void on_stream_task_done(TaskId t);
