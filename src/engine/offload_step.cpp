@@ -26,8 +26,9 @@ Result<StepScaling> StepScaling::create(const OffloadStepOptions& options, DType
   return s;
 }
 
-Result<StepScaling::Decision> StepScaling::decide(double sum_squares, bool finite, int64_t step) {
-  const double scale = loss_scale();
+Result<StepScaling::Decision> StepScaling::decide(double sum_squares, bool finite, int64_t step,
+                                                  double ranks) {
+  const double scale = loss_scale() * ranks;
   Decision d;
   d.norm = std::sqrt(sum_squares) / scale;
   if (!finite) {

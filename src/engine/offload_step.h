@@ -54,8 +54,9 @@ class StepScaling {
     int64_t adam_step = 0;
   };
   // sum_squares and finite: of the gradients as computed (scaled). A non-finite gradient is an
-  // error without fp16 (naming `step`), a skipped step with it.
-  Result<Decision> decide(double sum_squares, bool finite, int64_t step);
+  // error without fp16 (naming `step`), a skipped step with it. `ranks`: the gradients are the
+  // sum over that many data-parallel ranks, and the update uses their mean (1: no division).
+  Result<Decision> decide(double sum_squares, bool finite, int64_t step, double ranks = 1.0);
   int64_t applied() const { return applied_; }
 
  private:

@@ -1,0 +1,165 @@
+// ZeroStep: the ZeRO data-parallel training step (DESIGN.md §1, §4) over the ranks of a
+// Communicator, as one scheduler plan built once and replayed every step. Every rank runs the
+// same plan on its own micro-batch; the global batch is ranks x micro-batch, and the gradients
+// are averaged over the ranks (their sum times 1/N, folded into Adam's gradient multiplier).
+//
+// Each block (a layer, or the shared block) is one flat 16-bit vector, cut into N shards by the
+// comm layer's padding rule (partition.h). Per stage, what one rank keeps and what moves:
+//   stage 0  params, grads and fp32 state whole. Gradients are all-reduced, done as its two
+//            halves (reduce-scatter, then all-gather of the reduced shards); every rank runs
+//            Adam on whole blocks.
+//   stage 1  fp32 master/m/v: the rank's shard only. Gradients reduce-scattered into the whole
+//            gradient buffer (kept whole); Adam on the shard; new 16-bit shards all-gathered.
+//   stage 2  gradients sharded too: a block's gradient lives on the device only from its
+//            backward to its transfer to pinned memory, and on the host only until it is
+//            reduce-scattered into the rank's shard (bucket_bytes bounds the host bytes waiting
+//            for their reduction); Adam on the shard; new shards all-gathered.
+//   stage 3  parameters sharded too: the rank's 16-bit shard stays in pinned host memory; a
+//            block is all-gathered and uploaded just before its forward, and again before its
+//            backward (for a checkpointed segment, before its recompute: the segment's layers
+//            stay gathered until each one's backward, so recompute costs no extra gather), and
+//            released after use. Blocks under the persistence threshold stay whole on the
+//            device and are handled as at stage 2. The shared block is gathered once for the
+//            forward (embedding, head forward and head backward) and once for the embedding
+//            backward. prefetch_depth bounds how many gathers run ahead of the compute.
+// Traffic per rank per step, 16-bit elements, Ψ = padded elements: stages 0-2: 2Ψ(N-1)/N
+// (reduce-scatter + all-gather); stage 3: 3Ψ(N-1)/N for the non-persistent blocks (two gathers
+// and a reduce-scatter) and 2Ψ(N-1)/N for persistent ones; plus the gradient statistics (16
+// bytes per block per rank, all-gathered) and one float for the mean loss.
+//
+// Fixed reduction order (why every stage gives the same bits). Every stage reduces a block's
+// gradient with the same reduce-scatter call (same block, count, dtype and rank count, in the
+// same order on the comm lane); the backend's algorithm, and so each element's summation order,
+// depends only on these, so the reduced 16-bit gradient has the same bits at every stage (stage
+// 0 all-gathers exactly those shards). Adam is elementwise, so a shard's update does not depend
+// on who computes it. The global norm is summed in a fixed order: per block (model order), per
+// rank shard (rank order), each shard's sum of squares computed by cpu::grad_check over the
+// shard's c elements (stage 0 computes all N itself; stages 1-3 all-gather them). With one rank
+// that is the single-rank steps' order, so ZeroStep then matches SerialStep bit for bit.
+//
+// The update is always rotated (as PlannedStep with clipping): run(n) ends after step n's
+// reductions, gradient checks and norm; step n's Adam (and the gathers and uploads of the new
+// parameters) runs at the start of run(n+1), where block b's first use waits only for block b's
+// update. The decision (norm, clip, fp16 overflow: skip on every rank) is taken on the host from
+// statistics every rank has, so every rank decides the same. flush() applies a pending update
+// and leaves the model's parameter blocks holding the whole current parameters (stage 3 gathers
+// them), for evaluation or saving; it is collective (every rank calls it).
+//
+// Failures: a task error leaves the executor failed (every later run() returns it); the other
+// ranks then wait in a collective this rank will not start: the caller ends the job with
+// Communicator::abort (train_gpt does), and the comm watchdog bounds the wait anyway.
+//
+// Ownership: borrows the model, optimizer and communicator (they must outlive it). Thread
+// safety: none; run() from one thread. The communicator is used by the comm lane's worker during
+// run()/flush() and by the calling thread between them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/offload_step.h"
+#include "engine/offloaded_optimizer.h"
+#include "engine/partition.h"
+#include "scheduler/executor.h"
+
+namespace strata::engine {
+
+struct ZeroStepOptions {
+  OffloadStepOptions step;
+  sched::ExecutorOptions executor;
+  int stage = 0;                      // 0..3
+  int64_t persistence_threshold = 0;  // stage 3: blocks under this many elements stay whole
+  int prefetch_depth = 1;             // stage 3: gathers allowed ahead of the one in use (0..64)
+  uint64_t bucket_bytes = 0;          // stage >= 2: host gradient bytes awaiting reduction
+                                      // (0: twice the largest block; at least the largest block)
+  int staging_slots = 3;              // pinned staging buffers for NVMe partitions (1..64)
+  // Test hook (fault injection): at this step, this rank's local gradient of layer 0 gets an
+  // Inf in its first element before the reduction. 0: never.
+  int64_t inject_inf_step = 0;
+};
+
+// Bytes one rank moves per step, by purpose (the comm layer's textbook accounting).
+struct ZeroTraffic {
+  uint64_t grad_reduce_scatter = 0;  // gradients, reduce-scatter
+  uint64_t grad_all_gather = 0;      // stage 0: the reduced gradients all-gathered
+  uint64_t param_all_gather = 0;     // new parameters (stages 1-3) and stage-3 gathers
+  uint64_t stats = 0;                // gradient statistics and the loss
+  uint64_t total() const {
+    return grad_reduce_scatter + grad_all_gather + param_all_gather + stats;
+  }
+};
+
+class ZeroStep {
+ public:
+  // The optimizer partitions one rank needs: partition p is block partition_blocks()[p], of the
+  // block's numel at stage 0 and of its shard (padding included) at stages 1-3.
+  static std::vector<int64_t> optimizer_numel(const model::GptModel& model,
+                                              const Partitioning& parts, int stage);
+  // Loads this rank's part of the model's current parameters as the optimizer's fp32 masters
+  // (zero moments; padding zero).
+  static Status load_masters(model::GptModel& model, OffloadedOptimizer& optimizer,
+                             const Partitioning& parts, int stage, int rank);
+  // The block partitioning of `model` over `ranks` (persistence threshold in elements).
+  static Result<Partitioning> partition(const model::GptModel& model, int ranks,
+                                        int64_t persistence_threshold);
+
+  // `optimizer` as optimizer_numel(); every rank calls create (it is not collective).
+  static Result<std::unique_ptr<ZeroStep>> create(model::GptModel& model,
+                                                  OffloadedOptimizer& optimizer,
+                                                  comm::Communicator& comm,
+                                                  const ZeroStepOptions& options);
+  // One step on this rank's micro-batch (host int32 [B*T]); collective. The loss is the mean
+  // over the ranks; the norm is of the averaged gradient.
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+  // Applies a pending update; then the model's parameter blocks hold the whole current
+  // parameters on every rank. Collective.
+  Status flush();
+
+  const sched::Executor& executor() const { return *executor_; }
+  const Partitioning& partitioning() const { return parts_; }
+  int stage() const { return options_.stage; }
+  // Traffic of the last run() (measured from the communicator's counters).
+  const ZeroTraffic& last_traffic() const { return traffic_; }
+  // The traffic theory for one step (the figures above, from the partitioning).
+  ZeroTraffic expected_traffic() const;
+
+ private:
+  ZeroStep(model::GptModel& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
+           const ZeroStepOptions& options)
+      : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
+  Result<sched::Plan> build_plan();
+  Status init_param_shards();  // stage 3: the rank's shards from the model's blocks
+  Status gather_into_model();  // stage 3: whole parameters into the model's blocks
+  bool sharded_params(int64_t b) const {
+    return options_.stage == 3 && !parts_.block(size_t(b)).persistent;
+  }
+
+  model::GptModel& model_;
+  OffloadedOptimizer& opt_;
+  comm::Communicator& comm_;
+  ZeroStepOptions options_;
+  Partitioning parts_;
+  int rank_ = 0, ranks_ = 1;
+  std::vector<int64_t> blocks_;        // partition -> block
+  std::vector<sched::BufferId> pbuf_;  // by block: new params (stage 3: the param shard)
+  std::unique_ptr<sched::Executor> executor_;
+  std::vector<int32_t> tokens_, targets_;
+  int64_t step_ = 0;
+  int64_t update_step_ = 0;  // Adam's step count of the update this replay applies (0: none)
+  float update_grad_scale_ = 1.0f;
+  int64_t pending_adam_step_ = 0;
+  float pending_grad_scale_ = 1.0f;
+  bool flushing_ = false;
+  StepScaling scaling_;
+  // Gradient statistics, [rank][block][sum of squares, non-finite], all-gathered as raw bits.
+  std::vector<double> stats_;
+  double sum_ = 0.0;
+  bool finite_ = true;
+  ZeroTraffic traffic_;
+  // Bytes counted by the comm lane's tasks during a replay (by purpose).
+  ZeroTraffic counting_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,409 @@
+// ZeroStep (ZeRO stages 0-3) under mpirun with 1, 2 and 4 ranks on the CpuDevice (label mpi):
+//   - stages 1, 2 and 3 give the bits of stage 0 (losses, norms, final parameters, each rank's
+//     optimizer shard) over 20 steps, with the optimizer state in RAM, half and all on NVMe;
+//   - with one rank, every stage gives the bits of SerialStep (the single-rank reference);
+//   - N ranks agree with one rank on the whole global batch within fp32 rounding;
+//   - bytes per step per collective equal the comm layer's byte accounting of the theory
+//     (2Ψ(N-1)/N at stages 0-2, 3Ψ(N-1)/N at stage 3, with and without checkpointing);
+//   - an fp16 overflow injected on one rank skips the step on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/local_comm.h"
+#include "comm/mpi_comm.h"
+#include "core/check.h"
+#include "engine/serial_step.h"
+#include "engine/zero_step.h"
+#include "gpu/cpu_device.h"
+#include "model/synthetic_task.h"
+#include "nvme/swap_store.h"
+#include "scratch_dir.h"
+
+namespace strata::engine {
+namespace {
+
+comm::Communicator& world() {
+  static std::unique_ptr<comm::Communicator> c = [] {
+    comm::CommOptions o;
+    o.timeout_s = 120.0;  // a hang becomes an abort with a message
+    auto r = comm::create_mpi_comm(o);
+    STRATA_CHECK(r.ok(), r.status().to_string());
+    return std::move(r).value();
+  }();
+  return *c;
+}
+
+constexpr int kSteps = 20;
+constexpr int64_t kMicroBatch = 4;
+
+struct ZCase {
+  int stage = 0;
+  DType dtype = DType::kBF16;
+  float grad_clip = 0.5f;
+  double nvme_fraction = 0.0;
+  int64_t checkpoint = 2;
+  int64_t persistence = 0;
+  int prefetch = 1;
+  bool serial = false;  // SerialStep (one rank) instead of ZeroStep
+  int64_t batch = kMicroBatch;
+  LossScalerOptions loss_scaling;
+  int64_t inject_inf_step = 0;
+  int steps = kSteps;
+};
+
+struct ZRun {
+  std::vector<float> losses;
+  std::vector<double> norms, scales;
+  std::vector<bool> skipped;
+  std::vector<std::vector<float>> params;      // by block, after the last step
+  std::vector<std::vector<float>> shards;      // by partition: this rank's real master|m|v
+  std::vector<std::vector<float>> history;     // params of block 0 after each step (flushed)
+  std::vector<comm::CollectiveStats> traffic;  // by kind, of the last step
+  ZeroTraffic expected;
+};
+
+// The same global batch for every rank count: step s's batch of kMicroBatch * N sequences;
+// rank r takes rows [r*B, (r+1)*B).
+void batch_rows(const model::AdditionTask& task, int64_t global_rows, int64_t step, int64_t first,
+                int64_t rows, std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
+  std::vector<int32_t> t(static_cast<size_t>(global_rows * task.seq())), g(t.size());
+  task.make_batch(global_rows, 3, 0, step, t.data(), g.data());
+  const auto begin = static_cast<size_t>(first * task.seq());
+  const auto n = static_cast<size_t>(rows * task.seq());
+  tokens.assign(t.begin() + begin, t.begin() + begin + n);
+  targets.assign(g.begin() + begin, g.begin() + begin + n);
+}
+
+ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
+           bool every_step_params = false) {
+  ZRun run;
+  gpu::DeviceOptions dopt;
+  dopt.memory_limit_bytes = 256 << 20;
+  dopt.threads = 1;
+  auto dev_r = gpu::create_cpu_device(dopt);
+  EXPECT_TRUE(dev_r.ok()) << dev_r.status().to_string();
+  if (!dev_r.ok()) return run;
+  gpu::Device& dev = *dev_r.value();
+  auto task = model::AdditionTask::create(2, 10).value();
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = task.seq();
+  cfg.layers = 3;
+  cfg.heads = 4;
+  cfg.channels = 32;
+  cfg.dtype = c.dtype;
+  auto model_r =
+      model::GptModel::create(dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint});
+  EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
+  if (!model_r.ok()) return run;
+  model::GptModel& m = *model_r.value();
+  EXPECT_TRUE(m.init_params(7).ok());
+  const int stage = c.serial ? 0 : c.stage;
+  auto parts = ZeroStep::partition(m, comm.size(), c.persistence).value();
+  const std::vector<int64_t> numel = ZeroStep::optimizer_numel(m, parts, stage);
+  cpu::AdamHyper hyper;
+  hyper.lr = 3e-3f;
+  hyper.weight_decay = 0.01f;
+  OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = c.nvme_fraction;
+  oo.store = store;
+  oo.staging_slots = c.serial ? 3 : 1;
+  auto opt_r = OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
+  EXPECT_TRUE(opt_r.ok()) << opt_r.status().to_string();
+  if (!opt_r.ok()) return run;
+  OffloadedOptimizer& opt = opt_r.value();
+  EXPECT_TRUE(ZeroStep::load_masters(m, opt, parts, stage, comm.rank()).ok());
+  OffloadStepOptions so;
+  so.grad_clip = c.grad_clip;
+  so.loss_scaling = c.loss_scaling;
+  std::unique_ptr<SerialStep> serial;
+  std::unique_ptr<ZeroStep> zero;
+  if (c.serial) {
+    auto r = SerialStep::create(m, opt, so);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    serial = std::move(r).value();
+  } else {
+    ZeroStepOptions zo;
+    zo.step = so;
+    zo.stage = c.stage;
+    zo.persistence_threshold = c.persistence;
+    zo.prefetch_depth = c.prefetch;
+    zo.staging_slots = 2;
+    zo.inject_inf_step = c.inject_inf_step;
+    auto r = ZeroStep::create(m, opt, comm, zo);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return run;
+    zero = std::move(r).value();
+    run.expected = zero->expected_traffic();
+  }
+  // One rank's share of the global batch (a one-rank run takes the whole of it).
+  const int64_t global_rows = c.batch * comm.size();
+  std::vector<int32_t> tokens, targets;
+  for (int64_t step = 1; step <= c.steps; ++step) {
+    batch_rows(task, global_rows, step, comm.rank() * c.batch, c.batch, tokens, targets);
+    comm.reset_stats();
+    auto r = c.serial ? serial->run(tokens.data(), targets.data(), step)
+                      : zero->run(tokens.data(), targets.data(), step);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().to_string();
+      return run;
+    }
+    run.traffic.clear();
+    for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
+      run.traffic.push_back(comm.stats(static_cast<comm::CollectiveKind>(k)));
+    }
+    run.losses.push_back(r->loss);
+    run.norms.push_back(r->grad_norm);
+    run.scales.push_back(r->loss_scale);
+    run.skipped.push_back(r->skipped);
+    if (every_step_params) {
+      if (zero) {
+        EXPECT_TRUE(zero->flush().ok());
+      }
+      std::vector<float> p(static_cast<size_t>(m.block_numel(0)));
+      EXPECT_TRUE(m.download_params(0, p.data()).ok());
+      run.history.push_back(std::move(p));
+    }
+  }
+  if (zero) {
+    const Status st = zero->flush();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  for (int64_t b = 0; b < m.num_blocks(); ++b) {
+    std::vector<float> p(static_cast<size_t>(m.block_numel(b)));
+    EXPECT_TRUE(m.download_params(b, p.data()).ok());
+    run.params.push_back(std::move(p));
+  }
+  // This rank's real elements of each partition's state, the same slice at every stage.
+  const std::vector<int64_t> blocks = partition_blocks(m);
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    const auto n = static_cast<size_t>(opt.numel(p));
+    std::vector<float> st(3 * n);
+    EXPECT_TRUE(opt.read_state(p, st.data(), st.data() + n, st.data() + 2 * n).ok());
+    const BlockPartition& bp = parts.block(size_t(blocks[p]));
+    const int64_t begin = bp.owned_begin(comm.rank()), end = bp.owned_end(comm.rank());
+    const int64_t off = stage == 0 ? begin : 0;
+    std::vector<float> mine;
+    for (int k = 0; k < 3; ++k) {
+      const float* at = st.data() + k * n + static_cast<size_t>(off);
+      mine.insert(mine.end(), at, at + (end - begin));
+    }
+    run.shards.push_back(std::move(mine));
+  }
+  return run;
+}
+
+void expect_same_bits(const ZRun& a, const ZRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  ASSERT_FALSE(a.losses.empty());
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    EXPECT_EQ(std::memcmp(&a.losses[s], &b.losses[s], sizeof(float)), 0)
+        << "loss at step " << s + 1 << ": " << a.losses[s] << " vs " << b.losses[s];
+    EXPECT_EQ(std::memcmp(&a.norms[s], &b.norms[s], sizeof(double)), 0)
+        << "norm at step " << s + 1 << ": " << a.norms[s] << " vs " << b.norms[s];
+    EXPECT_EQ(a.scales[s], b.scales[s]) << "loss scale at step " << s + 1;
+    EXPECT_EQ(a.skipped[s], b.skipped[s]) << "skip at step " << s + 1;
+  }
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t k = 0; k < a.params.size(); ++k) {
+    EXPECT_EQ(std::memcmp(a.params[k].data(), b.params[k].data(), a.params[k].size() * 4), 0)
+        << "parameters of block " << k;
+  }
+  ASSERT_EQ(a.shards.size(), b.shards.size());
+  for (size_t p = 0; p < a.shards.size(); ++p) {
+    ASSERT_EQ(a.shards[p].size(), b.shards[p].size());
+    EXPECT_EQ(std::memcmp(a.shards[p].data(), b.shards[p].data(), a.shards[p].size() * 4), 0)
+        << "optimizer shard (master, m, v) of partition " << p;
+  }
+  EXPECT_LT(a.losses.back(), a.losses.front()) << "the run learned nothing";
+}
+
+std::string describe(const ZCase& c) {
+  return "stage " + std::to_string(c.stage) + " " + std::string(dtype_name(c.dtype)) + " nvme " +
+         std::to_string(c.nvme_fraction) + " persistence " + std::to_string(c.persistence) +
+         " prefetch " + std::to_string(c.prefetch) + " checkpoint " + std::to_string(c.checkpoint);
+}
+
+struct Store {
+  std::unique_ptr<strata::test::ScratchDir> dir;
+  std::unique_ptr<nvme::SwapStore> store;
+};
+Store open_store() {
+  Store s;
+  s.dir = std::make_unique<strata::test::ScratchDir>();
+  EXPECT_TRUE(s.dir->ok());
+  nvme::SwapStoreOptions so;
+  so.dirs = {s.dir->path()};
+  so.capacity_bytes = 64 << 20;
+  auto r = nvme::SwapStore::open(so);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (r.ok()) s.store = std::move(r).value();
+  return s;
+}
+
+TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    ZCase base;
+    base.dtype = dt;
+    const ZRun ref = train(comm, base, nullptr);
+    std::vector<ZCase> cases;
+    for (int stage = 1; stage <= 3; ++stage) {
+      ZCase c = base;
+      c.stage = stage;
+      cases.push_back(c);
+    }
+    if (dt == DType::kBF16) {
+      for (double f : {0.5, 1.0}) {
+        for (int stage : {0, 2, 3}) {
+          ZCase c = base;
+          c.stage = stage;
+          c.nvme_fraction = f;
+          cases.push_back(c);
+        }
+      }
+      ZCase c = base;
+      c.stage = 3;
+      c.persistence = 20000;  // the layers stay whole, the shared block is sharded
+      c.prefetch = 0;
+      cases.push_back(c);
+      c.persistence = 0;
+      c.prefetch = 3;
+      c.checkpoint = 0;
+      cases.push_back(c);
+    }
+    for (const ZCase& c : cases) {
+      SCOPED_TRACE(describe(c));
+      expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+    }
+  }
+}
+
+// With one rank every stage is the single-rank step: the bits of SerialStep (a LocalComm, so this
+// runs on every rank of the job by itself).
+TEST(ZeroStep, OneRankGivesTheBitsOfTheSerialStep) {
+  auto local = comm::create_local_comm();
+  ZCase ref;
+  ref.serial = true;
+  const ZRun serial = train(*local, ref, nullptr);
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZCase c;
+    c.stage = stage;
+    SCOPED_TRACE(describe(c));
+    expect_same_bits(serial, train(*local, c, nullptr));
+  }
+}
+
+// N ranks of B sequences against one rank of N*B (fp32): the same step up to the order of fp32
+// sums (the gradient sum over rows is split between ranks). Bounds: losses within 1e-4
+// relative, parameters within 1e-4 absolute after 20 steps (Adam moves a parameter by at most
+// about lr = 3e-3 per step, so this is 2% of one step's movement).
+TEST(ZeroStep, RankCountsAgreeWithinFp32Rounding) {
+  comm::Communicator& comm = world();
+  auto local = comm::create_local_comm();
+  ZCase one;
+  one.dtype = DType::kF32;
+  one.serial = true;
+  one.batch = kMicroBatch * comm.size();
+  const ZRun ref = train(*local, one, nullptr);
+  for (int stage : {0, 3}) {
+    ZCase c;
+    c.dtype = DType::kF32;
+    c.stage = stage;
+    SCOPED_TRACE(describe(c));
+    const ZRun z = train(comm, c, nullptr);
+    ASSERT_EQ(z.losses.size(), ref.losses.size());
+    for (size_t s = 0; s < z.losses.size(); ++s) {
+      EXPECT_NEAR(z.losses[s], ref.losses[s], 1e-4 * std::fabs(ref.losses[s])) << "step " << s + 1;
+    }
+    double worst = 0;
+    for (size_t b = 0; b < z.params.size(); ++b) {
+      for (size_t i = 0; i < z.params[b].size(); ++i) {
+        worst = std::max(worst, double(std::fabs(z.params[b][i] - ref.params[b][i])));
+      }
+    }
+    EXPECT_LT(worst, 1e-4);
+  }
+}
+
+// Bytes per step: each collective kind as the engine's theory says (the comm layer counts the
+// textbook bytes of the calls really made), and the totals within 1% of ZeRO's 2Ψ(N-1)/N and
+// 3Ψ(N-1)/N for Ψ real (unpadded) 16-bit elements.
+TEST(ZeroStep, BytesPerStepMatchTheTheory) {
+  comm::Communicator& comm = world();
+  const uint64_t n = static_cast<uint64_t>(comm.size());
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (int64_t checkpoint : {2, 0}) {
+      ZCase c;
+      c.stage = stage;
+      c.checkpoint = checkpoint;
+      c.steps = 3;
+      SCOPED_TRACE(describe(c));
+      const ZRun z = train(comm, c, nullptr);
+      ASSERT_EQ(z.traffic.size(), comm::kNumCollectiveKinds);
+      auto sent = [&](comm::CollectiveKind k) { return z.traffic[size_t(k)].bytes_sent; };
+      const ZeroTraffic& e = z.expected;
+      EXPECT_EQ(sent(comm::CollectiveKind::kReduceScatter), e.grad_reduce_scatter);
+      const uint64_t loss_bytes = 2 * (n - 1) * 4 / n;
+      EXPECT_EQ(sent(comm::CollectiveKind::kAllReduce), loss_bytes);
+      EXPECT_EQ(sent(comm::CollectiveKind::kAllGather),
+                e.grad_all_gather + e.param_all_gather + (e.stats - loss_bytes));
+      // ZeRO's figures: 2 bytes per element, Ψ elements, (N-1)/N per pass; 2 passes at stages
+      // 0-2 (reduce-scatter + all-gather) and 3 at stage 3.
+      int64_t psi = 0;
+      for (const auto& p : z.params) psi += static_cast<int64_t>(p.size());
+      const double passes = stage == 3 ? 3.0 : 2.0;
+      const double theory = passes * 2.0 * static_cast<double>(psi) * double(n - 1) / double(n);
+      const double moved =
+          static_cast<double>(e.grad_reduce_scatter + e.grad_all_gather + e.param_all_gather);
+      if (n == 1) {
+        EXPECT_EQ(moved, 0.0);
+      } else {
+        EXPECT_NEAR(moved / theory, 1.0, 0.01) << moved << " bytes vs theory " << theory;
+      }
+    }
+  }
+}
+
+// fp16: an Inf in one rank's gradient (injected before the reduction) skips that step on every
+// rank, halves the loss scale and changes no parameter and no moment; the scale doubles again
+// after loss_scale_window clean steps.
+TEST(ZeroStep, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
+  comm::Communicator& comm = world();
+  for (int stage : {0, 3}) {
+    ZCase c;
+    c.stage = stage;
+    c.dtype = DType::kF16;
+    c.loss_scaling.initial_scale_power = 12;
+    c.loss_scaling.hysteresis = 1;
+    c.loss_scaling.loss_scale_window = 4;
+    c.steps = 10;
+    c.inject_inf_step = comm.rank() == comm.size() - 1 ? 3 : 0;
+    SCOPED_TRACE(describe(c));
+    const ZRun z = train(comm, c, nullptr, /*every_step_params=*/true);
+    ASSERT_EQ(z.skipped.size(), 10u);
+    for (int s = 0; s < 10; ++s) EXPECT_EQ(z.skipped[size_t(s)], s == 2) << "step " << s + 1;
+    // Step 3 skipped: its update (applied by flush) changed nothing.
+    EXPECT_EQ(z.history[2], z.history[1]);
+    EXPECT_NE(z.history[1], z.history[0]);
+    EXPECT_EQ(z.scales[2], 4096.0);
+    EXPECT_EQ(z.scales[3], 2048.0);
+    // Clean steps 4..7 (window 4) double the scale for step 8.
+    EXPECT_EQ(z.scales[6], 2048.0);
+    EXPECT_EQ(z.scales[7], 4096.0);
+    // Every rank saw the same steps.
+    std::vector<float> mine{z.losses.back()}, all(static_cast<size_t>(comm.size()));
+    ASSERT_TRUE(comm.all_gather(mine.data(), all.data(), 1, DType::kF32).ok());
+    for (float l : all) EXPECT_EQ(l, all[0]);
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
