@@ -7,8 +7,11 @@
 // new parameters go back up as soon as they are ready. --schedule serial runs the reference step
 // (engine/serial_step.h) with the same results, bit for bit. --trace writes a Perfetto timeline.
 //
-// This is the first, small form of the trainer: one rank, whole model resident on the device, no
-// ZeRO partitioning or parameter offload yet. Every flag is checked before memory is touched.
+// Data parallelism (engine/zero_step.h): under `mpirun -np N` every rank trains on its share of a
+// global batch of N x --batch sequences, with ZeRO stage --zero-stage (0-3) over the ranks;
+// rank 0 prints. One rank at stage 0 runs the single-rank planned (or serial) step. The model is
+// resident on the device (no parameter offload yet). Every flag is checked before memory is
+// touched.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -20,12 +23,15 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm.h"
+#include "comm/mpi_comm.h"
 #include "core/dtype.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/planned_step.h"
 #include "engine/serial_step.h"
+#include "engine/zero_step.h"
 #include "gpu/device.h"
 #include "model/gpt.h"
 #include "model/synthetic_task.h"
@@ -48,6 +54,10 @@ struct Flags {
   std::string trace;
   int64_t trace_steps = 2;
   int device_threads = 0, host_threads = 0;
+  int zero_stage = 0, prefetch_depth = 1;
+  double bucket_mb = 0.0;
+  int64_t persistence_threshold = 0;
+  std::string comm_backend = "auto";
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
   int64_t checkpoint_interval = 0, eval_every = 50;
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
@@ -105,6 +115,22 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
                       f.channels, " (use a head count that divides the channel count)");
   }
+  if (f.comm_backend != "auto" && f.comm_backend != "mpi" && f.comm_backend != "local") {
+    return make_error(ErrorCode::kConfig, "--comm-backend '", f.comm_backend,
+                      "' is not accepted (use auto, mpi or local: the engine reduces in host "
+                      "memory)");
+  }
+  if (f.zero_stage > 0 && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
+                      " needs --schedule planned (the serial step is the one-rank reference)");
+  }
+  if (f.zero_stage > 0 && f.offload_optimizer == "none") {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-optimizer none is not supported with "
+                      "--zero-stage ",
+                      f.zero_stage,
+                      " yet (the ZeRO step updates the shards on the host: use cpu or nvme)");
+  }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
@@ -152,6 +178,28 @@ int main(int argc, char** argv) {
                  "threads of the host lane that runs the CPU Adam and the gradient checks "
                  "(0 = all cores)")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--zero-stage", f.zero_stage,
+                 "ZeRO stage over the data-parallel ranks: 0 all replicated, 1 optimizer state "
+                 "sharded, 2 gradients too, 3 parameters too (gathered per layer)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("--bucket-mb", f.bucket_mb,
+                 "stages 2-3: MiB of gradients waiting on the host for their reduce-scatter "
+                 "(DeepSpeed's reduce_bucket_size; 0 = twice the largest layer)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--prefetch-depth", f.prefetch_depth,
+                 "stage 3: layers gathered ahead of the one computing")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--param-persistence-threshold", f.persistence_threshold,
+                 "stage 3: blocks of fewer elements stay whole on every rank (DeepSpeed's "
+                 "stage3_param_persistence_threshold; its default is 100000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--comm-backend", f.comm_backend,
+                 "auto|mpi|local: the communicator (auto: mpi under mpirun, else local)")
       ->capture_default_str();
   app.add_option("--steps", f.steps, "most training steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
@@ -216,30 +264,61 @@ int main(int argc, char** argv) {
     nvme_dirs = *dirs;
   }
 
+  // The communicator: MPI under mpirun (or with --comm-backend mpi), else one local rank.
+  const bool use_mpi =
+      f.comm_backend == "mpi" || (f.comm_backend == "auto" && comm::launched_by_mpirun());
+  auto comm_r = comm::create_communicator(use_mpi ? comm::Backend::kMpi : comm::Backend::kLocal);
+  if (!comm_r.ok()) return fail(comm_r.status());
+  comm::Communicator& world = *comm_r.value();
+  const int rank = world.rank(), ranks = world.size();
+  const bool lead = rank == 0;  // rank 0 prints
+  // Past this point every rank must stop together: a failing rank ends the whole job.
+  auto die = [&](const Status& st) -> int {
+    if (ranks > 1) world.abort(st);
+    return fail(st);
+  };
+  const bool zero = ranks > 1 || f.zero_stage > 0;
+  if (zero && f.schedule != "planned") {
+    return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
+                          " ranks need --schedule planned"));
+  }
+  if (zero && f.offload_optimizer == "none") {
+    return die(make_error(ErrorCode::kConfig, "--offload-optimizer none is not supported over ",
+                          ranks,
+                          " ranks yet (the ZeRO step updates the shards on the host: use cpu "
+                          "or nvme)"));
+  }
+  // Ranks on one machine share its cores: each gets its share unless told otherwise.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int share = std::max(1, cores / std::max(1, world.local_size()));
+
   auto kind = gpu::parse_device_kind(f.device);
-  if (!kind.ok()) return fail(kind.status().with_context("--device"));
+  if (!kind.ok()) return die(kind.status().with_context("--device"));
   gpu::DeviceOptions dev_opts;
-  dev_opts.threads = f.device_threads;
+  dev_opts.threads = f.device_threads > 0 ? f.device_threads : (ranks > 1 ? share : 0);
+  dev_opts.ordinal = world.local_rank();  // one GPU per rank (CudaDevice)
   auto dev_r = gpu::create_device(*kind, dev_opts);
-  if (!dev_r.ok()) return fail(dev_r.status());
+  if (!dev_r.ok()) return die(dev_r.status());
   gpu::Device& dev = *dev_r.value();
   auto model_r = model::GptModel::create(dev, cfg, shape);
-  if (!model_r.ok()) return fail(model_r.status());
+  if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
-  if (Status st = gpt.init_params(f.seed); !st.ok()) return fail(st);
+  if (Status st = gpt.init_params(f.seed); !st.ok()) return die(st);
 
-  // One optimizer partition per parameter block, in backward order (engine/offload_step.h).
-  const std::vector<int64_t> blocks = engine::partition_blocks(gpt);
+  // One optimizer partition per parameter block, in backward order (engine/offload_step.h):
+  // the whole block, or this rank's shard of it at ZeRO stages 1-3.
   const int64_t nb = gpt.num_blocks();
-  std::vector<int64_t> numel;
-  for (int64_t b : blocks) numel.push_back(gpt.block_numel(b));
+  auto parts = engine::ZeroStep::partition(gpt, ranks, f.persistence_threshold);
+  if (!parts.ok()) return die(parts.status());
+  const std::vector<int64_t> numel =
+      engine::ZeroStep::optimizer_numel(gpt, *parts, zero ? f.zero_stage : 0);
   std::unique_ptr<nvme::SwapStore> store;
   if (f.offload_optimizer == "nvme") {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
     so.capacity_bytes = 12ull * static_cast<uint64_t>(cfg.num_params()) + (8ull << 20) * nb;
     auto s = nvme::SwapStore::open(so);
-    if (!s.ok()) return fail(s.status());
+    if (!s.ok()) return die(s.status());
     store = std::move(s).value();
   }
   cpu::AdamHyper hyper;
@@ -249,14 +328,14 @@ int main(int argc, char** argv) {
   oo.nvme_fraction = f.offload_optimizer == "nvme" ? f.nvme_fraction : 0.0;
   oo.store = store.get();
   oo.staging_slots = f.schedule == "planned" ? 1 : 3;  // the plan stages through its own buffers
+  oo.key_base = static_cast<uint64_t>(rank) << 32;
   auto opt_r = engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
-  if (!opt_r.ok()) return fail(opt_r.status());
+  if (!opt_r.ok()) return die(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();
 
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    std::vector<float> master(static_cast<size_t>(numel[p]));
-    if (Status st = gpt.download_params(blocks[p], master.data()); !st.ok()) return fail(st);
-    if (Status st = opt.load(p, master.data(), nullptr, nullptr); !st.ok()) return fail(st);
+  if (Status st = engine::ZeroStep::load_masters(gpt, opt, *parts, zero ? f.zero_stage : 0, rank);
+      !st.ok()) {
+    return die(st);
   }
   engine::OffloadStepOptions step_opts;
   step_opts.grad_clip = f.grad_clip;
@@ -265,51 +344,87 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<engine::SerialStep> serial;
   std::unique_ptr<engine::PlannedStep> planned;
-  if (f.schedule == "serial") {
+  std::unique_ptr<engine::ZeroStep> zstep;
+  const int host_threads =
+      f.host_threads > 0 ? f.host_threads : (ranks > 1 ? share : std::max(1, cores));
+  if (zero) {
+    engine::ZeroStepOptions zo;
+    zo.step = step_opts;
+    zo.stage = f.zero_stage;
+    zo.executor.cpu_threads = host_threads;
+    zo.executor.cpu_workers = std::min(2, host_threads);
+    zo.executor.trace = true;
+    zo.prefetch_depth = f.prefetch_depth;
+    zo.persistence_threshold = f.persistence_threshold;
+    zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
+    auto r = engine::ZeroStep::create(gpt, opt, world, zo);
+    if (!r.ok()) return die(r.status());
+    zstep = std::move(r).value();
+  } else if (f.schedule == "serial") {
     auto r = engine::SerialStep::create(gpt, opt, step_opts);
-    if (!r.ok()) return fail(r.status());
+    if (!r.ok()) return die(r.status());
     serial = std::move(r).value();
   } else {
     engine::PlannedStepOptions po;
     po.step = step_opts;
-    po.executor.cpu_threads =
-        f.host_threads > 0 ? f.host_threads : static_cast<int>(std::thread::hardware_concurrency());
+    po.executor.cpu_threads = host_threads;
     po.executor.trace = true;
     po.device_optimizer = f.offload_optimizer == "none";
     auto r = engine::PlannedStep::create(gpt, opt, po);
-    if (!r.ok()) return fail(r.status());
+    if (!r.ok()) return die(r.status());
     planned = std::move(r).value();
   }
   sched::TraceWriter trace;
+  const sched::Executor* executor = zstep     ? &zstep->executor()
+                                    : planned ? &planned->executor()
+                                              : nullptr;
 
-  std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
-              cfg.describe().c_str(), static_cast<long long>(cfg.num_params()), dev.name().c_str(),
-              static_cast<long long>(f.batch), static_cast<long long>(task.seq()),
-              static_cast<long long>(gpt.checkpoint_interval()));
-  if (f.offload_optimizer == "none") {
-    std::printf(
-        "optimizer: %llu state bytes on the device, updated there (the host copy only "
-        "held the initial state)\n",
-        static_cast<unsigned long long>(opt.host_state_bytes()));
-  } else {
-    std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging\n",
-                static_cast<unsigned long long>(opt.host_state_bytes()),
-                static_cast<unsigned long long>(opt.nvme_state_bytes()),
-                static_cast<unsigned long long>(opt.staging_bytes()));
-  }
-  if (store) std::printf("nvme: %s\n", store->describe().c_str());
-  if (planned) {
-    const sched::Plan& plan = planned->executor().plan();
-    std::printf(
-        "schedule: planned, %zu tasks, %llu bytes of pinned host buffers (the plan's peak)\n",
-        plan.num_tasks(),
-        static_cast<unsigned long long>(plan.peak_bytes(sched::Tier::kPinnedHost)));
-  } else {
-    std::printf("schedule: serial\n");
+  if (lead) {
+    std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
+                cfg.describe().c_str(), static_cast<long long>(cfg.num_params()),
+                dev.name().c_str(), static_cast<long long>(f.batch),
+                static_cast<long long>(task.seq()),
+                static_cast<long long>(gpt.checkpoint_interval()));
+    if (zero) {
+      const auto ms = parts->model_state_bytes(f.zero_stage);
+      std::printf(
+          "zero: stage %d over %d ranks (%s), global batch %lld; per rank: %lld bytes of 16-bit "
+          "params, %lld of grads, %lld of fp32 optimizer state (DESIGN.md §1)\n",
+          f.zero_stage, ranks, std::string(world.backend()).c_str(),
+          static_cast<long long>(f.batch * ranks),
+          static_cast<long long>(ms.ok() ? ms->params16 : 0),
+          static_cast<long long>(ms.ok() ? ms->grads16 : 0),
+          static_cast<long long>(ms.ok() ? ms->optimizer : 0));
+    }
+    if (f.offload_optimizer == "none") {
+      std::printf(
+          "optimizer: %llu state bytes on the device, updated there (the host copy only "
+          "held the initial state)\n",
+          static_cast<unsigned long long>(opt.host_state_bytes()));
+    } else {
+      std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging%s\n",
+                  static_cast<unsigned long long>(opt.host_state_bytes()),
+                  static_cast<unsigned long long>(opt.nvme_state_bytes()),
+                  static_cast<unsigned long long>(opt.staging_bytes()),
+                  ranks > 1 ? " (rank 0)" : "");
+    }
+    if (store) std::printf("nvme: %s\n", store->describe().c_str());
+    if (executor != nullptr) {
+      const sched::Plan& plan = executor->plan();
+      std::printf(
+          "schedule: planned, %zu tasks, %llu bytes of pinned host buffers, %llu of device "
+          "buffers (the plan's peaks)\n",
+          plan.num_tasks(),
+          static_cast<unsigned long long>(plan.peak_bytes(sched::Tier::kPinnedHost)),
+          static_cast<unsigned long long>(plan.peak_bytes(sched::Tier::kDevice)));
+    } else {
+      std::printf("schedule: serial\n");
+    }
   }
 
   const int64_t B = f.batch, T = task.seq();
   std::vector<int32_t> tokens(B * T), targets(B * T);
+  std::vector<int32_t> global_tokens(B * T * ranks), global_targets(B * T * ranks);
   std::vector<float> logits;
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;
@@ -328,51 +443,82 @@ int main(int argc, char** argv) {
   double acc_token = 0.0;
   for (int64_t step = 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
-    task.make_batch(B, f.seed, /*stream=*/0, step, tokens.data(), targets.data());
-    auto result = planned ? planned->run(tokens.data(), targets.data(), step)
-                          : serial->run(tokens.data(), targets.data(), step);
-    if (!result.ok()) return fail(result.status());
+    // The global batch of this step; this rank trains on rows [rank*B, (rank+1)*B).
+    task.make_batch(B * ranks, f.seed, /*stream=*/0, step, global_tokens.data(),
+                    global_targets.data());
+    std::copy_n(global_tokens.begin() + rank * B * T, B * T, tokens.begin());
+    std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin());
+    auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step)
+                  : planned ? planned->run(tokens.data(), targets.data(), step)
+                            : serial->run(tokens.data(), targets.data(), step);
+    if (!result.ok()) return die(result.status());
     const float loss = result->loss;
     const double norm = result->grad_norm;
-    if (planned && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
-      const sched::Executor& ex = planned->executor();
-      trace.add_step(ex.plan(), ex.last_trace());
-      std::printf("trace step %lld: %s\n", static_cast<long long>(step),
-                  sched::compute_metrics(ex.plan(), ex.last_trace()).describe().c_str());
-      if (step + 1 == 2 + f.trace_steps || step == f.steps) {
-        if (Status st = trace.write(f.trace); !st.ok()) return fail(st);
+    if (executor != nullptr && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
+      trace.add_step(executor->plan(), executor->last_trace());
+      if (lead) {
+        std::printf(
+            "trace step %lld: %s\n", static_cast<long long>(step),
+            sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
+      }
+      if (lead && zstep) {
+        const engine::ZeroTraffic& t = zstep->last_traffic();
+        std::printf(
+            "comm step %lld: sent %llu bytes (grad reduce-scatter %llu, grad all-gather %llu, "
+            "param all-gather %llu, statistics %llu; theory %llu)\n",
+            static_cast<long long>(step), static_cast<unsigned long long>(t.total()),
+            static_cast<unsigned long long>(t.grad_reduce_scatter),
+            static_cast<unsigned long long>(t.grad_all_gather),
+            static_cast<unsigned long long>(t.param_all_gather),
+            static_cast<unsigned long long>(t.stats),
+            static_cast<unsigned long long>(zstep->expected_traffic().total()));
+      }
+      if (lead && (step + 1 == 2 + f.trace_steps || step == f.steps)) {
+        if (Status st = trace.write(f.trace); !st.ok()) return die(st);
         std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n",
                     trace.num_events(), f.trace.c_str());
       }
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool eval = step % f.eval_every == 0 || step == f.steps;
-    if (step == 1 || step % 10 == 0 || eval) {
+    if (lead && (step == 1 || step % 10 == 0 || eval)) {
       std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
-                  static_cast<long long>(step), loss, norm, f.lr, ms, B * T / (ms / 1e3));
+                  static_cast<long long>(step), loss, norm, f.lr, ms,
+                  static_cast<double>(B * T * ranks) / (ms / 1e3));
       if (cfg.dtype == DType::kF16) {
         std::printf(" | scale %g%s", result->loss_scale, result->skipped ? " | skipped" : "");
       }
       std::printf("\n");
     }
     if (eval) {
-      // With clipping, the planned step applies a step's update in the next one: apply it now.
+      // The planned and ZeRO steps apply a step's update in the next one: apply it now (ZeRO
+      // stage 3 also gathers the whole parameters into the model). Every rank evaluates the
+      // same parameters on the same held-out batches, so every rank stops at the same step.
       if (planned) {
-        if (Status st = planned->flush(); !st.ok()) return fail(st);
+        if (Status st = planned->flush(); !st.ok()) return die(st);
+      }
+      if (zstep) {
+        if (Status st = zstep->flush(); !st.ok()) return die(st);
       }
       auto acc = evaluate();
-      if (!acc.ok()) return fail(acc.status());
+      if (!acc.ok()) return die(acc.status());
       acc_token = acc->token;
-      std::printf("eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f\n",
-                  static_cast<long long>(step), acc->token, acc->exact_match);
+      if (lead) {
+        std::printf("eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f\n",
+                    static_cast<long long>(step), acc->token, acc->exact_match);
+      }
       if (acc->token >= f.target_accuracy) {
-        std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
-                    f.target_accuracy, static_cast<long long>(step));
+        if (lead) {
+          std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
+                      f.target_accuracy, static_cast<long long>(step));
+        }
         return 0;
       }
     }
   }
-  std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",
-              static_cast<long long>(f.steps), acc_token, f.target_accuracy);
+  if (lead) {
+    std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",
+                static_cast<long long>(f.steps), acc_token, f.target_accuracy);
+  }
   return 0;
 }
