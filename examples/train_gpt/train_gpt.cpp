@@ -54,7 +54,7 @@ struct Flags {
   std::string trace;
   int64_t trace_steps = 2;
   int device_threads = 0, host_threads = 0;
-  int zero_stage = 0, prefetch_depth = 1;
+  int zero_stage = 0, prefetch_depth = 2;
   double bucket_mb = 0.0;
   int64_t persistence_threshold = 0;
   std::string comm_backend = "auto";

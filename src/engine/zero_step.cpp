@@ -676,10 +676,25 @@ Result<sched::Plan> ZeroStep::build_plan() {
       },
       norm_deps);
 
+  // Budgets: the whole-step buffers, plus the working set. Pinned: the NVMe staging slots,
+  // the gradients awaiting reduction (the bucket) and depth + 2 gathered blocks. Device (stages
+  // 2-3): the gradients of three blocks (the shared one is held through the backward) and, at
+  // stage 3, the gathered copies of depth + K + 2 blocks (a checkpointed segment of K layers
+  // stays gathered from its recompute to its backward).
+  uint64_t largest_dev = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    largest_dev = std::max<uint64_t>(
+        largest_dev, (static_cast<uint64_t>(numel(int64_t(b))) * es + 255) / 256 * 256);
+  }
   sched::Budgets budgets;
   budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
       pinned + in_flight + static_cast<uint64_t>(options_.staging_slots) * slot_bytes +
       (gathers.empty() ? 0 : (depth + 2) * round_page(largest));
+  if (stage >= 2) {
+    const uint64_t k = static_cast<uint64_t>(m.checkpoint_interval());
+    budgets.bytes[static_cast<int>(Tier::kDevice)] =
+        3 * largest_dev + (gathers.empty() ? 0 : (depth + k + 2) * largest_dev);
+  }
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));
   return plan;
 }

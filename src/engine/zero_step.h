@@ -71,7 +71,7 @@ struct ZeroStepOptions {
   sched::ExecutorOptions executor;
   int stage = 0;                      // 0..3
   int64_t persistence_threshold = 0;  // stage 3: blocks under this many elements stay whole
-  int prefetch_depth = 1;             // stage 3: gathers allowed ahead of the one in use (0..64)
+  int prefetch_depth = 2;             // stage 3: gathers allowed ahead of the one in use (0..64)
   uint64_t bucket_bytes = 0;          // stage >= 2: host gradient bytes awaiting reduction
                                       // (0: twice the largest block; at least the largest block)
   int staging_slots = 3;              // pinned staging buffers for NVMe partitions (1..64)

@@ -4,31 +4,47 @@
 
 namespace strata::sched {
 
-bool Placement::allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by) {
+bool Placement::allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by,
+                         const std::function<bool(int32_t)>& free_to_reuse) {
   const uint64_t size = std::max<uint64_t>((bytes + align_ - 1) / align_ * align_, align_);
-  size_t first = 0;
-  uint64_t run = 0;
-  size_t i = 0;
-  for (; i < ranges_.size(); ++i) {
-    if (ranges_[i].owner >= 0) {
-      run = 0;
-      continue;
+  // A free range that costs no new dependency: never used, or released by a task the acquirer
+  // already comes after.
+  auto harmless = [&](const Range& r) {
+    return r.released_by < 0 || (free_to_reuse && free_to_reuse(r.released_by));
+  };
+  // First fit over runs of free ranges that pass `usable`; the run's last range index or npos.
+  auto find_run = [&](auto usable, size_t& first) {
+    uint64_t run = 0;
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      if (ranges_[i].owner >= 0 || !usable(ranges_[i])) {
+        run = 0;
+        continue;
+      }
+      if (run == 0) first = i;
+      run += ranges_[i].bytes;
+      if (run >= size) return i;
     }
-    if (run == 0) first = i;
-    run += ranges_[i].bytes;
-    if (run >= size) break;
-  }
-  if (i == ranges_.size()) {
-    // No run of free ranges is large enough: take the free tail (if any) and grow the arena.
-    if (ranges_.empty() || ranges_.back().owner >= 0) {
-      first = ranges_.size();
-      run = 0;
-    }
-    const uint64_t start = first < ranges_.size() ? ranges_[first].offset : capacity_;
-    if (start + size > limit_ || start + size < start) return false;
+    return ranges_.size();
+  };
+  // Grows the arena at its end, taking the free tail when `take_tail`; npos past the limit.
+  auto grow = [&](bool take_tail, size_t& first) {
+    const bool tail = take_tail && !ranges_.empty() && ranges_.back().owner < 0;
+    first = tail ? ranges_.size() - 1 : ranges_.size();
+    const uint64_t start = tail ? ranges_[first].offset : capacity_;
+    if (start + size > limit_ || start + size < start) return ranges_.size() + 1;
     ranges_.push_back(Range{capacity_, start + size - capacity_, -1, -1});
     capacity_ = start + size;
-    i = ranges_.size() - 1;
+    return ranges_.size() - 1;
+  };
+  size_t first = 0;
+  // 1. Memory whose reuse adds no dependency; 2. new memory at the end (the free tail too when
+  // that adds none); 3. any free memory, ordered after the tasks that released it.
+  size_t i = find_run(harmless, first);
+  if (i == ranges_.size()) {
+    i = grow(ranges_.empty() || harmless(ranges_.back()), first);
+    if (i > ranges_.size()) i = find_run([](const Range&) { return true; }, first);
+    if (i == ranges_.size()) i = grow(true, first);
+    if (i > ranges_.size()) return false;
   }
   for (size_t k = first; k <= i; ++k) {
     if (ranges_[k].released_by >= 0) released_by.push_back(ranges_[k].released_by);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -18,10 +19,13 @@ class Placement {
   // memory, so buffers there can be O_DIRECT targets).
   Placement(uint64_t limit_bytes, uint64_t align) : limit_(limit_bytes), align_(align) {}
 
-  // Places `buffer` (bytes rounded up to the alignment) at the lowest offset where it fits under
-  // the limit, growing the arena at its end if needed; appends to `released_by` the tasks that had
-  // released the memory it reuses. False (and no change) when it does not fit under the limit.
-  bool allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by);
+  // Places `buffer` (bytes rounded up to the alignment) under the limit and appends to
+  // `released_by` the tasks that had released the memory it reuses. In order of preference: the
+  // lowest free memory whose releasers all pass `free_to_reuse` (tasks the acquirer comes after
+  // anyway, so reuse adds no wait), then new memory at the end of the arena, then the lowest
+  // free memory of any releaser. False (and no change) when it does not fit under the limit.
+  bool allocate(int32_t buffer, uint64_t bytes, std::vector<int32_t>& released_by,
+                const std::function<bool(int32_t)>& free_to_reuse = {});
   // Frees `buffer`'s range; `task` is recorded as its releaser. False if it is not placed.
   bool release(int32_t buffer, int32_t task);
 

@@ -248,19 +248,20 @@ Status Plan::finalize(const Budgets& budgets) {
     for_each_predecessor(
         t, [&](TaskId p) { level[size_t(t)] = std::max(level[size_t(t)], level[size_t(p)] + 1); });
   }
-  STRATA_RETURN_IF_ERROR(place(budgets, level, /*bounded=*/false));
+  STRATA_RETURN_IF_ERROR(place(budgets, level, ancestors, /*bounded=*/false));
   for (int tier = 0; tier < kNumTiers; ++tier) unbounded_peak_[tier] = peak_[tier];
   bool over = false;
   for (int tier = 0; tier < kNumTiers; ++tier) over = over || peak_[tier] > budgets.bytes[tier];
   if (over) {
     for (auto& t : tasks_) t.memory_deps.clear();
-    STRATA_RETURN_IF_ERROR(place(budgets, level, /*bounded=*/true));
+    STRATA_RETURN_IF_ERROR(place(budgets, level, ancestors, /*bounded=*/true));
   }
   finalized_ = true;
   return ok_status();
 }
 
-Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool bounded) {
+Status Plan::place(const Budgets& budgets, const std::vector<int>& level,
+                   const std::vector<std::vector<uint64_t>>& ancestors, bool bounded) {
   const size_t n = tasks_.size();
   Placement arena[kNumTiers];
   for (int tier = 0; tier < kNumTiers; ++tier) {
@@ -305,9 +306,11 @@ Status Plan::place(const Budgets& budgets, const std::vector<int>& level, bool b
       Placement trial[kNumTiers] = {arena[0], arena[1]};
       mem_deps.clear();
       bool fits = true;
+      // Memory released by an ancestor of t is reused first: that adds no wait.
+      auto after = [&](TaskId r) { return test_bit(ancestors[static_cast<size_t>(t)], r); };
       for (BufferId b : tasks_[static_cast<size_t>(t)].acquires) {
-        fits =
-            fits && trial[tier_of(b)].allocate(b, buffers_[static_cast<size_t>(b)].bytes, mem_deps);
+        fits = fits && trial[tier_of(b)].allocate(b, buffers_[static_cast<size_t>(b)].bytes,
+                                                  mem_deps, after);
       }
       if (fits) {
         chosen = t;

@@ -21,7 +21,9 @@
 // postponed until earlier tasks release memory (the walk is greedy and does not backtrack: a plan
 // that fits only if one acquirer waits for another can be refused; a dependency fixes that);
 // a buffer that reuses memory gets a dependency on the task that released it. That bounds any
-// read-ahead by the budget ("memory dependencies"). The peak per tier is computed from the plan
+// read-ahead by the budget ("memory dependencies"). Free memory released by an ancestor of the
+// acquiring task is reused first (no new wait), then new memory up to the budget, and only then
+// memory released by an unrelated task (a new wait). The peak per tier is computed from the plan
 // alone; a plan that cannot fit is refused (kOutOfMemory) with its peak without a budget, the
 // budget, and the buffers and tasks holding memory where it got stuck.
 //
@@ -112,7 +114,8 @@ class Plan {
   void successors(std::vector<std::vector<TaskId>>& succ, std::vector<int>& indeg) const;
   Status check_structure() const;
   Status check_accesses(const std::vector<std::vector<uint64_t>>& ancestors) const;
-  Status place(const Budgets& budgets, const std::vector<int>& level, bool bounded);
+  Status place(const Budgets& budgets, const std::vector<int>& level,
+               const std::vector<std::vector<uint64_t>>& ancestors, bool bounded);
 
   std::vector<Task> tasks_;
   std::vector<Buffer> buffers_;

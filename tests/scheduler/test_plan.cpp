@@ -96,6 +96,44 @@ TEST(Plan, NaivePrefetchIsBoundedByTheBudget) {
   expect_no_overlapping_lifetimes(p);
 }
 
+// Free memory released by a task the acquirer already waits for is reused before memory whose
+// reuse would make it wait for an unrelated task (a false dependency between lanes).
+TEST(Plan, ReusePrefersMemoryReleasedByAnAncestor) {
+  const uint64_t mb = 1 << 20;
+  Plan p;
+  const BufferId y = p.add_buffer("y", Tier::kDevice, mb);
+  const BufferId x = p.add_buffer("x", Tier::kDevice, mb);
+  const BufferId z = p.add_buffer("z", Tier::kDevice, mb);
+  // An unrelated nvme-lane pair holds y first (it is placed at offset 0).
+  const TaskId ya = p.add("y acquire", Lane::kNvme, nop);
+  p.acquire(ya, y);
+  p.writes(ya, y);
+  const TaskId yr = p.add("y release", Lane::kNvme, nop, {ya});
+  p.reads(yr, y);
+  p.release(yr, y);
+  // The compute chain: x, released, then z.
+  const TaskId xa = p.add("x acquire", Lane::kCompute, nop);
+  p.acquire(xa, x);
+  p.writes(xa, x);
+  const TaskId xr = p.add("x release", Lane::kCompute, nop, {xa});
+  p.reads(xr, x);
+  p.release(xr, x);
+  const TaskId za = p.add("z acquire", Lane::kCompute, nop, {xr});
+  p.acquire(za, z);
+  p.writes(za, z);
+  p.release(za, z);
+  Budgets budgets;
+  budgets.bytes[static_cast<int>(Tier::kDevice)] = 2 * mb;
+  const Status st = p.finalize(budgets);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(p.peak_bytes(Tier::kDevice), 2 * mb);
+  EXPECT_EQ(p.buffer(z).offset, p.buffer(x).offset);
+  EXPECT_TRUE(p.task(za).memory_deps.empty())
+      << "z waits for " << p.task(za).memory_deps.size() << " unrelated task(s)";
+  (void)yr;
+  expect_no_overlapping_lifetimes(p);
+}
+
 TEST(Plan, OverBudgetIsRefusedWithItsPeak) {
   Plan p;
   const BufferId a = p.add_buffer("weights", Tier::kDevice, 3000);

@@ -1,0 +1,264 @@
+// bench_zero: the ZeRO step (engine/zero_step.h) under mpirun, stage 0 against stage 3 in the
+// same run, with the optimizer state in host RAM and half on NVMe. Run it as
+//   mpirun -np 2 build/bench/step/bench_zero [--quick]
+// Each rank has a CpuDevice with one kernel thread whose host<->device link is throttled to a
+// fixed ratio of its measured compute rate (--flops-per-byte, default 1000: an accelerator of
+// 1000 TFLOP/s behind a 1 TB/s-class link, or 100 behind 100 GB/s; the CpuDevice's compute rate
+// is measured first, on one rank, and the link rate follows). Stage 3 moves each layer up twice
+// per step (its forward and backward gathers) where stage 0 moves it once; the goal is that
+// the gathers hide behind compute: stage 3 >= 0.85x the tokens/s of stage 0, with the bytes
+// each rank sends per step equal to ZeRO's 3Ψ(N-1)/N (stage 3) and 2Ψ(N-1)/N (stage 0) within
+// 1%. Stage 0 and stage 3 alternate order every repeat (ABBA); medians of rank 0's step times.
+// Prints a table, then one JSON line (rank 0).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "comm/mpi_comm.h"
+#include "engine/zero_step.h"
+#include "gpu/cpu_device.h"
+#include "model/synthetic_task.h"
+#include "nvme/swap_store.h"
+
+using namespace strata;
+using bench::Clock;
+using bench::median;
+using bench::seconds_since;
+
+namespace {
+
+template <typename T>
+T check(Result<T> r) {
+  return bench::check("bench_zero", std::move(r));
+}
+void check(const Status& st) { bench::check("bench_zero", st); }
+
+struct Shape {
+  int64_t layers = 4, channels = 128, heads = 4, batch = 16, seq = 64;
+  int prefetch_depth = 2;
+};
+
+// One rank's model, optimizer and ZeRO step.
+struct Stack {
+  std::unique_ptr<gpu::Device> dev;
+  std::unique_ptr<model::GptModel> model;
+  std::unique_ptr<engine::OffloadedOptimizer> opt;
+  std::unique_ptr<engine::ZeroStep> step;
+};
+
+Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStore* store,
+                 uint64_t key_base, double link, comm::Communicator& world) {
+  Stack st;
+  gpu::DeviceOptions o;
+  o.threads = 1;
+  o.memory_limit_bytes = size_t{2} << 30;
+  o.link_bytes_per_s = link;
+  st.dev = check(gpu::create_cpu_device(o));
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = s.seq;
+  cfg.layers = s.layers;
+  cfg.heads = s.heads;
+  cfg.channels = s.channels;
+  cfg.dtype = DType::kBF16;
+  st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0}));
+  check(st.model->init_params(5));
+  auto parts = check(engine::ZeroStep::partition(*st.model, world.size(), 0));
+  engine::OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = nvme_fraction;
+  oo.store = store;
+  oo.key_base = key_base;
+  oo.staging_slots = 1;
+  cpu::AdamHyper hyper;
+  hyper.lr = 1e-4f;
+  st.opt = std::make_unique<engine::OffloadedOptimizer>(check(engine::OffloadedOptimizer::create(
+      engine::ZeroStep::optimizer_numel(*st.model, parts, stage), cpu::CpuAdam(hyper), oo)));
+  check(engine::ZeroStep::load_masters(*st.model, *st.opt, parts, stage, world.rank()));
+  engine::ZeroStepOptions zo;
+  zo.stage = stage;
+  zo.prefetch_depth = s.prefetch_depth;
+  zo.step.grad_clip = 1.0f;
+  zo.executor.cpu_threads = 1;
+  zo.executor.cpu_workers = 1;
+  zo.executor.trace = true;
+  st.step = check(engine::ZeroStep::create(*st.model, *st.opt, world, zo));
+  return st;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  explicit Batch(const Shape& s)
+      : tokens(static_cast<size_t>(s.batch * s.seq)), targets(tokens.size()) {}
+  void make(int64_t step, int rank) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const size_t k = i * 7 + static_cast<size_t>(step) + static_cast<size_t>(rank) * 3;
+      tokens[i] = static_cast<int32_t>(k % 13);
+      targets[i] = static_cast<int32_t>((k + 7) % 13);
+    }
+  }
+};
+
+struct Timed {
+  double step_s = 0, exposed_fraction = 0;
+  std::string metrics;
+  uint64_t sent = 0;  // comm bytes of the last step (reduce-scatter + all-gather)
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_zero: ZeRO stage 3 against stage 0 under mpirun, on the CpuDevice"};
+  bool quick = false;
+  int repeats = 7;
+  double flops_per_byte = 1000.0;
+  Shape s;
+  std::string nvme_path = ".";
+  app.add_flag("--quick", quick, "fewer repeats");
+  app.add_option("--layers", s.layers, "L")->capture_default_str();
+  app.add_option("--channels", s.channels, "C")->capture_default_str();
+  app.add_option("--heads", s.heads, "NH")->capture_default_str();
+  app.add_option("--batch", s.batch, "B per rank")->capture_default_str();
+  app.add_option("--seq", s.seq, "T")->capture_default_str();
+  app.add_option("--prefetch-depth", s.prefetch_depth, "stage 3: gathers ahead")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed steps per case (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--flops-per-byte", flops_per_byte,
+                 "device compute rate over link rate (the link model)")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
+  app.add_option("--nvme-path", nvme_path, "directory for the half-NVMe cases' swap files")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (quick) repeats = std::min(repeats, 3);
+  comm::CommOptions co;
+  co.timeout_s = 600;
+  auto world_r = check(comm::create_mpi_comm(co));
+  comm::Communicator& world = *world_r;
+  const bool lead = world.rank() == 0;
+  const uint64_t n = static_cast<uint64_t>(world.size());
+
+  // The CpuDevice's compute rate: FLOPs of one stage-0 step over its compute lane's busy time.
+  float link = 0.0f;
+  {
+    Stack cal = make_stack(s, 0, 0.0, nullptr, 0, 0.0, world);
+    Batch b(s);
+    double flops = 0;
+    for (int64_t k = 0; k < cal.model->num_blocks(); ++k) {
+      const auto c = cal.model->block_cost(k);
+      flops += c.forward_flops + c.backward_flops;
+    }
+    std::vector<double> busy;
+    for (int64_t step = 1; step <= 3; ++step) {
+      b.make(step, world.rank());
+      check(cal.step->run(b.tokens.data(), b.targets.data(), step).status());
+      const auto& ex = cal.step->executor();
+      busy.push_back(sched::compute_metrics(ex.plan(), ex.last_trace())
+                         .busy_ms[static_cast<int>(sched::Lane::kCompute)] *
+                     1e-3);
+    }
+    link = static_cast<float>(flops / median(busy) / flops_per_byte);
+    check(world.broadcast(&link, 1, DType::kF32, 0));  // every rank gets rank 0's link
+    if (lead) {
+      std::printf(
+          "GPT L=%lld C=%lld NH=%lld, %lld params, B=%lld T=%lld per rank, bf16, %llu ranks; "
+          "CpuDevice 1 thread at %.2f GFLOP/s, link %.1f MB/s (%.0f FLOP/byte)\n",
+          static_cast<long long>(s.layers), static_cast<long long>(s.channels),
+          static_cast<long long>(s.heads), static_cast<long long>(cal.model->config().num_params()),
+          static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+          static_cast<unsigned long long>(n), flops / median(busy) * 1e-9, link * 1e-6,
+          flops_per_byte);
+    }
+  }
+
+  const std::string dir = nvme_path + "/strata-bench-zero-" + std::to_string(world.rank());
+  std::filesystem::create_directories(dir);
+  nvme::SwapStoreOptions so;
+  so.dirs = {dir};
+  so.capacity_bytes = 256ull << 20;
+  auto store = check(nvme::SwapStore::open(so));
+
+  if (lead) {
+    std::printf("%-10s %12s %12s %10s %10s %14s\n", "optimizer", "stage0 tok/s", "stage3 tok/s",
+                "ratio", "exposed", "bytes/theory");
+  }
+  nlohmann::json out{{"bench", "step"}, {"stage", 3}, {"ranks", n}};
+  const double tokens = static_cast<double>(s.batch * s.seq * static_cast<int64_t>(n));
+  for (double frac : {0.0, 0.5}) {
+    Stack z0 = make_stack(s, 0, frac, frac > 0 ? store.get() : nullptr, 0, link, world);
+    Stack z3 = make_stack(s, 3, frac, frac > 0 ? store.get() : nullptr, 1000, link, world);
+    Batch b(s);
+    auto run = [&](Stack& st, int64_t step) {
+      b.make(step, world.rank());
+      world.reset_stats();
+      const auto t0 = Clock::now();
+      check(st.step->run(b.tokens.data(), b.targets.data(), step).status());
+      Timed t;
+      t.step_s = seconds_since(t0);
+      const auto& ex = st.step->executor();
+      const sched::StepMetrics m = sched::compute_metrics(ex.plan(), ex.last_trace());
+      t.exposed_fraction = m.exposed_transfer_ms / m.step_ms;
+      t.metrics = m.describe();
+      // Gradients and parameters: the reduce-scatters and all-gathers, less the all-gather of
+      // the gradient statistics (stages 1-3; engine/zero_step.h).
+      t.sent = world.stats(comm::CollectiveKind::kReduceScatter).bytes_sent +
+               world.stats(comm::CollectiveKind::kAllGather).bytes_sent;
+      if (st.step->stage() >= 1) t.sent -= (n - 1) * uint64_t(st.model->num_blocks()) * 16;
+      return t;
+    };
+    run(z0, 1);  // warm-up
+    run(z3, 1);
+    std::vector<double> t0s, t3s, exposed;
+    Timed last3, last0;
+    for (int r = 0; r < repeats; ++r) {
+      const int64_t step = 2 + r;
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (r % 2 == 0)) {
+          last0 = run(z0, step);
+          t0s.push_back(last0.step_s);
+        } else {
+          last3 = run(z3, step);
+          t3s.push_back(last3.step_s);
+          exposed.push_back(last3.exposed_fraction);
+        }
+      }
+    }
+    int64_t psi = 0;
+    for (int64_t k = 0; k < z3.model->num_blocks(); ++k) psi += z3.model->block_numel(k);
+    const double theory3 = 3.0 * 2.0 * double(psi) * double(n - 1) / double(n);
+    const double theory0 = 2.0 * 2.0 * double(psi) * double(n - 1) / double(n);
+    const double over3 = n > 1 ? double(last3.sent) / theory3 : 1.0;
+    const double over0 = n > 1 ? double(last0.sent) / theory0 : 1.0;
+    const double tps0 = tokens / median(t0s), tps3 = tokens / median(t3s);
+    const char* name = frac == 0.0 ? "cpu" : "half-nvme";
+    if (lead) {
+      std::printf("%-10s %12.0f %12.0f %9.3fx %9.1f%% %7.4f/%.4f\n", name, tps0, tps3, tps3 / tps0,
+                  100.0 * median(exposed), over3, over0);
+      std::printf("  last stage-3 step: %s\n", last3.metrics.c_str());
+      std::printf("  last stage-0 step: %s\n", last0.metrics.c_str());
+    }
+    nlohmann::json c{{"tokens_per_s", tps3},
+                     {"stage0_tokens_per_s", tps0},
+                     {"ratio", tps3 / tps0},
+                     {"exposed_fraction", median(exposed)},
+                     {"comm_bytes_over_theory", over3},
+                     {"stage0_comm_bytes_over_theory", over0},
+                     {"offload_optimizer", frac == 0.0 ? "cpu" : "nvme"},
+                     {"optimizer_nvme_fraction", frac}};
+    out[name] = c;
+    if (frac == 0.0) {
+      for (const auto& [k, v] : c.items()) out[k] = v;
+    }
+  }
+  store.reset();
+  std::filesystem::remove_all(dir);
+  if (lead) std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
