@@ -34,6 +34,7 @@
 #include "engine/zero_step.h"
 #include "gpu/device.h"
 #include "model/gpt.h"
+#include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scheduler/trace.h"
@@ -300,7 +301,13 @@ int main(int argc, char** argv) {
   auto dev_r = gpu::create_device(*kind, dev_opts);
   if (!dev_r.ok()) return die(dev_r.status());
   gpu::Device& dev = *dev_r.value();
-  auto model_r = model::GptModel::create(dev, cfg, shape);
+  // The blocks are split over the ranks (engine/partition.h); the model holds on the device only
+  // what the ZeRO stage keeps there (at stage 3: no sharded parameters; from 2: no gradients).
+  const int stage = zero ? f.zero_stage : 0;
+  auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
+  if (!parts.ok()) return die(parts.status());
+  auto model_r =
+      model::GptModel::create(dev, cfg, shape, engine::ZeroStep::block_storage(*parts, stage));
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
   if (Status st = gpt.init_params(f.seed); !st.ok()) return die(st);
@@ -308,10 +315,7 @@ int main(int argc, char** argv) {
   // One optimizer partition per parameter block, in backward order (engine/offload_step.h):
   // the whole block, or this rank's shard of it at ZeRO stages 1-3.
   const int64_t nb = gpt.num_blocks();
-  auto parts = engine::ZeroStep::partition(gpt, ranks, f.persistence_threshold);
-  if (!parts.ok()) return die(parts.status());
-  const std::vector<int64_t> numel =
-      engine::ZeroStep::optimizer_numel(gpt, *parts, zero ? f.zero_stage : 0);
+  const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
   std::unique_ptr<nvme::SwapStore> store;
   if (f.offload_optimizer == "nvme") {
     nvme::SwapStoreOptions so;
@@ -333,8 +337,13 @@ int main(int argc, char** argv) {
   if (!opt_r.ok()) return die(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();
 
-  if (Status st = engine::ZeroStep::load_masters(gpt, opt, *parts, zero ? f.zero_stage : 0, rank);
-      !st.ok()) {
+  // The masters start from the initialisation (model/init.h), also of blocks not on the device.
+  const auto init = [&](int64_t b, float* host) {
+    const std::vector<float> v = model::init_block(cfg, b, f.seed);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  if (Status st = engine::ZeroStep::load_masters(gpt, opt, *parts, stage, rank, init); !st.ok()) {
     return die(st);
   }
   engine::OffloadStepOptions step_opts;
@@ -431,7 +440,11 @@ int main(int argc, char** argv) {
     const int kBatches = 8;
     for (int i = 0; i < kBatches; ++i) {
       task.make_batch(B, f.seed, /*stream=*/1, i, tokens.data(), targets.data());
-      STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), nullptr).status());
+      if (zstep) {  // gathers the blocks a stage-3 model does not hold
+        STRATA_RETURN_IF_ERROR(zstep->forward_inference(tokens.data()));
+      } else {
+        STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), nullptr).status());
+      }
       STRATA_RETURN_IF_ERROR(gpt.logits_to_host(logits));
       const auto a = model::AdditionTask::accuracy(logits, cfg.vocab, targets.data(), B, T);
       acc.token += a.token / kBatches;

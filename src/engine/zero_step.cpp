@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 namespace strata::engine {
@@ -21,9 +22,25 @@ void write_inf(void* at, DType dt) {
 
 Result<Partitioning> ZeroStep::partition(const model::GptModel& model, int ranks,
                                          int64_t persistence_threshold) {
+  return partition(model.config(), ranks, persistence_threshold);
+}
+
+Result<Partitioning> ZeroStep::partition(const model::GptConfig& config, int ranks,
+                                         int64_t persistence_threshold) {
   std::vector<int64_t> numel;
-  for (int64_t b = 0; b < model.num_blocks(); ++b) numel.push_back(model.block_numel(b));
+  for (int64_t b = 0; b <= config.layers; ++b) {
+    numel.push_back(model::GptModel::block_numel(config, b));
+  }
   return Partitioning::create(numel, ranks, persistence_threshold);
+}
+
+model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage) {
+  model::BlockStorage s;
+  for (size_t b = 0; b < parts.num_blocks(); ++b) {
+    s.params.push_back(stage < 3 || parts.block(b).persistent);
+    s.grads.push_back(stage <= 1);
+  }
+  return s;
 }
 
 std::vector<int64_t> ZeroStep::optimizer_numel(const model::GptModel& model,
@@ -37,7 +54,8 @@ std::vector<int64_t> ZeroStep::optimizer_numel(const model::GptModel& model,
 }
 
 Status ZeroStep::load_masters(model::GptModel& model, OffloadedOptimizer& optimizer,
-                              const Partitioning& parts, int stage, int rank) {
+                              const Partitioning& parts, int stage, int rank,
+                              const ParamSource& source) {
   const std::vector<int64_t> blocks = partition_blocks(model);
   const std::vector<int64_t> numel = optimizer_numel(model, parts, stage);
   if (optimizer.num_partitions() != blocks.size()) {
@@ -51,7 +69,13 @@ Status ZeroStep::load_masters(model::GptModel& model, OffloadedOptimizer& optimi
                         " has ", optimizer.numel(p), " elements, expected ", numel[p]);
     }
     std::vector<float> whole(static_cast<size_t>(bp.numel));
-    STRATA_RETURN_IF_ERROR(model.download_params(blocks[p], whole.data()));
+    STRATA_RETURN_IF_ERROR(source ? source(blocks[p], whole.data())
+                                  : model.download_params(blocks[p], whole.data()));
+    // As the device holds them: rounded to the model's dtype.
+    const DType dt = model.config().dtype;
+    std::vector<std::byte> rounded(whole.size() * dtype_size(dt));
+    convert(whole.data(), DType::kF32, rounded.data(), dt, whole.size());
+    convert(rounded.data(), dt, whole.data(), DType::kF32, whole.size());
     std::vector<float> master(static_cast<size_t>(numel[p]), 0.0f);
     const int64_t begin = stage == 0 ? 0 : bp.owned_begin(rank);
     const int64_t end = stage == 0 ? bp.numel : bp.owned_end(rank);
@@ -87,6 +111,17 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->ranks_ = comm.size();
   STRATA_ASSIGN_OR_RETURN(s->parts_, partition(model, s->ranks_, options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {
+    if (!s->sharded_params(b) && model.param_block(b) == nullptr) {
+      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": block ", b,
+                        " must be on the device (ZeroStep::block_storage)");
+    }
+    if (options.stage <= 1 && model.grad_block(b) == nullptr) {
+      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage,
+                        " keeps whole gradients on the device: block ", b,
+                        " has none (ZeroStep::block_storage)");
+    }
+  }
   const std::vector<int64_t> want = optimizer_numel(model, s->parts_, options.stage);
   if (optimizer.num_partitions() != want.size()) {
     return make_error(ErrorCode::kConfig, "ZeRO step: the optimizer has ",
@@ -117,40 +152,130 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
 }
 
 Status ZeroStep::init_param_shards() {
-  model::GptModel& m = model_;
-  const size_t es = dtype_size(m.config().dtype);
-  for (int64_t b = 0; b < m.num_blocks(); ++b) {
+  const DType dt = model_.config().dtype;
+  for (size_t p = 0; p < blocks_.size(); ++p) {
+    const int64_t b = blocks_[p];
     if (!sharded_params(b)) continue;
-    const BlockPartition& bp = parts_.block(size_t(b));
-    std::vector<std::byte> whole(static_cast<size_t>(bp.numel) * es);
-    STRATA_RETURN_IF_ERROR(m.stream().copy(whole.data(), m.param_block(b), whole.size(),
-                                           gpu::CopyKind::kDeviceToHost));
-    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
-    auto* shard = static_cast<std::byte*>(executor_->buffer(pbuf_[size_t(b)]));
-    std::memset(shard, 0, static_cast<size_t>(bp.shard_numel) * es);
-    const int64_t begin = bp.owned_begin(rank_), end = bp.owned_end(rank_);
-    std::memcpy(shard, whole.data() + static_cast<size_t>(begin) * es,
-                static_cast<size_t>(end - begin) * es);
+    const auto n = static_cast<size_t>(opt_.numel(p));  // the shard, padding included
+    std::vector<float> state(3 * n);
+    STRATA_RETURN_IF_ERROR(
+        opt_.read_state(p, state.data(), state.data() + n, state.data() + 2 * n));
+    convert(state.data(), DType::kF32, executor_->buffer(pbuf_[size_t(b)]), dt, n);
   }
   return ok_status();
 }
 
-Status ZeroStep::gather_into_model() {
+Status ZeroStep::gather_block(int64_t b, void* dst) {
   model::GptModel& m = model_;
-  const DType dt = m.config().dtype;
-  const size_t es = dtype_size(dt);
-  for (int64_t b = 0; b < m.num_blocks(); ++b) {
-    if (!sharded_params(b)) continue;
-    const BlockPartition& bp = parts_.block(size_t(b));
-    std::vector<std::byte> whole(static_cast<size_t>(bp.shard_numel * ranks_) * es);
-    STRATA_RETURN_IF_ERROR(comm_.all_gather(executor_->buffer(pbuf_[size_t(b)]), whole.data(),
-                                            static_cast<size_t>(bp.shard_numel), dt));
-    STRATA_RETURN_IF_ERROR(m.stream().copy(m.param_block(b), whole.data(),
-                                           static_cast<size_t>(bp.numel) * es,
-                                           gpu::CopyKind::kHostToDevice));
-    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
+  STRATA_RETURN_IF_ERROR(gather_host(b));
+  STRATA_RETURN_IF_ERROR(
+      m.stream().copy(dst, host_scratch_.data(),
+                      static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
+                      gpu::CopyKind::kHostToDevice));
+  return m.stream().synchronize();
+}
+
+Status ZeroStep::gather_params(int64_t b, float* host) {
+  if (b < 0 || b >= model_.num_blocks()) {
+    return make_error(ErrorCode::kConfig, "parameter block ", b, " is not in [0, ",
+                      model_.num_blocks(), ")");
+  }
+  if (!sharded_params(b)) return model_.download_params(b, host);
+  STRATA_RETURN_IF_ERROR(gather_host(b));
+  convert(host_scratch_.data(), model_.config().dtype, host, DType::kF32,
+          static_cast<size_t>(parts_.block(size_t(b)).numel));
+  return ok_status();
+}
+
+Status ZeroStep::gather_host(int64_t b) {
+  const DType dt = model_.config().dtype;
+  const BlockPartition& bp = parts_.block(size_t(b));
+  host_scratch_.resize(static_cast<size_t>(bp.shard_numel * ranks_) * dtype_size(dt));
+  return comm_.all_gather(executor_->buffer(pbuf_[size_t(b)]), host_scratch_.data(),
+                          static_cast<size_t>(bp.shard_numel), dt);
+}
+
+Status ZeroStep::gather_into_model() {
+  for (int64_t b = 0; b < model_.num_blocks(); ++b) {
+    if (sharded_params(b) && model_.param_block(b) != nullptr) {
+      STRATA_RETURN_IF_ERROR(gather_block(b, model_.param_block(b)));
+    }
   }
   return ok_status();
+}
+
+Status ZeroStep::forward_inference(const int32_t* tokens) {
+  model::GptModel& m = model_;
+  const int64_t L = m.config().layers;
+  const size_t es = dtype_size(m.config().dtype);
+  // The shared block stays gathered for the head; one layer at a time goes through scratch.
+  size_t need = 0;
+  for (int64_t b = 0; b <= L; ++b) {
+    if (sharded_params(b) && m.param_block(b) == nullptr) {
+      need += b == L ? static_cast<size_t>(m.block_numel(b)) * es : 0;
+    }
+  }
+  size_t layer_bytes = static_cast<size_t>(m.block_numel(0)) * es;
+  need += layer_bytes;
+  if (scratch_.size_bytes() < need) {
+    scratch_ = gpu::DeviceBuffer();
+    STRATA_ASSIGN_OR_RETURN(scratch_, m.device().allocate(need));
+  }
+  auto* base = static_cast<std::byte*>(scratch_.data());
+  auto params = [&](int64_t b, void* at) -> Result<const void*> {
+    if (m.param_block(b) != nullptr) return static_cast<const void*>(m.param_block(b));
+    STRATA_RETURN_IF_ERROR(gather_block(b, at));
+    return static_cast<const void*>(at);
+  };
+  gpu::Stream& s = m.stream();
+  STRATA_ASSIGN_OR_RETURN(const void* shared, params(L, base + layer_bytes));
+  STRATA_RETURN_IF_ERROR(m.set_batch(s, tokens, nullptr));
+  STRATA_RETURN_IF_ERROR(m.embedding_forward(s, shared));
+  for (int64_t l = 0; l < L; ++l) {
+    STRATA_RETURN_IF_ERROR(s.synchronize());  // the scratch is free again
+    STRATA_ASSIGN_OR_RETURN(const void* p, params(l, base));
+    STRATA_RETURN_IF_ERROR(m.layer_forward(s, l, p));
+  }
+  STRATA_RETURN_IF_ERROR(m.head_forward(s, shared));
+  return s.synchronize();
+}
+
+ZeroMemory ZeroStep::memory() const {
+  ZeroMemory z;
+  const sched::Plan& plan = executor_->plan();
+  const int64_t es = static_cast<int64_t>(dtype_size(model_.config().dtype));
+  int64_t pinned_homes = 0;
+  for (size_t b = 0; b < parts_.num_blocks(); ++b) {
+    const int64_t shard = parts_.block(b).shard_numel * es;
+    if (sharded_params(int64_t(b))) {
+      z.params16 += shard;
+      pinned_homes += shard;
+    }
+    if (options_.stage >= 2) {
+      z.grads16 += shard;
+      pinned_homes += shard;
+    }
+  }
+  z.params16 += static_cast<int64_t>(model_.param_bytes());
+  z.grads16 += static_cast<int64_t>(model_.grad_bytes());
+  int64_t elements = 0;
+  for (size_t p = 0; p < opt_.num_partitions(); ++p) elements += opt_.numel(p);
+  z.master = z.exp_avg = z.exp_avg_sq = 4 * elements;
+  z.optimizer_nvme = static_cast<int64_t>(opt_.nvme_state_bytes());
+  z.device_activations =
+      static_cast<int64_t>(model_.device_bytes() - model_.param_bytes() - model_.grad_bytes());
+  z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice));
+  z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
+  return z;
+}
+
+std::string ZeroMemory::describe() const {
+  std::ostringstream os;
+  os << "model state " << model_state() << " bytes (16-bit params " << params16 << ", grads "
+     << grads16 << ", fp32 master " << master << ", m " << exp_avg << ", v " << exp_avg_sq << "; "
+     << optimizer_nvme << " of it on NVMe); working set: device activations " << device_activations
+     << ", device in flight " << device_working << ", pinned " << pinned_working;
+  return os.str();
 }
 
 ZeroTraffic ZeroStep::expected_traffic() const {

@@ -55,7 +55,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -80,6 +82,21 @@ struct ZeroStepOptions {
   int64_t inject_inf_step = 0;
 };
 
+// Bytes one rank holds, by tier and kind (ZeroStep::memory()).
+struct ZeroMemory {
+  // The model state at its home, counted once: 16-bit parameters (device blocks, or pinned
+  // shards at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards at 2-3) and
+  // the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
+  int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
+  int64_t optimizer_nvme = 0;  // the part of master + m + v on NVMe
+  // Working set and copies: device activations (the model's), the plan's device peak (gathered
+  // parameters and gradients in flight), pinned staging (the plan's pinned peak less the homes
+  // above: gradient reduction buffers, new-parameter buffers, gathered host copies, NVMe staging).
+  int64_t device_activations = 0, device_working = 0, pinned_working = 0;
+  int64_t model_state() const { return params16 + grads16 + master + exp_avg + exp_avg_sq; }
+  std::string describe() const;
+};
+
 // Bytes one rank moves per step, by purpose (the comm layer's textbook accounting).
 struct ZeroTraffic {
   uint64_t grad_reduce_scatter = 0;  // gradients, reduce-scatter
@@ -97,13 +114,22 @@ class ZeroStep {
   // block's numel at stage 0 and of its shard (padding included) at stages 1-3.
   static std::vector<int64_t> optimizer_numel(const model::GptModel& model,
                                               const Partitioning& parts, int stage);
-  // Loads this rank's part of the model's current parameters as the optimizer's fp32 masters
-  // (zero moments; padding zero).
+  // Loads this rank's part of the parameters as the optimizer's fp32 masters (zero moments;
+  // padding zero), rounded to the model's dtype as the device holds them. `source(b, host)`
+  // writes block b's fp32 values; by default the model's device block (download_params); a
+  // model without a block on the device needs a source (e.g. model::init_block).
+  using ParamSource = std::function<Status(int64_t block, float* host)>;
   static Status load_masters(model::GptModel& model, OffloadedOptimizer& optimizer,
-                             const Partitioning& parts, int stage, int rank);
-  // The block partitioning of `model` over `ranks` (persistence threshold in elements).
+                             const Partitioning& parts, int stage, int rank,
+                             const ParamSource& source = {});
+  // The block partitioning of a model over `ranks` (persistence threshold in elements).
   static Result<Partitioning> partition(const model::GptModel& model, int ranks,
                                         int64_t persistence_threshold);
+  static Result<Partitioning> partition(const model::GptConfig& config, int ranks,
+                                        int64_t persistence_threshold);
+  // The blocks the model must hold on the device at `stage`: parameters of the blocks that are
+  // not sharded (all below stage 3; persistent ones at 3), gradients at stages 0-1.
+  static model::BlockStorage block_storage(const Partitioning& parts, int stage);
 
   // `optimizer` as optimizer_numel(); every rank calls create (it is not collective).
   static Result<std::unique_ptr<ZeroStep>> create(model::GptModel& model,
@@ -113,9 +139,18 @@ class ZeroStep {
   // One step on this rank's micro-batch (host int32 [B*T]); collective. The loss is the mean
   // over the ranks; the norm is of the averaged gradient.
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
-  // Applies a pending update; then the model's parameter blocks hold the whole current
-  // parameters on every rank. Collective.
+  // Applies a pending update; then the model's parameter blocks (those on the device) hold the
+  // whole current parameters on every rank. Collective.
   Status flush();
+  // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
+  // each sharded block into a scratch device buffer in turn (after flush()); then the model's
+  // logits_to_host() reads the logits. Collective.
+  Status forward_inference(const int32_t* tokens);
+  // Block b's whole current parameters as fp32 on the host (gathered when sharded; after
+  // flush()). Collective when the block is sharded.
+  Status gather_params(int64_t block, float* host);
+  // What this rank holds (see ZeroMemory).
+  ZeroMemory memory() const;
 
   const sched::Executor& executor() const { return *executor_; }
   const Partitioning& partitioning() const { return parts_; }
@@ -130,8 +165,11 @@ class ZeroStep {
            const ZeroStepOptions& options)
       : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
   Result<sched::Plan> build_plan();
-  Status init_param_shards();  // stage 3: the rank's shards from the model's blocks
-  Status gather_into_model();  // stage 3: whole parameters into the model's blocks
+  Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters
+  // Block b's whole parameters into `dst` on the device (gathered when sharded), synchronously.
+  Status gather_block(int64_t b, void* dst);
+  Status gather_host(int64_t b);  // block b's shards all-gathered into host_scratch_
+  Status gather_into_model();     // stage 3: whole parameters into the model's blocks
   bool sharded_params(int64_t b) const {
     return options_.stage == 3 && !parts_.block(size_t(b)).persistent;
   }
@@ -160,6 +198,8 @@ class ZeroStep {
   ZeroTraffic traffic_;
   // Bytes counted by the comm lane's tasks during a replay (by purpose).
   ZeroTraffic counting_;
+  gpu::DeviceBuffer scratch_;  // forward_inference: one gathered block
+  std::vector<std::byte> host_scratch_;
 };
 
 }  // namespace strata::engine

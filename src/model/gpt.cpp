@@ -23,14 +23,15 @@ GptModel::~GptModel() {
 }
 
 Result<std::unique_ptr<GptModel>> GptModel::create(gpu::Device& device, const GptConfig& config,
-                                                   const RunShape& shape) {
+                                                   const RunShape& shape,
+                                                   const BlockStorage& storage) {
   STRATA_RETURN_IF_ERROR(config.validate());
   STRATA_RETURN_IF_ERROR(shape.validate(config));
   std::unique_ptr<GptModel> model(new GptModel(device, config, shape));
   STRATA_ASSIGN_OR_RETURN(model->stream_, device.create_stream());
   STRATA_RETURN_IF_ERROR(
-      model->allocate_all().with_context("allocating GPT (" + config.describe() + ", " +
-                                         std::to_string(config.num_params()) + " params)"));
+      model->allocate_all(storage).with_context("allocating GPT (" + config.describe() + ", " +
+                                                std::to_string(config.num_params()) + " params)"));
   return model;
 }
 
@@ -44,7 +45,18 @@ int64_t GptModel::block_numel(int64_t block) const {
   return block == config_.layers ? sl_.numel : ll_.numel;
 }
 
-Status GptModel::allocate_all() {
+int64_t GptModel::block_numel(const GptConfig& config, int64_t block) {
+  return block == config.layers ? shared_layout(config).numel : layer_layout(config).numel;
+}
+
+Status GptModel::allocate_all(const BlockStorage& storage) {
+  const auto blocks = static_cast<size_t>(num_blocks());
+  for (const auto* v : {&storage.params, &storage.grads}) {
+    if (!v->empty() && v->size() != blocks) {
+      return make_error(ErrorCode::kConfig, "block storage names ", v->size(),
+                        " blocks; the model has ", blocks);
+    }
+  }
   const size_t es = dtype_size(config_.dtype);
   const auto n = static_cast<size_t>(shape_.batch * shape_.seq);  // rows B*T
   const auto c = static_cast<size_t>(config_.channels);
@@ -52,8 +64,16 @@ Status GptModel::allocate_all() {
   const auto vp = static_cast<size_t>(config_.vp());
   for (int64_t b = 0; b < num_blocks(); ++b) {
     const size_t bytes = static_cast<size_t>(block_numel(b)) * es;
-    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer p, alloc(bytes));
-    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer g, alloc(bytes));
+    const auto i = static_cast<size_t>(b);
+    gpu::DeviceBuffer p, g;
+    if (storage.params.empty() || storage.params[i]) {
+      STRATA_ASSIGN_OR_RETURN(p, alloc(bytes));
+      param_bytes_ += p.size_bytes();
+    }
+    if (storage.grads.empty() || storage.grads[i]) {
+      STRATA_ASSIGN_OR_RETURN(g, alloc(bytes));
+      grad_bytes_ += g.size_bytes();
+    }
     params_.push_back(std::move(p));
     grads_.push_back(std::move(g));
   }
@@ -112,8 +132,20 @@ GptModel::Activations& GptModel::acts(int64_t l) const {
   return *sets_[static_cast<size_t>(l % k_)];
 }
 
+Status GptModel::check_resident(bool grads) const {
+  for (int64_t b = 0; b < num_blocks(); ++b) {
+    if (param_block(b) == nullptr || (grads && grad_block(b) == nullptr)) {
+      return make_error(ErrorCode::kConfig, "block ", b,
+                        " is not resident on the device (its parameters or gradients are kept "
+                        "by the engine): use the per-layer entry points");
+    }
+  }
+  return ok_status();
+}
+
 Status GptModel::init_params(uint64_t seed) {
   for (int64_t b = 0; b < num_blocks(); ++b) {
+    if (param_block(b) == nullptr) continue;  // kept by the engine (init_block gives its values)
     const std::vector<float> host = init_block(config_, b, seed);
     STRATA_RETURN_IF_ERROR(upload_params(b, host.data()));
   }
@@ -124,6 +156,10 @@ Status GptModel::upload_params(int64_t block, const float* host) {
   if (block < 0 || block >= num_blocks()) {
     return make_error(ErrorCode::kConfig, "parameter block ", block, " is not in [0, ",
                       num_blocks(), ")");
+  }
+  if (param_block(block) == nullptr) {
+    return make_error(ErrorCode::kConfig, "block ", block,
+                      " has no parameters on the device (the engine keeps them sharded)");
   }
   const auto numel = static_cast<size_t>(block_numel(block));
   std::vector<char> staging(numel * dtype_size(config_.dtype));
@@ -137,6 +173,10 @@ Status GptModel::copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* 
   if (block < 0 || block >= num_blocks()) {
     return make_error(ErrorCode::kConfig, "parameter block ", block, " is not in [0, ",
                       num_blocks(), ")");
+  }
+  if (buf.data() == nullptr) {
+    return make_error(ErrorCode::kConfig, "block ", block,
+                      " is not on the device (the engine keeps it sharded)");
   }
   const auto numel = static_cast<size_t>(block_numel(block));
   std::vector<char> staging(numel * dtype_size(config_.dtype));
@@ -165,7 +205,9 @@ Status GptModel::check_layer(int64_t l) const {
 }
 
 Status GptModel::zero_grad() {
-  for (auto& g : grads_) STRATA_RETURN_IF_ERROR(stream_->memset(g.data(), 0, g.size_bytes()));
+  for (auto& g : grads_) {
+    if (g.data() != nullptr) STRATA_RETURN_IF_ERROR(stream_->memset(g.data(), 0, g.size_bytes()));
+  }
   return ok_status();
 }
 
@@ -199,6 +241,7 @@ Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t*
 }
 
 Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
+  STRATA_RETURN_IF_ERROR(check_resident(/*grads=*/false));
   gpu::Stream& s = *stream_;
   const void* shared = param_block(config_.layers);
   STRATA_RETURN_IF_ERROR(set_batch(s, tokens, targets));
@@ -222,6 +265,7 @@ Status GptModel::backward() {
   if (!have_targets_) {
     return make_error(ErrorCode::kConfig, "GptModel::backward needs a forward with targets first");
   }
+  STRATA_RETURN_IF_ERROR(check_resident(/*grads=*/true));
   gpu::Stream& s = *stream_;
   const void* shared = param_block(config_.layers);
   void* shared_grads = grad_block(config_.layers);

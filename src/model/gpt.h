@@ -26,6 +26,10 @@
 // head_backward; for segment s = last..0: (s != last: layer_recompute of its layers in
 // ascending order), layer_backward of its layers in descending order; embedding_backward.
 //
+// Blocks left out by BlockStorage have no buffers here: the entry points take them from the
+// caller, and the whole-model calls that need them (init_params, upload/download of that block,
+// forward, backward) are refused with kConfig.
+//
 // Ownership: the model owns its buffers and one Stream of `device`; the Device must outlive it.
 // Thread safety: none; use a model from one host thread. The convenience calls (forward,
 // backward, uploads, downloads) order their work on stream() and synchronize it.
@@ -44,10 +48,21 @@
 
 namespace strata::model {
 
+// Which blocks' parameter and gradient buffers the model allocates on the device. A ZeRO engine
+// keeps the others elsewhere (sharded, gathered on demand) and passes them to the entry points.
+// Empty vectors mean every block.
+struct BlockStorage {
+  std::vector<bool> params;  // by block (L + 1)
+  std::vector<bool> grads;
+};
+
 class GptModel {
  public:
   static Result<std::unique_ptr<GptModel>> create(gpu::Device& device, const GptConfig& config,
-                                                  const RunShape& shape);
+                                                  const RunShape& shape,
+                                                  const BlockStorage& storage = {});
+  // Elements of block `block` (layer l < L, or the shared block L) of a model of `config`.
+  static int64_t block_numel(const GptConfig& config, int64_t block);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -61,10 +76,14 @@ class GptModel {
 
   int64_t num_blocks() const { return config_.layers + 1; }
   int64_t block_numel(int64_t block) const;
+  // The block's parameter / gradient buffer; null when BlockStorage left it out.
   void* param_block(int64_t block) const { return params_[static_cast<size_t>(block)].data(); }
   void* grad_block(int64_t block) const { return grads_[static_cast<size_t>(block)].data(); }
-  // Bytes of device memory this model holds (parameters, gradients, activations).
+  // Bytes of device memory this model holds (parameters, gradients, activations), and the part
+  // that is parameter and gradient blocks.
   size_t device_bytes() const { return device_bytes_; }
+  size_t param_bytes() const { return param_bytes_; }
+  size_t grad_bytes() const { return grad_bytes_; }
 
   // Work and sizes of one block for one micro-batch of the RunShape (cost model, MFU).
   struct BlockCost {
@@ -112,7 +131,8 @@ class GptModel {
   // Token and position embedding gradients added into `shared_grads`.
   Status embedding_backward(gpu::Stream& s, void* shared_grads);
 
-  // GPT-2 initialisation (init.h) of every block.
+  // GPT-2 initialisation (init.h) of every block on the device (blocks left out by
+  // BlockStorage are skipped: init_block gives their values).
   Status init_params(uint64_t seed);
   // Copies `block_numel(block)` fp32 values into the block's parameters (rounded to the dtype).
   Status upload_params(int64_t block, const float* host);
@@ -135,7 +155,9 @@ class GptModel {
  private:
   struct Activations;  // one layer's saved tensors
   GptModel(gpu::Device& device, const GptConfig& config, const RunShape& shape);
-  Status allocate_all();
+  Status allocate_all(const BlockStorage& storage);
+  // Every block's parameters (and gradients) are allocated; kConfig naming a block otherwise.
+  Status check_resident(bool grads) const;
   Result<gpu::DeviceBuffer> alloc(size_t bytes);
   // The input residual [B,T,C] of layer l (a checkpoint, or a per-set buffer).
   void* layer_input(int64_t l) const;
@@ -153,7 +175,7 @@ class GptModel {
   std::unique_ptr<gpu::Stream> stream_;
   LayerLayout ll_;
   SharedLayout sl_;
-  size_t device_bytes_ = 0;
+  size_t device_bytes_ = 0, param_bytes_ = 0, grad_bytes_ = 0;
 
   std::vector<gpu::DeviceBuffer> params_, grads_;   // L + 1 blocks each
   std::vector<gpu::DeviceBuffer> checkpoints_;      // ceil(L / K) kept layer inputs [B,T,C]

@@ -20,6 +20,7 @@
 #include "engine/serial_step.h"
 #include "engine/zero_step.h"
 #include "gpu/cpu_device.h"
+#include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"
@@ -65,6 +66,8 @@ struct ZRun {
   std::vector<std::vector<float>> history;     // params of block 0 after each step (flushed)
   std::vector<comm::CollectiveStats> traffic;  // by kind, of the last step
   ZeroTraffic expected;
+  ZeroMemory memory;
+  size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
 };
 
 // The same global batch for every rank count: step s's batch of kMicroBatch * N sequences;
@@ -97,14 +100,16 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   cfg.heads = 4;
   cfg.channels = 32;
   cfg.dtype = c.dtype;
+  const int stage = c.serial ? 0 : c.stage;
+  auto parts = ZeroStep::partition(cfg, comm.size(), c.persistence).value();
+  // The model holds on the device only what the stage keeps there.
   auto model_r =
-      model::GptModel::create(dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint});
+      model::GptModel::create(dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint},
+                              ZeroStep::block_storage(parts, stage));
   EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
   if (!model_r.ok()) return run;
   model::GptModel& m = *model_r.value();
   EXPECT_TRUE(m.init_params(7).ok());
-  const int stage = c.serial ? 0 : c.stage;
-  auto parts = ZeroStep::partition(m, comm.size(), c.persistence).value();
   const std::vector<int64_t> numel = ZeroStep::optimizer_numel(m, parts, stage);
   cpu::AdamHyper hyper;
   hyper.lr = 3e-3f;
@@ -117,7 +122,13 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   EXPECT_TRUE(opt_r.ok()) << opt_r.status().to_string();
   if (!opt_r.ok()) return run;
   OffloadedOptimizer& opt = opt_r.value();
-  EXPECT_TRUE(ZeroStep::load_masters(m, opt, parts, stage, comm.rank()).ok());
+  const Status loaded =
+      ZeroStep::load_masters(m, opt, parts, stage, comm.rank(), [&cfg](int64_t b, float* host) {
+        const std::vector<float> v = model::init_block(cfg, b, 7);  // init_params(7)'s values
+        std::copy(v.begin(), v.end(), host);
+        return ok_status();
+      });
+  EXPECT_TRUE(loaded.ok()) << loaded.to_string();
   OffloadStepOptions so;
   so.grad_clip = c.grad_clip;
   so.loss_scaling = c.loss_scaling;
@@ -140,6 +151,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     if (!r.ok()) return run;
     zero = std::move(r).value();
     run.expected = zero->expected_traffic();
+    run.memory = zero->memory();
   }
   // One rank's share of the global batch (a one-rank run takes the whole of it).
   const int64_t global_rows = c.batch * comm.size();
@@ -162,11 +174,13 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     run.scales.push_back(r->loss_scale);
     run.skipped.push_back(r->skipped);
     if (every_step_params) {
+      std::vector<float> p(static_cast<size_t>(m.block_numel(0)));
       if (zero) {
         EXPECT_TRUE(zero->flush().ok());
+        EXPECT_TRUE(zero->gather_params(0, p.data()).ok());
+      } else {
+        EXPECT_TRUE(m.download_params(0, p.data()).ok());
       }
-      std::vector<float> p(static_cast<size_t>(m.block_numel(0)));
-      EXPECT_TRUE(m.download_params(0, p.data()).ok());
       run.history.push_back(std::move(p));
     }
   }
@@ -176,9 +190,13 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   }
   for (int64_t b = 0; b < m.num_blocks(); ++b) {
     std::vector<float> p(static_cast<size_t>(m.block_numel(b)));
-    EXPECT_TRUE(m.download_params(b, p.data()).ok());
+    const Status st = zero ? zero->gather_params(b, p.data()) : m.download_params(b, p.data());
+    EXPECT_TRUE(st.ok()) << st.to_string();
     run.params.push_back(std::move(p));
   }
+  run.device_peak = dev.memory_info().peak_bytes;
+  run.model_device_bytes = m.device_bytes();
+  if (zero) run.plan_device_bytes = zero->executor().plan().peak_bytes(sched::Tier::kDevice);
   // This rank's real elements of each partition's state, the same slice at every stage.
   const std::vector<int64_t> blocks = partition_blocks(m);
   for (size_t p = 0; p < blocks.size(); ++p) {
@@ -369,6 +387,112 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
         EXPECT_NEAR(moved / theory, 1.0, 0.01) << moved << " bytes vs theory " << theory;
       }
     }
+  }
+}
+
+// Per-rank model state from the engine's own accounting against DESIGN.md §1 (16Ψ, 4Ψ + 12Ψ/N,
+// 2Ψ + 14Ψ/N, 16Ψ/N bytes at stages 0-3) within 5% (the padding of the shards), and the device
+// pool's peak: the model's buffers (activations, and the parameter and gradient blocks the stage
+// keeps on the device: 4Ψ at stages 0-1, 2Ψ at 2, none at 3) plus the plan's device working set
+// (gathered blocks and gradients in flight), nothing else.
+TEST(ZeroStep, ModelStateBytesMatchDesignFormulas) {
+  comm::Communicator& comm = world();
+  const double n = comm.size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZCase c;
+    c.stage = stage;
+    c.steps = 2;
+    SCOPED_TRACE(describe(c));
+    const ZRun z = train(comm, c, nullptr);
+    double psi = 0;
+    for (const auto& p : z.params) psi += static_cast<double>(p.size());
+    const double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n,
+                               16 * psi / n};
+    EXPECT_NEAR(static_cast<double>(z.memory.model_state()) / formula[stage], 1.0, 0.05)
+        << z.memory.describe();
+    // On the device: 16-bit parameters whole below stage 3, gradients whole below stage 2.
+    const double on_device = (stage < 3 ? 2 * psi : 0) + (stage < 2 ? 2 * psi : 0);
+    const double blocks = static_cast<double>(z.model_device_bytes) -
+                          static_cast<double>(z.memory.device_activations);
+    EXPECT_NEAR(blocks, on_device, 256.0 * 2 * static_cast<double>(z.params.size()));
+    // The pool rounds each allocation up to 256 bytes: allow that for the model's ~40 buffers.
+    EXPECT_NEAR(static_cast<double>(z.device_peak),
+                static_cast<double>(z.model_device_bytes + z.plan_device_bytes), 40 * 256.0)
+        << z.memory.describe();
+  }
+}
+
+// The device cap decides: a model whose parameters and gradients (4Ψ) do not fit the CpuDevice
+// cap is refused at stage 0 before any step, with the numbers, and trains at stage 3.
+TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
+  comm::Communicator& comm = world();
+  auto task = model::AdditionTask::create(2, 10).value();
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = task.seq();
+  cfg.layers = 16;
+  cfg.heads = 4;
+  cfg.channels = 64;
+  cfg.dtype = DType::kBF16;
+  const model::RunShape shape{4, task.seq(), 2};
+  const double psi = static_cast<double>(cfg.num_params());
+  auto parts = ZeroStep::partition(cfg, comm.size(), 0).value();
+  auto init = [&cfg](int64_t b, float* host) {
+    const auto v = model::init_block(cfg, b, 3);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  // The cap: the activations plus half of stage 0's 4Ψ bytes of blocks.
+  size_t activations = 0;
+  {
+    gpu::DeviceOptions o;
+    o.threads = 1;
+    auto dev = gpu::create_cpu_device(o).value();
+    auto m = model::GptModel::create(*dev, cfg, shape, ZeroStep::block_storage(parts, 3));
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    activations = m.value()->device_bytes();
+  }
+  const size_t cap = activations + static_cast<size_t>(2 * psi);
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    gpu::DeviceOptions o;
+    o.threads = 1;
+    o.memory_limit_bytes = cap;
+    auto dev = gpu::create_cpu_device(o).value();
+    auto m = model::GptModel::create(*dev, cfg, shape, ZeroStep::block_storage(parts, stage));
+    if (stage == 0) {
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(m.status().code(), ErrorCode::kOutOfMemory);
+      // The pool's message has the numbers: requested, in use and the limit.
+      EXPECT_NE(m.status().message().find("in use"), std::string::npos) << m.status().to_string();
+      EXPECT_NE(m.status().message().find("limit"), std::string::npos) << m.status().to_string();
+      continue;
+    }
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    OffloadedOptimizerOptions oo;
+    oo.staging_slots = 1;
+    auto opt = OffloadedOptimizer::create(ZeroStep::optimizer_numel(*m.value(), parts, 3),
+                                          cpu::CpuAdam(cpu::AdamHyper{}), oo)
+                   .value();
+    ASSERT_TRUE(ZeroStep::load_masters(*m.value(), opt, parts, 3, comm.rank(), init).ok());
+    ZeroStepOptions zo;
+    zo.stage = 3;
+    auto step = ZeroStep::create(*m.value(), opt, comm, zo);
+    ASSERT_TRUE(step.ok()) << step.status().to_string();
+    std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
+    // One batch again and again: the loss must fall.
+    task.make_batch(4, 9, static_cast<uint64_t>(comm.rank()), 1, tokens.data(), targets.data());
+    float first = 0, last = 0;
+    for (int64_t s = 1; s <= 8; ++s) {
+      auto r = step.value()->run(tokens.data(), targets.data(), s);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      (s == 1 ? first : last) = r->loss;
+    }
+    EXPECT_LT(last, first);
+    EXPECT_LE(dev->memory_info().peak_bytes, cap);
+    // The working set is a few blocks: less than half the model's 16-bit parameters.
+    EXPECT_LT(static_cast<double>(step.value()->executor().plan().peak_bytes(sched::Tier::kDevice)),
+              psi);
   }
 }
 
