@@ -125,13 +125,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
                       " needs --schedule planned (the serial step is the one-rank reference)");
   }
-  if (f.zero_stage > 0 && f.offload_optimizer == "none") {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-optimizer none is not supported with "
-                      "--zero-stage ",
-                      f.zero_stage,
-                      " yet (the ZeRO step updates the shards on the host: use cpu or nvme)");
-  }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
@@ -283,12 +276,6 @@ int main(int argc, char** argv) {
     return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
                           " ranks need --schedule planned"));
   }
-  if (zero && f.offload_optimizer == "none") {
-    return die(make_error(ErrorCode::kConfig, "--offload-optimizer none is not supported over ",
-                          ranks,
-                          " ranks yet (the ZeRO step updates the shards on the host: use cpu "
-                          "or nvme)"));
-  }
   // Ranks on one machine share its cores: each gets its share unless told otherwise.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int share = std::max(1, cores / std::max(1, world.local_size()));
@@ -366,6 +353,7 @@ int main(int argc, char** argv) {
     zo.prefetch_depth = f.prefetch_depth;
     zo.persistence_threshold = f.persistence_threshold;
     zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
+    zo.device_optimizer = f.offload_optimizer == "none";
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of train_gpt under mpirun with 2 ranks (ZeRO, engine/zero_step.h):
-#   1. stages 0, 1, 2 and 3 (and stage 3 with half the optimizer state on NVMe) print the same
-#      losses, norms and accuracies to the last digit (the stages are bit-identical);
+#   1. stages 0, 1, 2 and 3 (and stage 3 with half the optimizer state on NVMe, stage 2 with it
+#      on the device) print the same losses, norms and accuracies to the last digit (the stages
+#      are bit-identical);
 #   2. stage 3 with half the optimizer state on NVMe learns the addition task to the accuracy
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
@@ -20,12 +21,13 @@ for stage in 0 1 2 3; do
 done
 run2 "${common[@]}" --zero-stage 3 --offload-optimizer nvme --optimizer-nvme-fraction 0.5 \
   --nvme-path "$scratch" | strip >"$scratch/stage3-nvme.txt"
+run2 "${common[@]}" --zero-stage 2 --offload-optimizer none | strip >"$scratch/stage2-device.txt"
 lines=$(wc -l <"$scratch/stage0.txt")
 if [ "$lines" -lt 5 ]; then
   echo "train_gpt printed $lines step/eval lines at stage 0; expected at least 5" >&2
   exit 1
 fi
-for other in stage1 stage2 stage3 stage3-nvme; do
+for other in stage1 stage2 stage3 stage3-nvme stage2-device; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then
     echo "train_gpt: $other differs from stage 0 over 2 ranks (see the diff above)" >&2
     exit 1

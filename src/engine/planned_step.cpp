@@ -35,12 +35,10 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   // Clipping needs the norm, fp16 the overflow check, of every gradient before any update; the
   // device optimizer, which cannot wait for a host check within the step, too.
   s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer;
-  if (options.device_optimizer && optimizer.nvme_state_bytes() > 0) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-optimizer none keeps the optimizer state on the device: it "
-                      "cannot have an NVMe share (--optimizer-nvme-fraction 0)");
+  if (options.device_optimizer) {
+    STRATA_ASSIGN_OR_RETURN(s->device_opt_,
+                            DeviceOptimizer::create(optimizer, model.device(), model.stream()));
   }
-  if (options.device_optimizer) STRATA_RETURN_IF_ERROR(s->load_device_state());
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -52,21 +50,6 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
         {nvme::BufferRegion{s->executor_->pinned_arena(), s->executor_->pinned_arena_bytes()}}));
   }
   return s;
-}
-
-Status PlannedStep::load_device_state() {
-  model::GptModel& m = model_;
-  for (size_t p = 0; p < blocks_.size(); ++p) {
-    const auto n = static_cast<size_t>(opt_.numel(p));
-    std::vector<float> host(3 * n);
-    STRATA_RETURN_IF_ERROR(opt_.read_state(p, host.data(), host.data() + n, host.data() + 2 * n));
-    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, m.device().allocate(host.size() * 4));
-    STRATA_RETURN_IF_ERROR(
-        m.stream().copy(buf.data(), host.data(), host.size() * 4, gpu::CopyKind::kHostToDevice));
-    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
-    device_state_.push_back(std::move(buf));
-  }
-  return ok_status();
 }
 
 Result<sched::Plan> PlannedStep::build_plan() {
@@ -98,7 +81,7 @@ Result<sched::Plan> PlannedStep::build_plan() {
 
   // Pinned host buffers: each block's gradient (down) and new parameters (up; not with the
   // device optimizer, which writes them on the device), whole step.
-  const bool device = !device_state_.empty();
+  const bool device = device_opt_.has_value();
   std::vector<BufferId> grad16(nb), up(nb, -1);
   uint64_t pinned = 0;
   for (size_t b = 0; b < nb; ++b) {
@@ -138,25 +121,8 @@ Result<sched::Plan> PlannedStep::build_plan() {
     plan.add("adam " + name(b) + " (device)", Lane::kCompute,
              [this, &m, p, b, dt](const TaskContext& c) -> Status {
                if (update_step_ == 0) return ok_status();  // rotated, and nothing to apply
-               STRATA_ASSIGN_OR_RETURN(
-                   const cpu::AdamConstants k,
-                   opt_.adam().constants(cpu::AdamStep{update_step_, update_grad_scale_}));
-               const int64_t n = m.block_numel(b);
-               float* state = device_state_[p].as<float>();
-               gpu::AdamArgs a;
-               a.params = state;
-               a.exp_avg = state + n;
-               a.exp_avg_sq = state + 2 * n;
-               a.grads = m.grad_block(b);
-               a.grad_dtype = dt;
-               a.out16 = dt == DType::kF32 ? nullptr : m.param_block(b);
-               a.out_dtype = dt;
-               a.numel = n;
-               a.constants = k;
-               STRATA_RETURN_IF_ERROR(m.device().kernels().adam_step(*c.stream, a));
-               if (dt != DType::kF32) return ok_status();
-               return c.stream->copy(m.param_block(b), state, static_cast<size_t>(n) * 4,
-                                     gpu::CopyKind::kDeviceToDevice);
+               return device_opt_->update(*c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
+                                          cpu::AdamStep{update_step_, update_grad_scale_});
              });
   };
   // Rotated, the previous step's update comes first: before the gradients are zeroed and the
@@ -365,20 +331,7 @@ Status PlannedStep::flush() {
   flushing_ = false;
   STRATA_RETURN_IF_ERROR(st);
   pending_adam_step_ = 0;
-  return sync_device_state();
-}
-
-Status PlannedStep::sync_device_state() {
-  model::GptModel& m = model_;
-  for (size_t p = 0; p < device_state_.size(); ++p) {
-    const auto n = static_cast<size_t>(opt_.numel(p));
-    std::vector<float> host(3 * n);
-    STRATA_RETURN_IF_ERROR(m.stream().copy(host.data(), device_state_[p].data(), host.size() * 4,
-                                           gpu::CopyKind::kDeviceToHost));
-    STRATA_RETURN_IF_ERROR(m.stream().synchronize());
-    STRATA_RETURN_IF_ERROR(opt_.load(p, host.data(), host.data() + n, host.data() + 2 * n));
-  }
-  return ok_status();
+  return device_opt_ ? device_opt_->download(opt_, model_.stream()) : ok_status();
 }
 
 }  // namespace strata::engine

@@ -31,8 +31,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "engine/device_optimizer.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
 #include "scheduler/executor.h"
@@ -72,14 +74,12 @@ class PlannedStep {
               const PlannedStepOptions& options)
       : model_(model), opt_(optimizer), options_(options) {}
   Result<sched::Plan> build_plan();
-  Status load_device_state();
-  Status sync_device_state();  // device optimizer: its state copied back into opt_
 
   model::GptModel& model_;
   OffloadedOptimizer& opt_;
   PlannedStepOptions options_;
-  std::vector<int64_t> blocks_;                  // partition -> block
-  std::vector<gpu::DeviceBuffer> device_state_;  // by partition: [master | m | v] (device opt)
+  std::vector<int64_t> blocks_;                // partition -> block
+  std::optional<DeviceOptimizer> device_opt_;  // --offload-optimizer none
   std::unique_ptr<sched::Executor> executor_;
   // Written by run()/flush() before a replay, read by its tasks.
   std::vector<int32_t> tokens_, targets_;

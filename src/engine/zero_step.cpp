@@ -139,6 +139,10 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->targets_.assign(rows, 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
+  if (options.device_optimizer) {
+    STRATA_ASSIGN_OR_RETURN(s->device_opt_,
+                            DeviceOptimizer::create(optimizer, model.device(), model.stream()));
+  }
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -377,6 +381,42 @@ Result<sched::Plan> ZeroStep::build_plan() {
     plan.writes(read[p], buf);
     slot_bytes = std::max(slot_bytes, round_page(opt_.state_bytes(p)));
   }
+  // The new parameters of a block kept whole on the device: after `after` wrote the rank's part
+  // into pbuf, all-gathered (stages 1-3) and uploaded into the model's block.
+  auto add_params_up = [&](int64_t b, TaskId after) {
+    const BufferId u = pbuf_[size_t(b)];
+    TaskId before_up = after;
+    if (stage >= 1) {
+      const size_t c16 = static_cast<size_t>(shard(b));
+      before_up = plan.add("gather params " + name(b), Lane::kComm,
+                           [this, u, c16, dt, count, rank, es](const TaskContext& c) -> Status {
+                             if (update_step_ == 0) return ok_status();
+                             auto* base = static_cast<std::byte*>(c.buffer(u));
+                             comm::CollectiveCall call;
+                             call.kind = comm::CollectiveKind::kAllGather;
+                             call.send = base + static_cast<size_t>(rank) * c16 * es;
+                             call.recv = base;
+                             call.count = c16;
+                             call.dtype = dt;
+                             count(call, &ZeroTraffic::param_all_gather);
+                             return comm_.start(call).wait();
+                           },
+                           {after});
+      plan.reads(before_up, u);
+      plan.writes(before_up, u);
+    }
+    const size_t bytes = static_cast<size_t>(numel(b)) * es;
+    const TaskId up = plan.add("params up " + name(b), Lane::kH2D,
+                               [this, &m, b, u, bytes](const TaskContext& c) {
+                                 if (update_step_ == 0) return ok_status();
+                                 return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
+                                                       gpu::CopyKind::kHostToDevice);
+                               },
+                               {before_up});
+    plan.reads(up, u);
+    return up;
+  };
+  uint64_t largest_opt = 0;  // device optimizer: its largest partition (device bytes)
   for (size_t p : visit) {
     const int64_t b = blocks_[p];
     const bool sharded = sharded_params(b);
@@ -389,6 +429,59 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const int64_t opt_numel = opt_.numel(p);
     std::vector<TaskId> deps;
     if (read[p] >= 0) deps.push_back(read[p]);
+    if (device_opt_) {
+      // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
+      // runs in order); the new values into the model's block (stage 0) or down into pbuf.
+      const size_t bytes = static_cast<size_t>(opt_numel) * es;
+      largest_opt = std::max<uint64_t>(largest_opt, (bytes + 255) / 256 * 256);
+      const BufferId gdev = plan.add_buffer("grad up " + name(b), Tier::kDevice, bytes);
+      const TaskId gup = plan.add(
+          "grad up " + name(b), Lane::kH2D, [this, g, gdev, grad_off, bytes](const TaskContext& c) {
+            if (update_step_ == 0) return ok_status();
+            return c.stream->copy(c.buffer(gdev),
+                                  static_cast<const std::byte*>(c.buffer(g)) + grad_off, bytes,
+                                  gpu::CopyKind::kHostToDevice);
+          });
+      plan.acquire(gup, gdev);
+      plan.reads(gup, g);
+      plan.writes(gup, gdev);
+      const BufferId odev =
+          stage >= 1 ? plan.add_buffer("new params " + name(b), Tier::kDevice, bytes) : -1;
+      const TaskId dadam =
+          plan.add("adam " + name(b) + " (device)", Lane::kCompute,
+                   [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
+                     if (update_step_ == 0) return ok_status();
+                     return device_opt_->update(*c.stream, opt_, p, c.buffer(gdev),
+                                                odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
+                                                cpu::AdamStep{update_step_, update_grad_scale_});
+                   },
+                   {gup});
+      plan.reads(dadam, gdev);
+      plan.release(dadam, gdev);
+      if (odev < 0) {  // stage 0: the model's block is updated in place
+        ready[size_t(b)] = dadam;
+        continue;
+      }
+      plan.acquire(dadam, odev);
+      plan.writes(dadam, odev);
+      const TaskId down =
+          plan.add("new params down " + name(b), Lane::kD2H,
+                   [this, u, odev, out_off, bytes](const TaskContext& c) {
+                     if (update_step_ == 0) return ok_status();
+                     return c.stream->copy(static_cast<std::byte*>(c.buffer(u)) + out_off,
+                                           c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);
+                   },
+                   {dadam});
+      plan.reads(down, odev);
+      plan.release(down, odev);
+      plan.writes(down, u);
+      if (sharded) {
+        ready[size_t(b)] = down;
+        continue;
+      }
+      ready[size_t(b)] = add_params_up(b, down);
+      continue;
+    }
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
         [this, p, g, u, st, grad_off, out_off, opt_numel, dt](const TaskContext& c) -> Status {
@@ -426,35 +519,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
       ready[size_t(b)] = adam;
       continue;
     }
-    TaskId before_up = adam;
-    if (stage >= 1) {
-      const size_t c16 = static_cast<size_t>(shard(b));
-      before_up = plan.add("gather params " + name(b), Lane::kComm,
-                           [this, u, c16, dt, count, rank, es](const TaskContext& c) -> Status {
-                             if (update_step_ == 0) return ok_status();
-                             auto* base = static_cast<std::byte*>(c.buffer(u));
-                             comm::CollectiveCall call;
-                             call.kind = comm::CollectiveKind::kAllGather;
-                             call.send = base + static_cast<size_t>(rank) * c16 * es;
-                             call.recv = base;
-                             call.count = c16;
-                             call.dtype = dt;
-                             count(call, &ZeroTraffic::param_all_gather);
-                             return comm_.start(call).wait();
-                           },
-                           {adam});
-      plan.reads(before_up, u);
-      plan.writes(before_up, u);
-    }
-    const size_t bytes = static_cast<size_t>(numel(b)) * es;
-    ready[size_t(b)] = plan.add("params up " + name(b), Lane::kH2D,
-                                [this, &m, b, u, bytes](const TaskContext& c) {
-                                  if (update_step_ == 0) return ok_status();
-                                  return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
-                                                        gpu::CopyKind::kHostToDevice);
-                                },
-                                {before_up});
-    plan.reads(ready[size_t(b)], u);
+    ready[size_t(b)] = add_params_up(b, adam);
   }
 
   // The compute ops of a step, in order, with the gathered parameter copies they use (stage 3:
@@ -815,10 +880,12 @@ Result<sched::Plan> ZeroStep::build_plan() {
   budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
       pinned + in_flight + static_cast<uint64_t>(options_.staging_slots) * slot_bytes +
       (gathers.empty() ? 0 : (depth + 2) * round_page(largest));
-  if (stage >= 2) {
+  // The device optimizer's gradient and new-parameter buffers: two of each in flight.
+  if (stage >= 2 || largest_opt > 0) {
     const uint64_t k = static_cast<uint64_t>(m.checkpoint_interval());
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
-        3 * largest_dev + (gathers.empty() ? 0 : (depth + k + 2) * largest_dev);
+        (stage >= 2 ? 3 * largest_dev : 0) + (gathers.empty() ? 0 : (depth + k + 2) * largest_dev) +
+        4 * largest_opt;
   }
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));
   return plan;
@@ -874,6 +941,7 @@ Status ZeroStep::flush() {
     STRATA_RETURN_IF_ERROR(st);
     pending_adam_step_ = 0;
   }
+  if (device_opt_) STRATA_RETURN_IF_ERROR(device_opt_->download(opt_, model_.stream()));
   return gather_into_model();
 }
 

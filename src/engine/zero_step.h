@@ -57,10 +57,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/device_optimizer.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/partition.h"
@@ -80,6 +82,11 @@ struct ZeroStepOptions {
   // Test hook (fault injection): at this step, this rank's local gradient of layer 0 gets an
   // Inf in its first element before the reduction. 0: never.
   int64_t inject_inf_step = 0;
+  // --offload-optimizer none: the rank's fp32 master, m and v on the device (DeviceOptimizer),
+  // updated there by Kernels::adam_step: the reduced gradient goes up, the new 16-bit values come
+  // down to be all-gathered (stages 1-3) or are written into the model's block (stage 0).
+  // Refused with an NVMe share of the state.
+  bool device_optimizer = false;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).
@@ -198,6 +205,7 @@ class ZeroStep {
   ZeroTraffic traffic_;
   // Bytes counted by the comm lane's tasks during a replay (by purpose).
   ZeroTraffic counting_;
+  std::optional<DeviceOptimizer> device_opt_;
   gpu::DeviceBuffer scratch_;  // forward_inference: one gathered block
   std::vector<std::byte> host_scratch_;
 };

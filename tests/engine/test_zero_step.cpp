@@ -1,6 +1,7 @@
 // ZeroStep (ZeRO stages 0-3) under mpirun with 1, 2 and 4 ranks on the CpuDevice (label mpi):
 //   - stages 1, 2 and 3 give the bits of stage 0 (losses, norms, final parameters, each rank's
-//     optimizer shard) over 20 steps, with the optimizer state in RAM, half and all on NVMe;
+//     optimizer shard) over 20 steps, with the optimizer state in RAM, half and all on NVMe, and
+//     on the device (--offload-optimizer none);
 //   - with one rank, every stage gives the bits of SerialStep (the single-rank reference);
 //   - N ranks agree with one rank on the whole global batch within fp32 rounding;
 //   - bytes per step per collective equal the comm layer's byte accounting of the theory
@@ -55,6 +56,7 @@ struct ZCase {
   LossScalerOptions loss_scaling;
   int64_t inject_inf_step = 0;
   int steps = kSteps;
+  bool device_optimizer = false;  // --offload-optimizer none
 };
 
 struct ZRun {
@@ -146,6 +148,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zo.prefetch_depth = c.prefetch;
     zo.staging_slots = 2;
     zo.inject_inf_step = c.inject_inf_step;
+    zo.device_optimizer = c.device_optimizer;
     auto r = ZeroStep::create(m, opt, comm, zo);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
@@ -244,7 +247,8 @@ void expect_same_bits(const ZRun& a, const ZRun& b) {
 std::string describe(const ZCase& c) {
   return "stage " + std::to_string(c.stage) + " " + std::string(dtype_name(c.dtype)) + " nvme " +
          std::to_string(c.nvme_fraction) + " persistence " + std::to_string(c.persistence) +
-         " prefetch " + std::to_string(c.prefetch) + " checkpoint " + std::to_string(c.checkpoint);
+         " prefetch " + std::to_string(c.prefetch) + " checkpoint " + std::to_string(c.checkpoint) +
+         (c.device_optimizer ? " optimizer on the device" : "");
 }
 
 struct Store {
@@ -276,6 +280,13 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
     for (int stage = 1; stage <= 3; ++stage) {
       ZCase c = base;
       c.stage = stage;
+      cases.push_back(c);
+    }
+    // --offload-optimizer none: Kernels::adam_step on the CpuDevice has the CPU Adam's bits.
+    for (int stage = 0; stage <= 3; ++stage) {
+      ZCase c = base;
+      c.stage = stage;
+      c.device_optimizer = true;
       cases.push_back(c);
     }
     if (dt == DType::kBF16) {
