@@ -406,6 +406,7 @@ int main(int argc, char** argv) {
                   ranks > 1 ? " (rank 0)" : "");
     }
     if (store) std::printf("nvme: %s\n", store->describe().c_str());
+    if (zstep) std::printf("memory (rank 0): %s\n", zstep->memory().describe().c_str());
     if (executor != nullptr) {
       const sched::Plan& plan = executor->plan();
       std::printf(
@@ -449,6 +450,7 @@ int main(int argc, char** argv) {
                     global_targets.data());
     std::copy_n(global_tokens.begin() + rank * B * T, B * T, tokens.begin());
     std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin());
+    world.reset_stats();  // per-step bytes by collective kind (printed with --trace)
     auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step)
                   : planned ? planned->run(tokens.data(), targets.data(), step)
                             : serial->run(tokens.data(), targets.data(), step);
@@ -473,6 +475,16 @@ int main(int argc, char** argv) {
             static_cast<unsigned long long>(t.param_all_gather),
             static_cast<unsigned long long>(t.stats),
             static_cast<unsigned long long>(zstep->expected_traffic().total()));
+        for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
+          const auto ck = static_cast<comm::CollectiveKind>(k);
+          const comm::CollectiveStats cs = world.stats(ck);
+          if (cs.calls == 0) continue;
+          std::printf("  %-14s %4llu calls, sent %llu bytes, received %llu bytes\n",
+                      std::string(comm::collective_name(ck)).c_str(),
+                      static_cast<unsigned long long>(cs.calls),
+                      static_cast<unsigned long long>(cs.bytes_sent),
+                      static_cast<unsigned long long>(cs.bytes_received));
+        }
       }
       if (lead && (step + 1 == 2 + f.trace_steps || step == f.steps)) {
         if (Status st = trace.write(f.trace); !st.ok()) return die(st);

@@ -270,6 +270,21 @@ ZeroMemory ZeroStep::memory() const {
       static_cast<int64_t>(model_.device_bytes() - model_.param_bytes() - model_.grad_bytes());
   z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice));
   z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
+  // Each kind's own peak along the plan's order.
+  auto peak = [&](Kind kind, sched::Tier tier) {
+    return static_cast<int64_t>(plan.peak_bytes_of([&](sched::BufferId id) {
+      return buffer_kind_[size_t(id)] == kind && plan.buffer(id).tier == tier;
+    }));
+  };
+  using sched::Tier;
+  z.device_gathered = peak(Kind::kGathered, Tier::kDevice);
+  z.device_grads_in_flight = peak(Kind::kGradBucket, Tier::kDevice);
+  z.device_optimizer_io = peak(Kind::kOptimizerIo, Tier::kDevice);
+  z.pinned_gathered = peak(Kind::kGathered, Tier::kPinnedHost);
+  z.pinned_grads =
+      peak(Kind::kGradBucket, Tier::kPinnedHost) + peak(Kind::kGradWhole, Tier::kPinnedHost);
+  z.pinned_params = peak(Kind::kParamStaging, Tier::kPinnedHost);
+  z.pinned_nvme_staging = peak(Kind::kNvmeStaging, Tier::kPinnedHost);
   return z;
 }
 
@@ -277,8 +292,11 @@ std::string ZeroMemory::describe() const {
   std::ostringstream os;
   os << "model state " << model_state() << " bytes (16-bit params " << params16 << ", grads "
      << grads16 << ", fp32 master " << master << ", m " << exp_avg << ", v " << exp_avg_sq << "; "
-     << optimizer_nvme << " of it on NVMe); working set: device activations " << device_activations
-     << ", device in flight " << device_working << ", pinned " << pinned_working;
+     << optimizer_nvme << " of it on NVMe); device: activations " << device_activations
+     << ", in flight " << device_working << " (gathered " << device_gathered << ", gradients "
+     << device_grads_in_flight << ", optimizer i/o " << device_optimizer_io << "); pinned "
+     << pinned_working << " (gathered " << pinned_gathered << ", gradients " << pinned_grads
+     << ", new params " << pinned_params << ", NVMe staging " << pinned_nvme_staging << ")";
   return os.str();
 }
 
@@ -327,6 +345,12 @@ Result<sched::Plan> ZeroStep::build_plan() {
     counting_.*field += comm::textbook_bytes(call, rank_, ranks_).sent;
   };
   sched::Plan plan;
+  buffer_kind_.clear();
+  auto add_buffer = [&](Kind kind, std::string buffer_name, Tier tier, uint64_t bytes,
+                        bool initially_valid = false) {
+    buffer_kind_.push_back(kind);
+    return plan.add_buffer(std::move(buffer_name), tier, bytes, initially_valid);
+  };
 
   // Pinned host buffers. gfull: a block's whole gradient (padded), kept for the step at stages
   // 0-1 (the next run's update reads it), held from its transfer to its reduction at 2-3, where
@@ -339,19 +363,22 @@ Result<sched::Plan> ZeroStep::build_plan() {
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
     largest = std::max(largest, padded_bytes(bb));
-    gfull[b] = plan.add_buffer("grad " + name(bb), Tier::kPinnedHost, padded_bytes(bb),
-                               /*initially_valid=*/stage <= 1);
+    gfull[b] = add_buffer(stage <= 1 ? Kind::kGradWhole : Kind::kGradBucket, "grad " + name(bb),
+                          Tier::kPinnedHost, padded_bytes(bb),
+                          /*initially_valid=*/stage <= 1);
     if (stage >= 2) {
-      gshard[b] = plan.add_buffer("grad shard " + name(bb), Tier::kPinnedHost, shard_bytes(bb),
-                                  /*initially_valid=*/true);
+      gshard[b] =
+          add_buffer(Kind::kHome, "grad shard " + name(bb), Tier::kPinnedHost, shard_bytes(bb),
+                     /*initially_valid=*/true);
       pinned += round_page(shard_bytes(bb));
     } else {
       pinned += round_page(padded_bytes(bb));
     }
     const bool sharded = sharded_params(bb);
-    pbuf_[b] = plan.add_buffer(sharded ? "param shard " + name(bb) : "params " + name(bb),
-                               Tier::kPinnedHost, sharded ? shard_bytes(bb) : padded_bytes(bb),
-                               /*initially_valid=*/sharded);
+    pbuf_[b] = add_buffer(sharded ? Kind::kHome : Kind::kParamStaging,
+                          sharded ? "param shard " + name(bb) : "params " + name(bb),
+                          Tier::kPinnedHost, sharded ? shard_bytes(bb) : padded_bytes(bb),
+                          /*initially_valid=*/sharded);
     pinned += round_page(sharded ? shard_bytes(bb) : padded_bytes(bb));
   }
   if (stage >= 2) {
@@ -371,7 +398,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
   for (size_t p : visit) {
     if (!opt_.on_nvme(p)) continue;
     const std::string n = name(blocks_[p]);
-    staging[p] = plan.add_buffer("state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
+    staging[p] =
+        add_buffer(Kind::kNvmeStaging, "state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
     const BufferId buf = staging[p];
     read[p] = plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
       if (update_step_ == 0) return ok_status();
@@ -434,7 +462,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
       // runs in order); the new values into the model's block (stage 0) or down into pbuf.
       const size_t bytes = static_cast<size_t>(opt_numel) * es;
       largest_opt = std::max<uint64_t>(largest_opt, (bytes + 255) / 256 * 256);
-      const BufferId gdev = plan.add_buffer("grad up " + name(b), Tier::kDevice, bytes);
+      const BufferId gdev =
+          add_buffer(Kind::kOptimizerIo, "grad up " + name(b), Tier::kDevice, bytes);
       const TaskId gup = plan.add(
           "grad up " + name(b), Lane::kH2D, [this, g, gdev, grad_off, bytes](const TaskContext& c) {
             if (update_step_ == 0) return ok_status();
@@ -446,7 +475,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.reads(gup, g);
       plan.writes(gup, gdev);
       const BufferId odev =
-          stage >= 1 ? plan.add_buffer("new params " + name(b), Tier::kDevice, bytes) : -1;
+          stage >= 1 ? add_buffer(Kind::kOptimizerIo, "new params " + name(b), Tier::kDevice, bytes)
+                     : -1;
       const TaskId dadam =
           plan.add("adam " + name(b) + " (device)", Lane::kCompute,
                    [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
@@ -542,16 +572,17 @@ Result<sched::Plan> ZeroStep::build_plan() {
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
     if (stage >= 2) {
-      dgrad[b] = plan.add_buffer("grad " + name(bb) + " (device)", Tier::kDevice,
-                                 static_cast<size_t>(numel(bb)) * es);
+      dgrad[b] = add_buffer(Kind::kGradBucket, "grad " + name(bb) + " (device)", Tier::kDevice,
+                            static_cast<size_t>(numel(bb)) * es);
     }
     if (!sharded_params(bb)) continue;
     for (int ph = 0; ph < 2; ++ph) {
       const std::string suffix = ph == 0 ? " (forward)" : " (backward)";
-      gathered_host[ph][b] =
-          plan.add_buffer("gathered " + name(bb) + suffix, Tier::kPinnedHost, padded_bytes(bb));
-      gathered_dev[ph][b] = plan.add_buffer("gathered " + name(bb) + suffix + " (device)",
-                                            Tier::kDevice, static_cast<size_t>(numel(bb)) * es);
+      gathered_host[ph][b] = add_buffer(Kind::kGathered, "gathered " + name(bb) + suffix,
+                                        Tier::kPinnedHost, padded_bytes(bb));
+      gathered_dev[ph][b] =
+          add_buffer(Kind::kGathered, "gathered " + name(bb) + suffix + " (device)", Tier::kDevice,
+                     static_cast<size_t>(numel(bb)) * es);
     }
   }
   // Parameter and gradient pointers of block b for an op.

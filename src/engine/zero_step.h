@@ -100,6 +100,12 @@ struct ZeroMemory {
   // parameters and gradients in flight), pinned staging (the plan's pinned peak less the homes
   // above: gradient reduction buffers, new-parameter buffers, gathered host copies, NVMe staging).
   int64_t device_activations = 0, device_working = 0, pinned_working = 0;
+  // The working sets by kind, each its own peak over the step (so they need not add up):
+  // gathered parameter copies, gradients in flight (device) or awaiting reduction and whole
+  // reduction buffers (pinned), the device optimizer's gradient/new-parameter buffers, the
+  // new-parameter staging (pinned, whole blocks) and the NVMe read/write staging.
+  int64_t device_gathered = 0, device_grads_in_flight = 0, device_optimizer_io = 0;
+  int64_t pinned_gathered = 0, pinned_grads = 0, pinned_params = 0, pinned_nvme_staging = 0;
   int64_t model_state() const { return params16 + grads16 + master + exp_avg + exp_avg_sq; }
   std::string describe() const;
 };
@@ -206,7 +212,18 @@ class ZeroStep {
   // Bytes counted by the comm lane's tasks during a replay (by purpose).
   ZeroTraffic counting_;
   std::optional<DeviceOptimizer> device_opt_;
-  gpu::DeviceBuffer scratch_;  // forward_inference: one gathered block
+  // What each plan buffer holds (memory()).
+  enum class Kind {
+    kHome,  // a model-state home: the stage-3 parameter shard, a gradient shard
+    kGradWhole,
+    kGradBucket,
+    kParamStaging,
+    kGathered,
+    kNvmeStaging,
+    kOptimizerIo,
+  };
+  std::vector<Kind> buffer_kind_;  // by BufferId
+  gpu::DeviceBuffer scratch_;      // forward_inference: one gathered block
   std::vector<std::byte> host_scratch_;
 };
 

@@ -192,6 +192,25 @@ Status Plan::check_accesses(const std::vector<std::vector<uint64_t>>& ancestors)
   return ok_status();
 }
 
+uint64_t Plan::peak_bytes_of(const std::function<bool(BufferId)>& which) const {
+  uint64_t live = 0;
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    if (buffers_[b].acquired_by < 0 && which(BufferId(b))) live += buffers_[b].bytes;
+  }
+  uint64_t peak = live;
+  for (TaskId t : order_) {
+    const Task& task_ref = tasks_[static_cast<size_t>(t)];
+    for (BufferId b : task_ref.acquires) {
+      if (which(b)) live += buffers_[static_cast<size_t>(b)].bytes;
+    }
+    peak = std::max(peak, live);
+    for (BufferId b : task_ref.releases) {
+      if (which(b)) live -= buffers_[static_cast<size_t>(b)].bytes;
+    }
+  }
+  return peak;
+}
+
 Status Plan::finalize(const Budgets& budgets) {
   finalized_ = false;
   STRATA_RETURN_IF_ERROR(check_structure());

@@ -105,6 +105,10 @@ class Plan {
   }
   uint64_t peak_bytes(Tier tier) const { return peak_[static_cast<int>(tier)]; }
   uint64_t unbounded_peak_bytes(Tier tier) const { return unbounded_peak_[static_cast<int>(tier)]; }
+  // After finalize(): the most bytes of the buffers `which` selects that are live at once along
+  // order() (whole-step buffers throughout; an acquired buffer from its acquirer to its
+  // releaser), e.g. one kind of buffer's share of the peak.
+  uint64_t peak_bytes_of(const std::function<bool(BufferId)>& which) const;
   size_t num_memory_deps() const;
   // Every dependency of a task: explicit, memory, and its predecessor on an in-order lane.
   void for_each_predecessor(TaskId task, const std::function<void(TaskId)>& fn) const;

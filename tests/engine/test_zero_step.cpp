@@ -63,10 +63,11 @@ struct ZRun {
   std::vector<float> losses;
   std::vector<double> norms, scales;
   std::vector<bool> skipped;
-  std::vector<std::vector<float>> params;      // by block, after the last step
-  std::vector<std::vector<float>> shards;      // by partition: this rank's real master|m|v
-  std::vector<std::vector<float>> history;     // params of block 0 after each step (flushed)
-  std::vector<comm::CollectiveStats> traffic;  // by kind, of the last step
+  std::vector<std::vector<float>> params;         // by block, after the last step
+  std::vector<std::vector<float>> shards;         // by partition: this rank's real master|m|v
+  std::vector<std::vector<float>> history;        // params of block 0 after each step (flushed)
+  std::vector<std::vector<float>> state_history;  // every partition's master|m|v, likewise
+  std::vector<comm::CollectiveStats> traffic;     // by kind, of the last step
   ZeroTraffic expected;
   ZeroMemory memory;
   size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
@@ -185,6 +186,14 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
         EXPECT_TRUE(m.download_params(0, p.data()).ok());
       }
       run.history.push_back(std::move(p));
+      std::vector<float> state;
+      for (size_t q = 0; q < opt.num_partitions(); ++q) {
+        const auto k = static_cast<size_t>(opt.numel(q));
+        std::vector<float> st(3 * k);
+        EXPECT_TRUE(opt.read_state(q, st.data(), st.data() + k, st.data() + 2 * k).ok());
+        state.insert(state.end(), st.begin(), st.end());
+      }
+      run.state_history.push_back(std::move(state));
     }
   }
   if (zero) {
@@ -421,6 +430,17 @@ TEST(ZeroStep, ModelStateBytesMatchDesignFormulas) {
                                16 * psi / n};
     EXPECT_NEAR(static_cast<double>(z.memory.model_state()) / formula[stage], 1.0, 0.05)
         << z.memory.describe();
+    // The working set by kind: gathered copies only at stage 3 (within the device peak); whole
+    // gradient reduction buffers in pinned memory at stages 0-1 (2Ψ, padded).
+    if (stage == 3) {
+      EXPECT_GT(z.memory.device_gathered, 0);
+      EXPECT_LE(z.memory.device_gathered, z.memory.device_working);
+    } else {
+      EXPECT_EQ(z.memory.device_gathered, 0);
+    }
+    if (stage <= 1) {
+      EXPECT_NEAR(static_cast<double>(z.memory.pinned_grads), 2 * psi, 2 * n * 4.0 * 2);
+    }
     // On the device: 16-bit parameters whole below stage 3, gradients whole below stage 2.
     const double on_device = (stage < 3 ? 2 * psi : 0) + (stage < 2 ? 2 * psi : 0);
     const double blocks = static_cast<double>(z.model_device_bytes) -
@@ -526,8 +546,12 @@ TEST(ZeroStep, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
     ASSERT_EQ(z.skipped.size(), 10u);
     for (int s = 0; s < 10; ++s) EXPECT_EQ(z.skipped[size_t(s)], s == 2) << "step " << s + 1;
     // Step 3 skipped: its update (applied by flush) changed nothing.
+    // ... and no moment (this rank's optimizer state, every partition); the steps around it did.
     EXPECT_EQ(z.history[2], z.history[1]);
     EXPECT_NE(z.history[1], z.history[0]);
+    EXPECT_EQ(z.state_history[2], z.state_history[1]);
+    EXPECT_NE(z.state_history[1], z.state_history[0]);
+    EXPECT_NE(z.state_history[3], z.state_history[2]);
     EXPECT_EQ(z.scales[2], 4096.0);
     EXPECT_EQ(z.scales[3], 2048.0);
     // Clean steps 4..7 (window 4) double the scale for step 8.

@@ -87,6 +87,9 @@ TEST(Plan, NaivePrefetchIsBoundedByTheBudget) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(p.peak_bytes(Tier::kDevice), 3 * mb);
   EXPECT_EQ(p.unbounded_peak_bytes(Tier::kDevice), 8 * mb);
+  // The share of one kind of buffer: all of them make the peak; one layer's is its own size.
+  EXPECT_EQ(p.peak_bytes_of([](BufferId) { return true; }), 3 * mb);
+  EXPECT_EQ(p.peak_bytes_of([](BufferId b) { return b == 0; }), mb);
   // Load l (l >= 3) reuses the memory compute l-3 released, so it waits for it.
   for (size_t l = 3; l < loads.size(); ++l) {
     const auto& md = p.task(loads[l]).memory_deps;
