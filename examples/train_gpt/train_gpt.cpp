@@ -284,7 +284,9 @@ int main(int argc, char** argv) {
   if (!kind.ok()) return die(kind.status().with_context("--device"));
   gpu::DeviceOptions dev_opts;
   dev_opts.threads = f.device_threads > 0 ? f.device_threads : (ranks > 1 ? share : 0);
-  dev_opts.ordinal = world.local_rank();  // one GPU per rank (CudaDevice)
+  // One GPU per rank (CudaDevice); ranks share GPUs round-robin when there are fewer.
+  const int gpus = gpu::cuda_device_count();
+  dev_opts.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
   auto dev_r = gpu::create_device(*kind, dev_opts);
   if (!dev_r.ok()) return die(dev_r.status());
   gpu::Device& dev = *dev_r.value();
