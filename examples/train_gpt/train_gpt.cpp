@@ -309,7 +309,10 @@ int main(int argc, char** argv) {
   if (f.offload_optimizer == "nvme") {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
-    so.capacity_bytes = 12ull * static_cast<uint64_t>(cfg.num_params()) + (8ull << 20) * nb;
+    // This rank's partitions (its shards from stage 1), 12 bytes per element, plus slack.
+    uint64_t elements = 0;
+    for (int64_t n : numel) elements += static_cast<uint64_t>(n);
+    so.capacity_bytes = 12ull * elements + (8ull << 20) * nb;
     auto s = nvme::SwapStore::open(so);
     if (!s.ok()) return die(s.status());
     store = std::move(s).value();
@@ -522,7 +525,12 @@ int main(int argc, char** argv) {
         std::printf("eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f\n",
                     static_cast<long long>(step), acc->token, acc->exact_match);
       }
-      if (acc->token >= f.target_accuracy) {
+      // Every rank stops on rank 0's figure, so that none goes on alone.
+      float reached = acc->token >= f.target_accuracy ? 1.0f : 0.0f;
+      if (ranks > 1) {
+        if (Status st = world.broadcast(&reached, 1, DType::kF32, 0); !st.ok()) return die(st);
+      }
+      if (reached > 0.0f) {
         if (lead) {
           std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
                       f.target_accuracy, static_cast<long long>(step));

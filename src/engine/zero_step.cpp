@@ -139,6 +139,9 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->targets_.assign(rows, 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
+  // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
+  // the device optimizer, which cannot wait for a host check within the step, too.
+  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer;
   if (options.device_optimizer) {
     STRATA_ASSIGN_OR_RETURN(s->device_opt_,
                             DeviceOptimizer::create(optimizer, model.device(), model.stream()));
@@ -210,6 +213,13 @@ Status ZeroStep::gather_into_model() {
 
 Status ZeroStep::forward_inference(const int32_t* tokens) {
   model::GptModel& m = model_;
+  // Checked before the first gather (a collective): a rank that stopped here would leave the
+  // others waiting.
+  STRATA_RETURN_IF_ERROR(m.check_batch(tokens, nullptr));
+  if (pending_adam_step_ != 0) {
+    return make_error(ErrorCode::kConfig,
+                      "ZeroStep::forward_inference: an update is pending: flush() first");
+  }
   const int64_t L = m.config().layers;
   const size_t es = dtype_size(m.config().dtype);
   // The shared block stays gathered for the head; one layer at a time goes through scratch.
@@ -219,9 +229,10 @@ Status ZeroStep::forward_inference(const int32_t* tokens) {
       need += b == L ? static_cast<size_t>(m.block_numel(b)) * es : 0;
     }
   }
-  size_t layer_bytes = static_cast<size_t>(m.block_numel(0)) * es;
+  const bool layers_sharded = L > 0 && m.param_block(0) == nullptr;
+  const size_t layer_bytes = layers_sharded ? static_cast<size_t>(m.block_numel(0)) * es : 0;
   need += layer_bytes;
-  if (scratch_.size_bytes() < need) {
+  if (need > 0 && scratch_.size_bytes() < need) {
     scratch_ = gpu::DeviceBuffer();
     STRATA_ASSIGN_OR_RETURN(scratch_, m.device().allocate(need));
   }
@@ -266,6 +277,7 @@ ZeroMemory ZeroStep::memory() const {
   for (size_t p = 0; p < opt_.num_partitions(); ++p) elements += opt_.numel(p);
   z.master = z.exp_avg = z.exp_avg_sq = 4 * elements;
   z.optimizer_nvme = static_cast<int64_t>(opt_.nvme_state_bytes());
+  z.optimizer_device = device_opt_ ? static_cast<int64_t>(device_opt_->bytes()) : 0;
   z.device_activations =
       static_cast<int64_t>(model_.device_bytes() - model_.param_bytes() - model_.grad_bytes());
   z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice));
@@ -292,8 +304,9 @@ std::string ZeroMemory::describe() const {
   std::ostringstream os;
   os << "model state " << model_state() << " bytes (16-bit params " << params16 << ", grads "
      << grads16 << ", fp32 master " << master << ", m " << exp_avg << ", v " << exp_avg_sq << "; "
-     << optimizer_nvme << " of it on NVMe); device: activations " << device_activations
-     << ", in flight " << device_working << " (gathered " << device_gathered << ", gradients "
+     << optimizer_nvme << " of it on NVMe, " << optimizer_device
+     << " on the device); device: activations " << device_activations << ", in flight "
+     << device_working << " (gathered " << device_gathered << ", gradients "
      << device_grads_in_flight << ", optimizer i/o " << device_optimizer_io << "); pinned "
      << pinned_working << " (gathered " << pinned_gathered << ", gradients " << pinned_grads
      << ", new params " << pinned_params << ", NVMe staging " << pinned_nvme_staging << ")";
@@ -311,8 +324,11 @@ ZeroTraffic ZeroStep::expected_traffic() const {
     t.grad_reduce_scatter += one;
     if (options_.stage == 0) t.grad_all_gather += one;
     if (options_.stage >= 1) t.param_all_gather += one;
-    // Stage 3: gathers for the forward and the backward instead of one after the update.
-    if (sharded_params(int64_t(b))) t.param_all_gather += one;
+    // Stage 3: gathers for the forward and the backward instead of one after the update; the
+    // shared block is gathered once (its forward copy serves the head backward too).
+    if (sharded_params(int64_t(b)) && int64_t(b) != model_.config().layers) {
+      t.param_all_gather += one;
+    }
   }
   // Statistics: 2 doubles per block per rank, all-gathered (stages 1-3); the loss: an
   // all-reduce of one float (the textbook formula's integer division).
@@ -390,9 +406,13 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // the step, Adam per partition, the new shards all-gathered (stages 1-3, whole blocks) and
   // uploaded. first_use[b] waits for `ready[b]`.
   std::vector<TaskId> ready(nb, -1);
+  std::vector<size_t> part_of(nb);  // block -> partition
+  for (size_t p = 0; p < nb; ++p) part_of[size_t(blocks_[p])] = p;
   uint64_t slot_bytes = 0;
+  // The order the optimizer visits the partitions: forward order when rotated (the next forward
+  // needs them that way), backward order otherwise (the gradients arrive that way).
   std::vector<size_t> visit;
-  for (size_t k = 0; k < nb; ++k) visit.push_back(nb - 1 - k);
+  for (size_t k = 0; k < nb; ++k) visit.push_back(rotate_ ? nb - 1 - k : k);
   std::vector<BufferId> staging(nb, -1);
   std::vector<TaskId> read(nb, -1);
   for (size_t p : visit) {
@@ -445,7 +465,37 @@ Result<sched::Plan> ZeroStep::build_plan() {
     return up;
   };
   uint64_t largest_opt = 0;  // device optimizer: its largest partition (device bytes)
-  for (size_t p : visit) {
+  // Device optimizer: partition p's reduced gradient up (h2d) into a device buffer. Added for
+  // every partition before any new parameters go up, so that the in-order h2d lane does not
+  // hold a gradient behind the previous block's whole update.
+  std::vector<TaskId> grad_up(nb, -1);
+  std::vector<BufferId> grad_up_buf(nb, -1);
+  auto add_grad_up = [&](size_t p, std::vector<TaskId> deps) {
+    const int64_t b = blocks_[p];
+    const BufferId g = stage >= 2 ? gshard[size_t(b)] : gfull[size_t(b)];
+    const size_t grad_off = stage == 1 ? static_cast<size_t>(rank) * shard_bytes(b) : 0;
+    const size_t bytes = static_cast<size_t>(opt_.numel(p)) * es;
+    largest_opt = std::max<uint64_t>(largest_opt, (bytes + 255) / 256 * 256);
+    const BufferId gdev =
+        add_buffer(Kind::kOptimizerIo, "grad up " + name(b), Tier::kDevice, bytes);
+    const TaskId gup = plan.add(
+        "grad up " + name(b), Lane::kH2D,
+        [this, g, gdev, grad_off, bytes](const TaskContext& c) {
+          if (update_step_ == 0) return ok_status();
+          return c.stream->copy(c.buffer(gdev),
+                                static_cast<const std::byte*>(c.buffer(g)) + grad_off, bytes,
+                                gpu::CopyKind::kHostToDevice);
+        },
+        std::move(deps));
+    plan.acquire(gup, gdev);
+    plan.reads(gup, g);
+    plan.writes(gup, gdev);
+    grad_up[p] = gup;
+    grad_up_buf[p] = gdev;
+  };
+  // The update of partition p after `deps`; returns the task after which block b's new
+  // parameters are where its next use reads them.
+  auto add_update = [&](size_t p, std::vector<TaskId> deps) -> TaskId {
     const int64_t b = blocks_[p];
     const bool sharded = sharded_params(b);
     const BufferId g = stage >= 2 ? gshard[size_t(b)] : gfull[size_t(b)];
@@ -455,25 +505,26 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const size_t grad_off = stage == 1 ? static_cast<size_t>(rank) * shard_bytes(b) : 0;
     const size_t out_off = stage >= 1 && !sharded ? static_cast<size_t>(rank) * shard_bytes(b) : 0;
     const int64_t opt_numel = opt_.numel(p);
-    std::vector<TaskId> deps;
     if (read[p] >= 0) deps.push_back(read[p]);
+    if (device_opt_ && ranks == 1 && stage == 0) {
+      // One rank at stage 0: the gradient is the model's own (a one-rank reduction is the
+      // identity), still in its block when the rotated update runs before "zero grads".
+      return plan.add(
+          "adam " + name(b) + " (device)", Lane::kCompute,
+          [this, &m, p, b, dt](const TaskContext& c) -> Status {
+            if (update_step_ == 0) return ok_status();
+            return device_opt_->update(*c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
+                                       cpu::AdamStep{update_step_, update_grad_scale_});
+          },
+          deps);
+    }
     if (device_opt_) {
       // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
       // runs in order); the new values into the model's block (stage 0) or down into pbuf.
       const size_t bytes = static_cast<size_t>(opt_numel) * es;
-      largest_opt = std::max<uint64_t>(largest_opt, (bytes + 255) / 256 * 256);
-      const BufferId gdev =
-          add_buffer(Kind::kOptimizerIo, "grad up " + name(b), Tier::kDevice, bytes);
-      const TaskId gup = plan.add(
-          "grad up " + name(b), Lane::kH2D, [this, g, gdev, grad_off, bytes](const TaskContext& c) {
-            if (update_step_ == 0) return ok_status();
-            return c.stream->copy(c.buffer(gdev),
-                                  static_cast<const std::byte*>(c.buffer(g)) + grad_off, bytes,
-                                  gpu::CopyKind::kHostToDevice);
-          });
-      plan.acquire(gup, gdev);
-      plan.reads(gup, g);
-      plan.writes(gup, gdev);
+      if (grad_up[p] < 0) add_grad_up(p, deps);
+      const TaskId gup = grad_up[p];
+      const BufferId gdev = grad_up_buf[p];
       const BufferId odev =
           stage >= 1 ? add_buffer(Kind::kOptimizerIo, "new params " + name(b), Tier::kDevice, bytes)
                      : -1;
@@ -488,10 +539,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
                    {gup});
       plan.reads(dadam, gdev);
       plan.release(dadam, gdev);
-      if (odev < 0) {  // stage 0: the model's block is updated in place
-        ready[size_t(b)] = dadam;
-        continue;
-      }
+      if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
       plan.acquire(dadam, odev);
       plan.writes(dadam, odev);
       const TaskId down =
@@ -505,12 +553,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.reads(down, odev);
       plan.release(down, odev);
       plan.writes(down, u);
-      if (sharded) {
-        ready[size_t(b)] = down;
-        continue;
-      }
-      ready[size_t(b)] = add_params_up(b, down);
-      continue;
+      return sharded ? down : add_params_up(b, down);
     }
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
@@ -545,11 +588,14 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.reads(write, st);
       plan.release(write, st);
     }
-    if (sharded) {  // stage 3: the new shard is gathered with the block's forward
-      ready[size_t(b)] = adam;
-      continue;
-    }
-    ready[size_t(b)] = add_params_up(b, adam);
+    // Stage 3: the new shard is gathered with the block's forward.
+    return sharded ? adam : add_params_up(b, adam);
+  };
+  if (device_opt_ && !(ranks == 1 && stage == 0)) {
+    for (size_t p : visit) add_grad_up(p, {});
+  }
+  if (rotate_) {
+    for (size_t p : visit) ready[size_t(blocks_[p])] = add_update(p, {});
   }
 
   // The compute ops of a step, in order, with the gathered parameter copies they use (stage 3:
@@ -654,7 +700,12 @@ Result<sched::Plan> ZeroStep::build_plan() {
                  [&m, grads, L](gpu::Stream& s, const TaskContext& c) {
                    return m.embedding_backward(s, grads(L, c));
                  },
-                 use(L, 1), -1, -1, L});
+                 // The embedding gradient is a scatter-add of the output gradient: it reads no
+                 // parameter, so the shared block needs no backward gather.
+                 {},
+                 -1,
+                 -1,
+                 L});
 
   // Gather events (stage 3): one per (block, phase), in the order of first use.
   struct Gather {
@@ -691,7 +742,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const BufferId sh = pbuf_[size_t(b)], gh = gathered_host[ph][size_t(b)],
                    gd = gathered_dev[ph][size_t(b)];
     const size_t c16 = static_cast<size_t>(shard(b));
-    std::vector<TaskId> deps{ready[size_t(b)]};
+    std::vector<TaskId> deps;
+    if (ready[size_t(b)] >= 0) deps.push_back(ready[size_t(b)]);  // rotated: the update first
     // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1
     // (unless it is still needed after this one's first use, as in a checkpointed segment).
     if (k > depth) {
@@ -850,11 +902,17 @@ Result<sched::Plan> ZeroStep::build_plan() {
                      double* out = &stats_[(static_cast<size_t>(r) * nbk + size_t(gb)) * 2];
                      out[0] = s.sum_squares;
                      out[1] = s.has_nonfinite ? 1.0 : 0.0;
+                     // Not rotated, the block's Adam follows at once: a non-finite gradient (an
+                     // error without fp16) must stop the step before it reaches the state.
+                     if (!rotate_ && s.has_nonfinite) return nonfinite_gradient_error(step_);
                    }
                    return ok_status();
                  },
                  {reduce});
     plan.reads(checks[size_t(gb)], src);
+    // Not rotated: the block's update right after its own check (the next step's forward comes
+    // after this replay anyway).
+    if (!rotate_) add_update(part_of[size_t(gb)], {checks[size_t(gb)]});
   }
 
   // The statistics of every shard on every rank (stages 1-3), then the norm in a fixed order.
@@ -926,12 +984,20 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (tokens == nullptr || targets == nullptr) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run needs tokens and targets");
   }
+  if (step < 1) {
+    return make_error(ErrorCode::kConfig, "ZeroStep::run: step ", step, " is not accepted (>= 1)");
+  }
   STRATA_RETURN_IF_ERROR(model_.check_batch(tokens, targets));
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());
   step_ = step;
-  update_step_ = pending_adam_step_;
-  update_grad_scale_ = pending_grad_scale_;
+  if (rotate_) {  // the previous step's update, if it is to be applied
+    update_step_ = pending_adam_step_;
+    update_grad_scale_ = pending_grad_scale_;
+  } else {  // this step's, with no clipping and no loss scale
+    update_step_ = scaling_.applied() + 1;
+    update_grad_scale_ = static_cast<float>(1.0 / static_cast<double>(ranks_));  // decide()'s
+  }
   flushing_ = false;
   StepResult r;
   r.loss_scale = scaling_.loss_scale();
@@ -954,8 +1020,10 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   traffic_ = counting_;
   STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
                           scaling_.decide(sum_, finite_, step, static_cast<double>(ranks_)));
-  pending_adam_step_ = d.apply ? d.adam_step : 0;
-  pending_grad_scale_ = d.grad_scale;
+  if (rotate_) {
+    pending_adam_step_ = d.apply ? d.adam_step : 0;
+    pending_grad_scale_ = d.grad_scale;
+  }
   r.loss = ranks_ > 1 ? total / static_cast<float>(ranks_) : local;
   r.grad_norm = d.norm;
   r.skipped = !d.apply;

@@ -12,20 +12,22 @@
 //            gradient buffer (kept whole); Adam on the shard; new 16-bit shards all-gathered.
 //   stage 2  gradients sharded too: a block's gradient lives on the device only from its
 //            backward to its transfer to pinned memory, and on the host only until it is
-//            reduce-scattered into the rank's shard (bucket_bytes bounds the host bytes waiting
-//            for their reduction); Adam on the shard; new shards all-gathered.
+//            reduce-scattered into the rank's shard (bucket_bytes is the room the pinned budget
+//            gives the gradients waiting for their reduction); Adam on the shard; new shards
+//            all-gathered.
 //   stage 3  parameters sharded too: the rank's 16-bit shard stays in pinned host memory; a
 //            block is all-gathered and uploaded just before its forward, and again before its
 //            backward (for a checkpointed segment, before its recompute: the segment's layers
 //            stay gathered until each one's backward, so recompute costs no extra gather), and
 //            released after use. Blocks under the persistence threshold stay whole on the
-//            device and are handled as at stage 2. The shared block is gathered once for the
-//            forward (embedding, head forward and head backward) and once for the embedding
-//            backward. prefetch_depth bounds how many gathers run ahead of the compute.
-// Traffic per rank per step, 16-bit elements, Ψ = padded elements: stages 0-2: 2Ψ(N-1)/N
-// (reduce-scatter + all-gather); stage 3: 3Ψ(N-1)/N for the non-persistent blocks (two gathers
-// and a reduce-scatter) and 2Ψ(N-1)/N for persistent ones; plus the gradient statistics (16
-// bytes per block per rank, all-gathered) and one float for the mean loss.
+//            device and are handled as at stage 2. The shared block is gathered once per step,
+//            held from the embedding forward to the head backward (the embedding backward reads
+//            no parameter). prefetch_depth bounds how many gathers run ahead of the compute.
+// Traffic per rank per step, in 16-bit elements (bytes: twice that), Ψ = padded elements:
+// stages 0-2: 2Ψ(N-1)/N (reduce-scatter + all-gather); stage 3: 3Ψ(N-1)/N for the
+// non-persistent layers (two gathers and a reduce-scatter), 2Ψ(N-1)/N for the shared block and
+// persistent ones; plus the gradient statistics (16 bytes per block per rank, all-gathered) and
+// one float for the mean loss.
 //
 // Fixed reduction order (why every stage gives the same bits). Every stage reduces a block's
 // gradient with the same reduce-scatter call (same block, count, dtype and rank count, in the
@@ -37,13 +39,17 @@
 // shard's c elements (stage 0 computes all N itself; stages 1-3 all-gather them). With one rank
 // that is the single-rank steps' order, so ZeroStep then matches SerialStep bit for bit.
 //
-// The update is always rotated (as PlannedStep with clipping): run(n) ends after step n's
+// The update is rotated with clipping, fp16 or the device optimizer: run(n) ends after step n's
 // reductions, gradient checks and norm; step n's Adam (and the gathers and uploads of the new
 // parameters) runs at the start of run(n+1), where block b's first use waits only for block b's
 // update. The decision (norm, clip, fp16 overflow: skip on every rank) is taken on the host from
-// statistics every rank has, so every rank decides the same. flush() applies a pending update
-// and leaves the model's parameter blocks holding the whole current parameters (stage 3 gathers
-// them), for evaluation or saving; it is collective (every rank calls it).
+// statistics every rank has, so every rank decides the same. Without them, each block's Adam
+// (and its new parameters' gather and upload) runs as soon as its reduced gradient passed its
+// own check, while the backward of the earlier layers goes on; a non-finite gradient then stops
+// the step with an error on the rank that holds it (the caller ends the job: below). flush()
+// applies a pending update and leaves the model's parameter blocks holding the whole current
+// parameters (stage 3 gathers them), for evaluation or saving; it is collective (every rank calls
+// it).
 //
 // Failures: a task error leaves the executor failed (every later run() returns it); the other
 // ranks then wait in a collective this rank will not start: the caller ends the job with
@@ -95,7 +101,9 @@ struct ZeroMemory {
   // shards at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards at 2-3) and
   // the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
   int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
-  int64_t optimizer_nvme = 0;  // the part of master + m + v on NVMe
+  int64_t optimizer_nvme = 0;    // the part of master + m + v on NVMe
+  int64_t optimizer_device = 0;  // --offload-optimizer none: master + m + v on the device (the
+                                 // optimizer's host copy then only holds the initial state)
   // Working set and copies: device activations (the model's), the plan's device peak (gathered
   // parameters and gradients in flight), pinned staging (the plan's pinned peak less the homes
   // above: gradient reduction buffers, new-parameter buffers, gathered host copies, NVMe staging).
@@ -168,6 +176,7 @@ class ZeroStep {
   const sched::Executor& executor() const { return *executor_; }
   const Partitioning& partitioning() const { return parts_; }
   int stage() const { return options_.stage; }
+  bool rotated() const { return rotate_; }
   // Traffic of the last run() (measured from the communicator's counters).
   const ZeroTraffic& last_traffic() const { return traffic_; }
   // The traffic theory for one step (the figures above, from the partitioning).
@@ -203,6 +212,7 @@ class ZeroStep {
   int64_t pending_adam_step_ = 0;
   float pending_grad_scale_ = 1.0f;
   bool flushing_ = false;
+  bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
   StepScaling scaling_;
   // Gradient statistics, [rank][block][sum of squares, non-finite], all-gathered as raw bits.
   std::vector<double> stats_;

@@ -23,8 +23,9 @@
 // a buffer that reuses memory gets a dependency on the task that released it. That bounds any
 // read-ahead by the budget ("memory dependencies"). Free memory released by an ancestor of the
 // acquiring task is reused first (no new wait), then new memory up to the budget, and only then
-// memory released by an unrelated task (a new wait). The peak per tier is computed from the plan
-// alone; a plan that cannot fit is refused (kOutOfMemory) with its peak without a budget, the
+// memory released by an unrelated task (a new wait); so a tier without a budget never adds a
+// wait, and its peak is what the plan's concurrency allows. The peak per tier is computed from the
+// plan alone; a plan that cannot fit is refused (kOutOfMemory) with its peak without a budget, the
 // budget, and the buffers and tasks holding memory where it got stuck.
 //
 // Ownership: owns the task functions. Thread safety: none while building; a finalized plan is

@@ -70,6 +70,7 @@ struct ZRun {
   std::vector<comm::CollectiveStats> traffic;     // by kind, of the last step
   ZeroTraffic expected;
   ZeroMemory memory;
+  int64_t partition_state_bytes = 0;  // Partitioning::model_state_bytes of the stage
   size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
 };
 
@@ -156,6 +157,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zero = std::move(r).value();
     run.expected = zero->expected_traffic();
     run.memory = zero->memory();
+    run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
   }
   // One rank's share of the global batch (a one-rank run takes the whole of it).
   const int64_t global_rows = c.batch * comm.size();
@@ -322,20 +324,36 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
       expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
     }
   }
+  // Clipping off (bf16): the update is not rotated; each block's Adam follows its reduction.
+  ZCase base;
+  base.grad_clip = 0.0f;
+  const ZRun ref = train(comm, base, nullptr);
+  for (int stage = 1; stage <= 3; ++stage) {
+    ZCase c = base;
+    c.stage = stage;
+    c.nvme_fraction = stage == 3 ? 0.5 : 0.0;
+    SCOPED_TRACE(describe(c) + " clip 0");
+    expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
 }
 
 // With one rank every stage is the single-rank step: the bits of SerialStep (a LocalComm, so this
 // runs on every rank of the job by itself).
 TEST(ZeroStep, OneRankGivesTheBitsOfTheSerialStep) {
   auto local = comm::create_local_comm();
-  ZCase ref;
-  ref.serial = true;
-  const ZRun serial = train(*local, ref, nullptr);
-  for (int stage = 0; stage <= 3; ++stage) {
-    ZCase c;
-    c.stage = stage;
-    SCOPED_TRACE(describe(c));
-    expect_same_bits(serial, train(*local, c, nullptr));
+  for (float clip : {0.5f, 0.0f}) {  // rotated, and not
+    ZCase ref;
+    ref.serial = true;
+    ref.grad_clip = clip;
+    const ZRun serial = train(*local, ref, nullptr);
+    for (int k = 0; k < 6; ++k) {
+      ZCase c;
+      c.grad_clip = clip;
+      c.stage = k % 4;
+      c.device_optimizer = k >= 4;  // stages 0 and 1 with the optimizer on the device
+      SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip));
+      expect_same_bits(serial, train(*local, c, nullptr));
+    }
   }
 }
 
@@ -394,11 +412,13 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
       EXPECT_EQ(sent(comm::CollectiveKind::kAllGather),
                 e.grad_all_gather + e.param_all_gather + (e.stats - loss_bytes));
       // ZeRO's figures: 2 bytes per element, Ψ elements, (N-1)/N per pass; 2 passes at stages
-      // 0-2 (reduce-scatter + all-gather) and 3 at stage 3.
-      int64_t psi = 0;
-      for (const auto& p : z.params) psi += static_cast<int64_t>(p.size());
-      const double passes = stage == 3 ? 3.0 : 2.0;
-      const double theory = passes * 2.0 * static_cast<double>(psi) * double(n - 1) / double(n);
+      // 0-2 (reduce-scatter + all-gather) and 3 at stage 3, less one for the shared block,
+      // whose backward reads no parameter (one gather serves the embedding and the head).
+      double psi = 0;
+      for (const auto& p : z.params) psi += static_cast<double>(p.size());
+      const double shared = static_cast<double>(z.params.back().size());
+      const double passes = stage == 3 ? 3.0 * psi - shared : 2.0 * psi;
+      const double theory = passes * 2.0 * double(n - 1) / double(n);
       const double moved =
           static_cast<double>(e.grad_reduce_scatter + e.grad_all_gather + e.param_all_gather);
       if (n == 1) {
@@ -432,8 +452,14 @@ TEST(ZeroStep, ModelStateBytesMatchDesignFormulas) {
     for (const auto& p : z.params) psi += static_cast<double>(p.size());
     const double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n,
                                16 * psi / n};
-    EXPECT_NEAR(static_cast<double>(z.memory.model_state()) / formula[stage], 1.0, 0.05)
+    // Exactly the partitioning's figure (shards padded to N equal parts), and the formula up to
+    // that padding: at most N-1 elements of 16 bytes per block.
+    EXPECT_EQ(z.memory.model_state(), z.partition_state_bytes) << z.memory.describe();
+    EXPECT_NEAR(static_cast<double>(z.memory.model_state()), formula[stage],
+                16.0 * (n - 1) * static_cast<double>(z.params.size()))
         << z.memory.describe();
+    EXPECT_EQ(z.memory.optimizer_device,
+              c.device_optimizer ? z.memory.master + z.memory.exp_avg + z.memory.exp_avg_sq : 0);
     // The working set by kind: gathered copies only at stage 3 (within the device peak); whole
     // gradient reduction buffers in pinned memory at stages 0-1 (2Ψ, padded).
     if (stage == 3) {
