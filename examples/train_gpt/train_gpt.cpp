@@ -50,6 +50,7 @@ struct Flags {
   std::string loss_scale = "dynamic";
   std::string offload_optimizer = "cpu";
   double nvme_fraction = 0.0;
+  double gpu_optimizer_fraction = 0.0;
   std::string nvme_path;
   std::string schedule = "planned";
   std::string trace;
@@ -97,6 +98,20 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig,
                       "--offload-optimizer none needs --schedule planned (the serial step "
                       "updates on the host)");
+  }
+  if (f.gpu_optimizer_fraction > 0.0 && f.offload_optimizer == "none") {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " needs --offload-optimizer cpu or nvme (none keeps all of the state on "
+                      "the device)");
+  }
+  if (f.gpu_optimizer_fraction > 0.0 && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " needs --schedule planned (the serial step updates on the host)");
+  }
+  if (f.gpu_optimizer_fraction + f.nvme_fraction > 1.0) {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " and --optimizer-nvme-fraction ", f.nvme_fraction,
+                      " add up to more than 1 (a partition is on the device or on NVMe)");
   }
   if (f.offload_optimizer == "nvme" && f.nvme_path.empty()) {
     return make_error(ErrorCode::kConfig,
@@ -150,6 +165,10 @@ int main(int argc, char** argv) {
                  "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "
                  "device, updated there)")
       ->capture_default_str();
+  app.add_option("--gpu-optimizer-fraction", f.gpu_optimizer_fraction,
+                 "share of the optimizer partitions kept and updated on the device (the rest on "
+                 "the CPU; DeepSpeed's offload_optimizer.ratio is 1 minus this)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--optimizer-nvme-fraction", f.nvme_fraction,
                  "share of the optimizer state on NVMe (with --offload-optimizer nvme)")
       ->check(CLI::Range(0.0, 1.0));
@@ -359,6 +378,7 @@ int main(int argc, char** argv) {
     zo.persistence_threshold = f.persistence_threshold;
     zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
     zo.device_optimizer = f.offload_optimizer == "none";
+    zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();
@@ -372,6 +392,7 @@ int main(int argc, char** argv) {
     po.executor.cpu_threads = host_threads;
     po.executor.trace = true;
     po.device_optimizer = f.offload_optimizer == "none";
+    po.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
     auto r = engine::PlannedStep::create(gpt, opt, po);
     if (!r.ok()) return die(r.status());
     planned = std::move(r).value();

@@ -1,20 +1,45 @@
 #include "engine/device_optimizer.h"
 
+#include <cmath>
+
 #include "gpu/kernels.h"
 
 namespace strata::engine {
 
-Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, gpu::Device& device,
-                                                gpu::Stream& stream) {
-  if (optimizer.nvme_state_bytes() > 0) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-optimizer none keeps the optimizer state on the device: it "
-                      "cannot have an NVMe share (--optimizer-nvme-fraction 0)");
+std::vector<bool> DeviceOptimizer::choose(const OffloadedOptimizer& optimizer, double fraction) {
+  const size_t np = optimizer.num_partitions();
+  std::vector<bool> on(np, false);
+  double total = 0;
+  for (size_t p = 0; p < np; ++p) total += static_cast<double>(optimizer.numel(p));
+  double taken = 0;
+  for (size_t k = 0; k < np; ++k) {
+    const size_t p = np - 1 - k;
+    const double n = static_cast<double>(optimizer.numel(p));
+    // Take the partition while that brings the share nearer to the fraction.
+    if (std::abs(taken + n - fraction * total) > std::abs(taken - fraction * total)) break;
+    on[p] = true;
+    taken += n;
   }
+  return on;
+}
+
+Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, gpu::Device& device,
+                                                gpu::Stream& stream, std::vector<bool> on_device) {
+  OffloadedOptimizer& opt = optimizer;
+  if (on_device.empty()) on_device.assign(opt.num_partitions(), true);
   DeviceOptimizer d;
   d.device_ = &device;
-  OffloadedOptimizer& opt = optimizer;
   for (size_t p = 0; p < opt.num_partitions(); ++p) {
+    if (!on_device[p]) {
+      d.state_.emplace_back();
+      continue;
+    }
+    if (opt.on_nvme(p)) {
+      return make_error(ErrorCode::kConfig, "optimizer partition ", p,
+                        " is both on NVMe and on the device: --optimizer-nvme-fraction and "
+                        "--gpu-optimizer-fraction (all of it with --offload-optimizer none) must "
+                        "add up to at most 1");
+    }
     const auto n = static_cast<size_t>(opt.numel(p));
     std::vector<float> host(3 * n);
     STRATA_RETURN_IF_ERROR(opt.read_state(p, host.data(), host.data() + n, host.data() + 2 * n));
@@ -29,6 +54,7 @@ Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, g
 
 Status DeviceOptimizer::download(OffloadedOptimizer& optimizer, gpu::Stream& stream) const {
   for (size_t p = 0; p < state_.size(); ++p) {
+    if (!on_device(p)) continue;
     const auto n = static_cast<size_t>(optimizer.numel(p));
     std::vector<float> host(3 * n);
     STRATA_RETURN_IF_ERROR(

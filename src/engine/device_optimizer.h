@@ -1,7 +1,8 @@
-// The optimizer state on the device (--offload-optimizer none): each partition's fp32 master, m
-// and v in one device buffer [master | m | v], moved there from an OffloadedOptimizer (which
-// keeps its host copy, the initial state) and back, and updated with Kernels::adam_step with
-// the same constants as the CPU Adam (CpuAdam::constants), so the bits match on the CpuDevice.
+// The optimizer state on the device (--offload-optimizer none, or the --gpu-optimizer-fraction
+// share of it): a chosen set of partitions, each with its fp32 master, m and v in one device
+// buffer [master | m | v], moved there from an OffloadedOptimizer (which keeps its host copy,
+// the initial state) and back, and updated with Kernels::adam_step with the same constants as
+// the CPU Adam (CpuAdam::constants), so the bits match on the CpuDevice.
 // Shared by PlannedStep and ZeroStep. Ownership: owns the device buffers; borrows the optimizer
 // and the device. Thread safety: none (update() is enqueued on the caller's stream).
 #pragma once
@@ -18,10 +19,15 @@ namespace strata::engine {
 
 class DeviceOptimizer {
  public:
-  // Copies every partition's state to the device (synchronously, on `stream`). The optimizer
-  // must have no NVMe share.
+  // Copies the state of the partitions `on_device` selects (by partition; empty: all) to the
+  // device (synchronously, on `stream`). None of them may be on NVMe.
   static Result<DeviceOptimizer> create(OffloadedOptimizer& optimizer, gpu::Device& device,
-                                        gpu::Stream& stream);
+                                        gpu::Stream& stream, std::vector<bool> on_device = {});
+  // The partitions on the device: the last ones in partition order (the shared block and the
+  // first layers, whose update the next forward needs first) until their share of the elements
+  // reaches `fraction` (rounded to the nearest partition; 1: all, 0: none). The NVMe share takes
+  // partitions from the front, so the two never overlap while their fractions add up to <= 1.
+  static std::vector<bool> choose(const OffloadedOptimizer& optimizer, double fraction);
   // Copies the state back into `optimizer` (synchronously), e.g. before reading or saving it.
   Status download(OffloadedOptimizer& optimizer, gpu::Stream& stream) const;
 
@@ -30,7 +36,7 @@ class DeviceOptimizer {
   Status update(gpu::Stream& stream, const OffloadedOptimizer& optimizer, size_t p,
                 const void* grads, void* out, DType dtype, const cpu::AdamStep& step);
 
-  size_t num_partitions() const { return state_.size(); }
+  bool on_device(size_t p) const { return p < state_.size() && state_[p].data() != nullptr; }
   uint64_t bytes() const;
 
  private:

@@ -48,6 +48,9 @@ struct PlannedStepOptions {
   // plan is always rotated, so that no update runs before every gradient is checked. Refused
   // with an NVMe share of the state.
   bool device_optimizer = false;
+  // --gpu-optimizer-fraction: that share of the partitions on the device, the rest on the CPU
+  // (ZeroStepOptions::gpu_optimizer_fraction).
+  double gpu_optimizer_fraction = 0.0;
 };
 
 class PlannedStep {

@@ -141,10 +141,19 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
   // the device optimizer, which cannot wait for a host check within the step, too.
-  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer;
-  if (options.device_optimizer) {
-    STRATA_ASSIGN_OR_RETURN(s->device_opt_,
-                            DeviceOptimizer::create(optimizer, model.device(), model.stream()));
+  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer ||
+               options.gpu_optimizer_fraction > 0.0;
+  if (!(options.gpu_optimizer_fraction >= 0.0 && options.gpu_optimizer_fraction <= 1.0)) {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ",
+                      options.gpu_optimizer_fraction, " is not accepted (0..1)");
+  }
+  const std::vector<bool> on_device = DeviceOptimizer::choose(
+      optimizer, options.device_optimizer ? 1.0 : options.gpu_optimizer_fraction);
+  bool any_on_device = false;
+  for (bool b : on_device) any_on_device = any_on_device || b;
+  if (any_on_device) {
+    STRATA_ASSIGN_OR_RETURN(s->device_opt_, DeviceOptimizer::create(optimizer, model.device(),
+                                                                    model.stream(), on_device));
   }
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
@@ -506,7 +515,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const size_t out_off = stage >= 1 && !sharded ? static_cast<size_t>(rank) * shard_bytes(b) : 0;
     const int64_t opt_numel = opt_.numel(p);
     if (read[p] >= 0) deps.push_back(read[p]);
-    if (device_opt_ && ranks == 1 && stage == 0) {
+    const bool on_device = device_opt_ && device_opt_->on_device(p);
+    if (on_device && ranks == 1 && stage == 0) {
       // One rank at stage 0: the gradient is the model's own (a one-rank reduction is the
       // identity), still in its block when the rotated update runs before "zero grads".
       return plan.add(
@@ -518,7 +528,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
           },
           deps);
     }
-    if (device_opt_) {
+    if (on_device) {
       // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
       // runs in order); the new values into the model's block (stage 0) or down into pbuf.
       const size_t bytes = static_cast<size_t>(opt_numel) * es;
@@ -592,7 +602,9 @@ Result<sched::Plan> ZeroStep::build_plan() {
     return sharded ? adam : add_params_up(b, adam);
   };
   if (device_opt_ && !(ranks == 1 && stage == 0)) {
-    for (size_t p : visit) add_grad_up(p, {});
+    for (size_t p : visit) {
+      if (device_opt_->on_device(p)) add_grad_up(p, {});
+    }
   }
   if (rotate_) {
     for (size_t p : visit) ready[size_t(blocks_[p])] = add_update(p, {});

@@ -93,6 +93,10 @@ struct ZeroStepOptions {
   // down to be all-gathered (stages 1-3) or are written into the model's block (stage 0).
   // Refused with an NVMe share of the state.
   bool device_optimizer = false;
+  // --gpu-optimizer-fraction: that share of the partitions (DeviceOptimizer::choose) is updated
+  // on the device as above, the rest by the CPU Adam (device_optimizer: all of them). DeepSpeed's
+  // offload_optimizer.ratio is the complement (the share updated on the CPU).
+  double gpu_optimizer_fraction = 0.0;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).

@@ -57,6 +57,7 @@ struct ZCase {
   int64_t inject_inf_step = 0;
   int steps = kSteps;
   bool device_optimizer = false;  // --offload-optimizer none
+  double gpu_fraction = 0.0;      // --gpu-optimizer-fraction
 };
 
 struct ZRun {
@@ -151,6 +152,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zo.staging_slots = 2;
     zo.inject_inf_step = c.inject_inf_step;
     zo.device_optimizer = c.device_optimizer;
+    zo.gpu_optimizer_fraction = c.gpu_fraction;
     auto r = ZeroStep::create(m, opt, comm, zo);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
@@ -259,7 +261,8 @@ std::string describe(const ZCase& c) {
   return "stage " + std::to_string(c.stage) + " " + std::string(dtype_name(c.dtype)) + " nvme " +
          std::to_string(c.nvme_fraction) + " persistence " + std::to_string(c.persistence) +
          " prefetch " + std::to_string(c.prefetch) + " checkpoint " + std::to_string(c.checkpoint) +
-         (c.device_optimizer ? " optimizer on the device" : "");
+         (c.device_optimizer ? " optimizer on the device" : "") +
+         (c.gpu_fraction > 0 ? " gpu optimizer fraction " + std::to_string(c.gpu_fraction) : "");
 }
 
 struct Store {
@@ -298,6 +301,11 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
       ZCase c = base;
       c.stage = stage;
       c.device_optimizer = true;
+      cases.push_back(c);
+      // A share on the device, the rest on the CPU (and at stage 3 half of the rest on NVMe).
+      c.device_optimizer = false;
+      c.gpu_fraction = 0.3;
+      c.nvme_fraction = stage == 3 && dt == DType::kBF16 ? 0.5 : 0.0;
       cases.push_back(c);
     }
     if (dt == DType::kBF16) {
@@ -346,11 +354,12 @@ TEST(ZeroStep, OneRankGivesTheBitsOfTheSerialStep) {
     ref.serial = true;
     ref.grad_clip = clip;
     const ZRun serial = train(*local, ref, nullptr);
-    for (int k = 0; k < 6; ++k) {
+    for (int k = 0; k < 8; ++k) {
       ZCase c;
       c.grad_clip = clip;
       c.stage = k % 4;
-      c.device_optimizer = k >= 4;  // stages 0 and 1 with the optimizer on the device
+      c.device_optimizer = k == 4 || k == 5;  // stages 0 and 1: the optimizer on the device
+      c.gpu_fraction = k >= 6 ? 0.5 : 0.0;    // stages 2 and 3: half of it there
       SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip));
       expect_same_bits(serial, train(*local, c, nullptr));
     }
