@@ -1015,7 +1015,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   r.loss_scale = scaling_.loss_scale();
   model_.set_loss_scale(scaling_.loss_scale());
   counting_ = ZeroTraffic{};
-  STRATA_RETURN_IF_ERROR(executor_->replay());
+  STRATA_RETURN_IF_ERROR(executor_->replay().with_context("step " + std::to_string(step)));
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
   const float local = model_.mean_loss();
   float total = local;

@@ -326,7 +326,7 @@ Status Executor::replay() {
   trace_.step_ns = now_ns();
   if (!result.ok()) {
     broken_ = result;
-    STRATA_LOG(kError, "scheduler: step " << step_ << " failed: " << result.to_string());
+    STRATA_LOG(kError, "scheduler: replay " << step_ << " failed: " << result.to_string());
   }
   return result;
 }

@@ -3,7 +3,9 @@
 // bit for bit: bf16 and fp32, clipping on (and active) and off, optimizer state in host RAM
 // (test_planned_step on the CpuDevice, label unit; test_planned_step_gpu on a CUDA GPU, label
 // gpu, skipped without one) or half of it on NVMe (test_planned_step_nvme, label nvme).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -370,6 +372,80 @@ TEST(PlannedStep, MatchesTheSerialStepBitForBitWithHalfTheStateOnNvme) {
     SCOPED_TRACE("clip " + std::to_string(clip));
     expect_same_bits(serial, planned);
   }
+}
+
+// A byte flipped in the swap file during training (optimizer state all on NVMe) stops the next
+// step with the store's checksum error naming the file and the offset; nothing is silently used,
+// and the step stays failed.
+TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  nvme::SwapStoreOptions so;
+  so.dirs = {dir.path()};
+  so.capacity_bytes = 64 << 20;
+  auto store = nvme::SwapStore::open(so);
+  if (!store.ok() && store.status().code() == ErrorCode::kUnsupported) {
+    GTEST_SKIP() << store.status().to_string();
+  }
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  std::string why;
+  auto dev = open_device(why);
+  if (!dev) GTEST_SKIP() << why;
+  auto task = model::AdditionTask::create(2, 10).value();
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = task.seq();
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.channels = 32;
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{4, task.seq(), 0}).value();
+  ASSERT_TRUE(m->init_params(3).ok());
+  const auto blocks = partition_blocks(*m);
+  std::vector<int64_t> numel;
+  for (int64_t b : blocks) numel.push_back(m->block_numel(b));
+  OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = 1.0;
+  oo.store = store.value().get();
+  oo.staging_slots = 1;
+  oo.key_base = 500;
+  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), oo).value();
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    std::vector<float> master(static_cast<size_t>(numel[p]));
+    ASSERT_TRUE(m->download_params(blocks[p], master.data()).ok());
+    ASSERT_TRUE(opt.load(p, master.data(), nullptr, nullptr).ok());
+  }
+  auto step = PlannedStep::create(*m, opt, PlannedStepOptions{}).value();
+  std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
+  for (int64_t s = 1; s <= 3; ++s) {
+    task.make_batch(4, 1, 0, s, tokens.data(), targets.data());
+    ASSERT_TRUE(step->run(tokens.data(), targets.data(), s).ok());
+  }
+  ASSERT_TRUE(step->flush().ok());
+  // Flip one byte inside partition 0's state (key 500), which the next update reads.
+  auto loc = store.value()->locate(500);
+  ASSERT_TRUE(loc.ok()) << loc.status().to_string();
+  const auto& e = loc->front();
+  const int fd = ::open(e.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t byte = 0;
+  const off_t where = static_cast<off_t>(e.offset + 100);
+  ASSERT_EQ(pread(fd, &byte, 1, where), 1);
+  byte ^= 0x01;
+  ASSERT_EQ(pwrite(fd, &byte, 1, where), 1);
+  ASSERT_EQ(fsync(fd), 0);
+  ::close(fd);
+  Status failed;
+  for (int64_t s = 4; s <= 5 && failed.ok(); ++s) {  // the update of step 4 reads it in run 5
+    task.make_batch(4, 1, 0, s, tokens.data(), targets.data());
+    failed = step->run(tokens.data(), targets.data(), s).status();
+  }
+  if (failed.ok()) failed = step->flush();
+  ASSERT_EQ(failed.code(), ErrorCode::kCorrupt) << failed.to_string();
+  EXPECT_NE(failed.message().find(e.path), std::string::npos) << failed.message();
+  EXPECT_NE(failed.message().find("offset " + std::to_string(e.offset)), std::string::npos)
+      << failed.message();
+  task.make_batch(4, 1, 0, 6, tokens.data(), targets.data());
+  EXPECT_FALSE(step->run(tokens.data(), targets.data(), 6).ok()) << "the step must stay failed";
 }
 #endif
 
