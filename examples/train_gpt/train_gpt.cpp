@@ -51,6 +51,7 @@ struct Flags {
   std::string offload_optimizer = "cpu";
   double nvme_fraction = 0.0;
   double gpu_optimizer_fraction = 0.0;
+  uint64_t gpu_memory_limit = 0;
   std::string nvme_path;
   std::string schedule = "planned";
   std::string trace;
@@ -164,6 +165,12 @@ int main(int argc, char** argv) {
   app.add_option("--offload-optimizer", f.offload_optimizer,
                  "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "
                  "device, updated there)")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-limit", f.gpu_memory_limit,
+                 "SIZE: cap of the device memory pool per rank, e.g. 16GiB (0: the CpuDevice's "
+                 "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
+                 "before training with the bytes requested, in use and the limit")
+      ->transform(CLI::AsSizeValue(true))
       ->capture_default_str();
   app.add_option("--gpu-optimizer-fraction", f.gpu_optimizer_fraction,
                  "share of the optimizer partitions kept and updated on the device (the rest on "
@@ -303,6 +310,7 @@ int main(int argc, char** argv) {
   if (!kind.ok()) return die(kind.status().with_context("--device"));
   gpu::DeviceOptions dev_opts;
   dev_opts.threads = f.device_threads > 0 ? f.device_threads : (ranks > 1 ? share : 0);
+  dev_opts.memory_limit_bytes = f.gpu_memory_limit;
   // One GPU per rank (CudaDevice); ranks share GPUs round-robin when there are fewer.
   const int gpus = gpu::cuda_device_count();
   dev_opts.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
@@ -316,6 +324,12 @@ int main(int argc, char** argv) {
   if (!parts.ok()) return die(parts.status());
   auto model_r =
       model::GptModel::create(dev, cfg, shape, engine::ZeroStep::block_storage(*parts, stage));
+  if (!model_r.ok() && model_r.status().code() == ErrorCode::kOutOfMemory) {
+    return die(model_r.status().with_context(
+        "the model does not fit the device (raise --gpu-memory-limit, keep fewer blocks there "
+        "with --zero-stage 2 or 3, or fewer activations with --checkpoint-interval or a smaller "
+        "--batch)"));
+  }
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
   if (Status st = gpt.init_params(f.seed); !st.ok()) return die(st);

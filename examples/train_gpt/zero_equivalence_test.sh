@@ -5,6 +5,7 @@
 #      are bit-identical);
 #   2. stage 3 with half the optimizer state on NVMe learns the addition task to the accuracy
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
+#   3. a model over --gpu-memory-limit is refused at stage 0 and trains at stage 3.
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -42,3 +43,18 @@ if ! grep -q "reached accuracy" "$scratch/learn.txt"; then
   exit 1
 fi
 grep "reached accuracy" "$scratch/learn.txt"
+# 3. A model whose blocks do not fit --gpu-memory-limit is refused at stage 0 before any step,
+#    naming the flag, and trains at stage 3.
+small=(--layers 16 --channels 64 --batch 4 --gpu-memory-limit 2MB --steps 3 --eval-every 3)
+if run2 "${small[@]}" --zero-stage 0 >"$scratch/small0.txt" 2>&1; then
+  echo "train_gpt: stage 0 trained a model over --gpu-memory-limit" >&2
+  exit 1
+fi
+if ! grep -q "raise --gpu-memory-limit" "$scratch/small0.txt"; then
+  cat "$scratch/small0.txt" >&2
+  echo "train_gpt: the stage-0 refusal does not name --gpu-memory-limit" >&2
+  exit 1
+fi
+run2 "${small[@]}" --zero-stage 3 >"$scratch/small3.txt"
+grep -q "3 steps done" "$scratch/small3.txt"
+echo "train_gpt: a model over the device cap is refused at stage 0 and trains at stage 3"
