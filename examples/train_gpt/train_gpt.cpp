@@ -52,6 +52,8 @@ struct Flags {
   double nvme_fraction = 0.0;
   double gpu_optimizer_fraction = 0.0;
   uint64_t gpu_memory_limit = 0;
+  bool delayed_update = false;
+  int64_t delayed_update_warmup = 40;
   std::string nvme_path;
   std::string schedule = "planned";
   std::string trace;
@@ -99,6 +101,11 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig,
                       "--offload-optimizer none needs --schedule planned (the serial step "
                       "updates on the host)");
+  }
+  if (f.delayed_update && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--delayed-update needs --schedule planned (the serial step is the "
+                      "reference without it)");
   }
   if (f.gpu_optimizer_fraction > 0.0 && f.offload_optimizer == "none") {
     return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
@@ -171,6 +178,14 @@ int main(int argc, char** argv) {
                  "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
                  "before training with the bytes requested, in use and the limit")
       ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  app.add_flag("--delayed-update", f.delayed_update,
+               "ZeRO-Offload's one-step delayed parameter update: after the warm-up, the CPU "
+               "update of step n runs during step n+1, which uses the parameters from before "
+               "it (stages 0-2, optimizer on the host)");
+  app.add_option("--delayed-update-warmup", f.delayed_update_warmup,
+                 "ordinary steps before the delayed update starts")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--gpu-optimizer-fraction", f.gpu_optimizer_fraction,
                  "share of the optimizer partitions kept and updated on the device (the rest on "
@@ -393,6 +408,7 @@ int main(int argc, char** argv) {
     zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
     zo.device_optimizer = f.offload_optimizer == "none";
     zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
+    zo.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();
@@ -407,6 +423,7 @@ int main(int argc, char** argv) {
     po.executor.trace = true;
     po.device_optimizer = f.offload_optimizer == "none";
     po.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
+    po.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
     auto r = engine::PlannedStep::create(gpt, opt, po);
     if (!r.ok()) return die(r.status());
     planned = std::move(r).value();

@@ -6,6 +6,7 @@
 #   2. stage 3 with half the optimizer state on NVMe learns the addition task to the accuracy
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
 #   3. a model over --gpu-memory-limit is refused at stage 0 and trains at stage 3.
+#   4. stage 2 with --delayed-update still learns the task (to 0.6 within 1500 steps).
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -58,3 +59,12 @@ fi
 run2 "${small[@]}" --zero-stage 3 >"$scratch/small3.txt"
 grep -q "3 steps done" "$scratch/small3.txt"
 echo "train_gpt: a model over the device cap is refused at stage 0 and trains at stage 3"
+# 4. The delayed update (stage 2, warm-up 20) still learns: well above chance (0.1 per digit).
+run2 --batch 16 --zero-stage 2 --delayed-update --delayed-update-warmup 20 --steps 1500 \
+  --target-accuracy 0.6 >"$scratch/delayed.txt"
+if ! grep -q "reached accuracy" "$scratch/delayed.txt"; then
+  tail -3 "$scratch/delayed.txt" >&2
+  echo "train_gpt: the delayed update did not reach accuracy 0.6 in 1500 steps" >&2
+  exit 1
+fi
+grep "reached accuracy" "$scratch/delayed.txt"

@@ -20,6 +20,7 @@ Result<std::unique_ptr<PlannedStep>> PlannedStep::create(model::GptModel& model,
   zo.staging_slots = options.staging_slots;
   zo.device_optimizer = options.device_optimizer;
   zo.gpu_optimizer_fraction = options.gpu_optimizer_fraction;
+  zo.delayed_update_warmup = options.delayed_update_warmup;
   STRATA_ASSIGN_OR_RETURN(s->step_, ZeroStep::create(model, optimizer, *s->comm_, zo));
   return s;
 }

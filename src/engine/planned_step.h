@@ -51,6 +51,8 @@ struct PlannedStepOptions {
   // --gpu-optimizer-fraction: that share of the partitions on the device, the rest on the CPU
   // (ZeroStepOptions::gpu_optimizer_fraction).
   double gpu_optimizer_fraction = 0.0;
+  // --delayed-update warm-up (ZeroStepOptions::delayed_update_warmup; -1: off).
+  int64_t delayed_update_warmup = -1;
 };
 
 class PlannedStep {

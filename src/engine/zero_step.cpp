@@ -139,10 +139,23 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->targets_.assign(rows, 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
+  const bool delayed = options.delayed_update_warmup >= 0;
+  if (delayed && options.stage == 3) {
+    return make_error(ErrorCode::kConfig,
+                      "--delayed-update needs --zero-stage 0, 1 or 2 (at stage 3 the update "
+                      "writes the parameter shards the step's gathers read)");
+  }
+  if (delayed && (options.device_optimizer || options.gpu_optimizer_fraction > 0.0)) {
+    return make_error(ErrorCode::kConfig,
+                      "--delayed-update overlaps the CPU Adam with the step: not with the "
+                      "optimizer on the device (--offload-optimizer none, "
+                      "--gpu-optimizer-fraction)");
+  }
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
-  // the device optimizer, which cannot wait for a host check within the step, too.
+  // the device optimizer, which cannot wait for a host check within the step, too; the delayed
+  // update runs during the next step by definition.
   s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer ||
-               options.gpu_optimizer_fraction > 0.0;
+               options.gpu_optimizer_fraction > 0.0 || delayed;
   if (!(options.gpu_optimizer_fraction >= 0.0 && options.gpu_optimizer_fraction <= 1.0)) {
     return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ",
                       options.gpu_optimizer_fraction, " is not accepted (0..1)");
@@ -415,13 +428,17 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // the step, Adam per partition, the new shards all-gathered (stages 1-3, whole blocks) and
   // uploaded. first_use[b] waits for `ready[b]`.
   std::vector<TaskId> ready(nb, -1);
-  std::vector<size_t> part_of(nb);  // block -> partition
+  std::vector<TaskId> grad_reader(nb, -1);  // by block: the update's task that reads its gradient
+  std::vector<size_t> part_of(nb);          // block -> partition
   for (size_t p = 0; p < nb; ++p) part_of[size_t(blocks_[p])] = p;
   uint64_t slot_bytes = 0;
   // The order the optimizer visits the partitions: forward order when rotated (the next forward
   // needs them that way), backward order otherwise (the gradients arrive that way).
   std::vector<size_t> visit;
-  for (size_t k = 0; k < nb; ++k) visit.push_back(rotate_ ? nb - 1 - k : k);
+  const bool delayed = options_.delayed_update_warmup >= 0;
+  // Delayed, the new parameters go up after the backward's last use of each block: backward
+  // order too.
+  for (size_t k = 0; k < nb; ++k) visit.push_back(rotate_ && !delayed ? nb - 1 - k : k);
   std::vector<BufferId> staging(nb, -1);
   std::vector<TaskId> read(nb, -1);
   for (size_t p : visit) {
@@ -586,6 +603,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
         deps);
     plan.reads(adam, g);
     plan.writes(adam, u);
+    grad_reader[size_t(b)] = adam;
     if (st >= 0) {
       plan.reads(adam, st);
       plan.writes(adam, st);
@@ -689,6 +707,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
                    return m.head_backward(s, params(L, 0, c), grads(L, c));
                  },
                  use(L, 0), -1, stage >= 2 ? L : -1});
+  std::vector<size_t> last_read(nb, 0);  // by block: the op that reads its parameters last
+  last_read[size_t(L)] = ops.size() - 1;
   const int64_t last_seg = m.num_segments() - 1;
   for (int64_t seg = last_seg; seg >= 0; --seg) {
     if (seg != last_seg) {
@@ -706,6 +726,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
                        return m.layer_backward(s, l, params(l, 1, c), grads(l, c));
                      },
                      use(l, 1), -1, stage >= 2 ? l : -1, l});
+      last_read[size_t(l)] = ops.size() - 1;
     }
   }
   ops.push_back({"embedding backward",
@@ -828,9 +849,13 @@ Result<sched::Plan> ZeroStep::build_plan() {
     for (const auto& [after, gather] : deferred) {
       if (after == i) plan.depend(gather, t);
     }
-    if (op.first_use_of >= 0 && ready[size_t(op.first_use_of)] >= 0 &&
+    if (!delayed && op.first_use_of >= 0 && ready[size_t(op.first_use_of)] >= 0 &&
         !sharded_params(op.first_use_of)) {
       plan.depend(t, ready[size_t(op.first_use_of)]);
+    }
+    // Delayed: a block's new parameters go up after this step's last use of the old ones.
+    for (size_t b = 0; delayed && b < nb; ++b) {
+      if (last_read[b] == i && ready[b] >= 0) plan.depend(ready[b], t);
     }
     for (const auto& [b, ph] : op.uses) {
       const Gather& gt = gathers[find_gather(b, ph)];
@@ -858,6 +883,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
                    return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
                  },
                  {t});
+    // Delayed, the previous step's update may still be reading this block's gradient buffers.
+    if (delayed && grad_reader[size_t(gb)] >= 0) plan.depend(down, grad_reader[size_t(gb)]);
     if (stage >= 2) {
       plan.acquire(down, gf);
       plan.reads(down, dg);
@@ -1002,6 +1029,11 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   STRATA_RETURN_IF_ERROR(model_.check_batch(tokens, targets));
   std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
   std::copy(targets, targets + targets_.size(), targets_.begin());
+  // Delayed update, warm-up (steps up to warmup + 1): the previous update is applied whole first,
+  // so the step sees it.
+  if (options_.delayed_update_warmup >= 0 && step <= options_.delayed_update_warmup + 1) {
+    STRATA_RETURN_IF_ERROR(flush());
+  }
   step_ = step;
   if (rotate_) {  // the previous step's update, if it is to be applied
     update_step_ = pending_adam_step_;

@@ -97,6 +97,12 @@ struct ZeroStepOptions {
   // on the device as above, the rest by the CPU Adam (device_optimizer: all of them). DeepSpeed's
   // offload_optimizer.ratio is the complement (the share updated on the CPU).
   double gpu_optimizer_fraction = 0.0;
+  // --delayed-update (ZeRO-Offload's one-step delayed parameter update): from step warmup + 2 on,
+  // the update of step n-1 (CPU Adam, gathers) runs during the forward and backward of step n,
+  // which uses the parameters from before it; its new parameters go up after step n's last use
+  // of each block and are seen by step n+1. Steps up to warmup + 1 are ordinary (each sees every
+  // earlier update). -1: off. Stages 0-2 with the optimizer on the host (refused otherwise).
+  int64_t delayed_update_warmup = -1;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).

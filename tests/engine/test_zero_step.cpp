@@ -58,6 +58,10 @@ struct ZCase {
   int steps = kSteps;
   bool device_optimizer = false;  // --offload-optimizer none
   double gpu_fraction = 0.0;      // --gpu-optimizer-fraction
+  // ZeroStep: --delayed-update with this warm-up (-1: off). SerialStep: the reference loop of
+  // the delayed update, from the same step on (step s computes with the parameters after update
+  // s-2 instead of s-1).
+  int64_t delayed = -1;
 };
 
 struct ZRun {
@@ -153,6 +157,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zo.inject_inf_step = c.inject_inf_step;
     zo.device_optimizer = c.device_optimizer;
     zo.gpu_optimizer_fraction = c.gpu_fraction;
+    zo.delayed_update_warmup = c.delayed;
     auto r = ZeroStep::create(m, opt, comm, zo);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
@@ -164,11 +169,29 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   // One rank's share of the global batch (a one-rank run takes the whole of it).
   const int64_t global_rows = c.batch * comm.size();
   std::vector<int32_t> tokens, targets;
+  // The reference loop of the delayed update: the model's parameters after each serial step
+  // (snapshots[k]: after k updates), put back one step stale once past the warm-up.
+  std::vector<std::vector<std::vector<float>>> snapshots;
+  auto snapshot = [&] {
+    std::vector<std::vector<float>> all;
+    for (int64_t b = 0; b < m.num_blocks(); ++b) {
+      all.emplace_back(static_cast<size_t>(m.block_numel(b)));
+      EXPECT_TRUE(m.download_params(b, all.back().data()).ok());
+    }
+    snapshots.push_back(std::move(all));
+  };
+  if (c.serial && c.delayed >= 0) snapshot();
   for (int64_t step = 1; step <= c.steps; ++step) {
     batch_rows(task, global_rows, step, comm.rank() * c.batch, c.batch, tokens, targets);
     comm.reset_stats();
+    if (c.serial && c.delayed >= 0 && step > c.delayed + 1) {
+      for (int64_t b = 0; b < m.num_blocks(); ++b) {
+        EXPECT_TRUE(m.upload_params(b, snapshots[size_t(step - 2)][size_t(b)].data()).ok());
+      }
+    }
     auto r = c.serial ? serial->run(tokens.data(), targets.data(), step)
                       : zero->run(tokens.data(), targets.data(), step);
+    if (c.serial && c.delayed >= 0) snapshot();
     if (!r.ok()) {
       ADD_FAILURE() << r.status().to_string();
       return run;
@@ -570,6 +593,38 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
     EXPECT_LT(static_cast<double>(step.value()->executor().plan().peak_bytes(sched::Tier::kDevice)),
               psi);
   }
+}
+
+// --delayed-update: after the warm-up, step s computes with the parameters from before update
+// s-1, exactly as a reference loop written here does it (SerialStep with the model's parameters
+// put back one step stale); one rank, stages 0-2, bit for bit. Over the job's ranks, stage 2
+// gives the bits of stage 0, and both learn.
+TEST(ZeroStep, DelayedUpdateIsExactlyOneStepStale) {
+  auto local = comm::create_local_comm();
+  ZCase ref;
+  ref.serial = true;
+  ref.delayed = 3;
+  const ZRun reference = train(*local, ref, nullptr);
+  ZCase ordinary;
+  ordinary.serial = true;
+  const ZRun fresh = train(*local, ordinary, nullptr);
+  // The reference really is stale after the warm-up, and only then.
+  for (size_t s = 0; s < 4; ++s) EXPECT_EQ(reference.losses[s], fresh.losses[s]) << s + 1;
+  EXPECT_NE(reference.losses[4], fresh.losses[4]);
+  for (int stage = 0; stage <= 2; ++stage) {
+    ZCase c;
+    c.stage = stage;
+    c.delayed = 3;
+    SCOPED_TRACE(describe(c) + " delayed update, warm-up 3");
+    expect_same_bits(reference, train(*local, c, nullptr));
+  }
+  comm::Communicator& comm = world();
+  ZCase c;
+  c.delayed = 3;
+  const ZRun zero = train(comm, c, nullptr);
+  c.stage = 2;
+  SCOPED_TRACE("delayed update over the job's ranks, stage 2 against stage 0");
+  expect_same_bits(zero, train(comm, c, nullptr));
 }
 
 // fp16: an Inf in one rank's gradient (injected before the reduction) skips that step on every
