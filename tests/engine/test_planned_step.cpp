@@ -3,9 +3,7 @@
 // bit for bit: bf16 and fp32, clipping on (and active) and off, optimizer state in host RAM
 // (test_planned_step on the CpuDevice, label unit; test_planned_step_gpu on a CUDA GPU, label
 // gpu, skipped without one) or half of it on NVMe (test_planned_step_nvme, label nvme).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -18,6 +16,7 @@
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"
+#include "swap_test_util.h"
 #include "tested_device.h"
 
 namespace strata::engine {
@@ -351,24 +350,27 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
 }
 
 #else
-TEST(PlannedStep, MatchesTheSerialStepBitForBitWithHalfTheStateOnNvme) {
-  strata::test::ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
+using nvme::SwapStore;  // for STRATA_OPEN_STORE_OR_SKIP
+
+// A 64 MiB swap store in `dir`.
+nvme::SwapStoreOptions store_options(const strata::test::ScratchDir& dir) {
   nvme::SwapStoreOptions so;
   so.dirs = {dir.path()};
   so.capacity_bytes = 64 << 20;
-  auto store = nvme::SwapStore::open(so);
-  if (!store.ok() && store.status().code() == ErrorCode::kUnsupported) {
-    GTEST_SKIP() << store.status().to_string();
-  }
-  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  return so;
+}
+
+TEST(PlannedStep, MatchesTheSerialStepBitForBitWithHalfTheStateOnNvme) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  STRATA_OPEN_STORE_OR_SKIP(store, store_options(dir));
   for (float clip : {0.5f, 0.0f}) {
     Case c;
     c.grad_clip = clip;
     c.nvme_fraction = 0.5;
-    const TrainRun serial = train(c, store.value().get());
+    const TrainRun serial = train(c, store.get());
     c.planned = true;
-    const TrainRun planned = train(c, store.value().get());
+    const TrainRun planned = train(c, store.get());
     SCOPED_TRACE("clip " + std::to_string(clip));
     expect_same_bits(serial, planned);
   }
@@ -380,14 +382,7 @@ TEST(PlannedStep, MatchesTheSerialStepBitForBitWithHalfTheStateOnNvme) {
 TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   strata::test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  nvme::SwapStoreOptions so;
-  so.dirs = {dir.path()};
-  so.capacity_bytes = 64 << 20;
-  auto store = nvme::SwapStore::open(so);
-  if (!store.ok() && store.status().code() == ErrorCode::kUnsupported) {
-    GTEST_SKIP() << store.status().to_string();
-  }
-  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  STRATA_OPEN_STORE_OR_SKIP(store, store_options(dir));
   std::string why;
   auto dev = open_device(why);
   if (!dev) GTEST_SKIP() << why;
@@ -405,7 +400,7 @@ TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   for (int64_t b : blocks) numel.push_back(m->block_numel(b));
   OffloadedOptimizerOptions oo;
   oo.nvme_fraction = 1.0;
-  oo.store = store.value().get();
+  oo.store = store.get();
   oo.staging_slots = 1;
   oo.key_base = 500;
   auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), oo).value();
@@ -422,18 +417,10 @@ TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   }
   ASSERT_TRUE(step->flush().ok());
   // Flip one byte inside partition 0's state (key 500), which the next update reads.
-  auto loc = store.value()->locate(500);
+  auto loc = store->locate(500);
   ASSERT_TRUE(loc.ok()) << loc.status().to_string();
   const auto& e = loc->front();
-  const int fd = ::open(e.path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t byte = 0;
-  const off_t where = static_cast<off_t>(e.offset + 100);
-  ASSERT_EQ(pread(fd, &byte, 1, where), 1);
-  byte ^= 0x01;
-  ASSERT_EQ(pwrite(fd, &byte, 1, where), 1);
-  ASSERT_EQ(fsync(fd), 0);
-  ::close(fd);
+  nvme::test::flip_byte(e.path, e.offset + 100);
   Status failed;
   for (int64_t s = 4; s <= 5 && failed.ok(); ++s) {  // the update of step 4 reads it in run 5
     task.make_batch(4, 1, 0, s, tokens.data(), targets.data());

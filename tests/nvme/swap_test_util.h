@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -22,6 +25,19 @@ inline cpu::PinnedBuffer random_buffer(size_t size_bytes, uint64_t seed) {
   auto* p = buf->as<uint8_t>();
   for (size_t i = 0; i < size_bytes; ++i) p[i] = static_cast<uint8_t>(rng() >> 56);
   return std::move(buf).value();
+}
+
+// Flips bit `mask` of the byte at `offset` of `path` and syncs it (a corrupted extent).
+inline void flip_byte(const std::string& path, uint64_t offset, uint8_t mask = 0x10) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  uint8_t byte = 0;
+  const auto where = static_cast<off_t>(offset);
+  ASSERT_EQ(pread(fd, &byte, 1, where), 1);
+  byte ^= mask;
+  ASSERT_EQ(pwrite(fd, &byte, 1, where), 1);
+  ASSERT_EQ(fsync(fd), 0);
+  ::close(fd);
 }
 
 inline cpu::PinnedBuffer sentinel_buffer(size_t size_bytes) {

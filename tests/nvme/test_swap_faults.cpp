@@ -91,15 +91,7 @@ TEST(SwapStore, FlippedByteIsDetectedOnRead) {
   auto loc = store->locate(7);
   ASSERT_TRUE(loc.ok());
   const auto& e = (*loc)[1];  // second extent
-  const int fd = ::open(e.path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t byte = 0;
-  const off_t where = static_cast<off_t>(e.offset + 12345);
-  ASSERT_EQ(pread(fd, &byte, 1, where), 1);
-  byte ^= 0x10;
-  ASSERT_EQ(pwrite(fd, &byte, 1, where), 1);
-  ASSERT_EQ(fsync(fd), 0);
-  close(fd);
+  flip_byte(e.path, e.offset + 12345);
   const Status st = store->read(7, dst.data(), size).wait();
   ASSERT_EQ(st.code(), ErrorCode::kCorrupt) << st.to_string();
   EXPECT_NE(st.message().find(e.path), std::string::npos) << st.message();
