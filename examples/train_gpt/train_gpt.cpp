@@ -9,9 +9,9 @@
 //
 // Data parallelism (engine/zero_step.h): under `mpirun -np N` every rank trains on its share of a
 // global batch of N x --batch sequences, with ZeRO stage --zero-stage (0-3) over the ranks;
-// rank 0 prints. One rank at stage 0 runs the single-rank planned (or serial) step. The model is
-// resident on the device (no parameter offload yet). Every flag is checked before memory is
-// touched.
+// rank 0 prints. One rank at stage 0 runs the single-rank planned (or serial) step. Parameters
+// are on the device, or at stage 3 sharded in pinned host memory and gathered per layer (no
+// parameter offload to NVMe yet). Every flag is checked before memory is touched.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
