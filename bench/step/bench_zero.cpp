@@ -23,6 +23,7 @@
 #include "comm/mpi_comm.h"
 #include "engine/zero_step.h"
 #include "gpu/cpu_device.h"
+#include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 
@@ -67,9 +68,11 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStor
   cfg.heads = s.heads;
   cfg.channels = s.channels;
   cfg.dtype = DType::kBF16;
-  st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0}));
+  // The model holds on the device only what the stage keeps there (as train_gpt does).
+  auto parts = check(engine::ZeroStep::partition(cfg, world.size(), 0));
+  st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0},
+                                           engine::ZeroStep::block_storage(parts, stage)));
   check(st.model->init_params(5));
-  auto parts = check(engine::ZeroStep::partition(*st.model, world.size(), 0));
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = nvme_fraction;
   oo.store = store;
@@ -79,7 +82,12 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStor
   hyper.lr = 1e-4f;
   st.opt = std::make_unique<engine::OffloadedOptimizer>(check(engine::OffloadedOptimizer::create(
       engine::ZeroStep::optimizer_numel(*st.model, parts, stage), cpu::CpuAdam(hyper), oo)));
-  check(engine::ZeroStep::load_masters(*st.model, *st.opt, parts, stage, world.rank()));
+  check(engine::ZeroStep::load_masters(*st.model, *st.opt, parts, stage, world.rank(),
+                                       [&cfg](int64_t b, float* host) {
+                                         const auto v = model::init_block(cfg, b, 5);
+                                         std::copy(v.begin(), v.end(), host);
+                                         return ok_status();
+                                       }));
   engine::ZeroStepOptions zo;
   zo.stage = stage;
   zo.prefetch_depth = s.prefetch_depth;
