@@ -71,7 +71,6 @@ class PlannedStep {
   Status flush() { return step_->flush(); }
 
   const sched::Executor& executor() const { return step_->executor(); }
-  bool rotated() const { return step_->rotated(); }
 
  private:
   PlannedStep() = default;

@@ -7,11 +7,6 @@
 
 namespace strata::engine {
 
-Result<Partitioning> ZeroStep::partition(const model::GptModel& model, int ranks,
-                                         int64_t persistence_threshold) {
-  return partition(model.config(), ranks, persistence_threshold);
-}
-
 Result<Partitioning> ZeroStep::partition(const model::GptConfig& config, int ranks,
                                          int64_t persistence_threshold) {
   std::vector<int64_t> numel;
@@ -96,7 +91,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
   s->rank_ = comm.rank();
   s->ranks_ = comm.size();
-  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(model, s->ranks_, options.persistence_threshold));
+  STRATA_ASSIGN_OR_RETURN(s->parts_,
+                          partition(model.config(), s->ranks_, options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     if (!s->sharded_params(b) && model.param_block(b) == nullptr) {

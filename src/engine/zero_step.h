@@ -154,8 +154,6 @@ class ZeroStep {
                              const Partitioning& parts, int stage, int rank,
                              const ParamSource& source = {});
   // The block partitioning of a model over `ranks` (persistence threshold in elements).
-  static Result<Partitioning> partition(const model::GptModel& model, int ranks,
-                                        int64_t persistence_threshold);
   static Result<Partitioning> partition(const model::GptConfig& config, int ranks,
                                         int64_t persistence_threshold);
   // The blocks the model must hold on the device at `stage`: parameters of the blocks that are
@@ -186,7 +184,6 @@ class ZeroStep {
   const sched::Executor& executor() const { return *executor_; }
   const Partitioning& partitioning() const { return parts_; }
   int stage() const { return options_.stage; }
-  bool rotated() const { return rotate_; }
   // Traffic of the last run() (measured from the communicator's counters).
   const ZeroTraffic& last_traffic() const { return traffic_; }
   // The traffic theory for one step (the figures above, from the partitioning).

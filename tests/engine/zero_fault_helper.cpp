@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   auto store = nvme::SwapStore::open(so);
   if (!store.ok()) stop(&world, store.status());
   const int stage = 3;
-  auto parts = engine::ZeroStep::partition(*m.value(), world.size(), 0);
+  auto parts = engine::ZeroStep::partition(cfg, world.size(), 0);
   if (!parts.ok()) stop(&world, parts.status());
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = 1.0;
