@@ -10,6 +10,9 @@ namespace strata::engine {
 
 namespace {
 uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+uint64_t round_device(uint64_t n) { return (n + 255) / 256 * 256; }
+// Lanes of ZeroStep::moved().
+constexpr int kH2D = 0, kD2H = 1, kNvmeRead = 2, kNvmeWrite = 3;
 
 // +Inf as one element of `dt` at `at`.
 void write_inf(void* at, DType dt) {
@@ -58,8 +61,14 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // written by Adam, then all-gathered), or at stage 3 the rank's parameter shard itself.
   std::vector<BufferId> gfull(nb), gshard(nb, -1);
   pbuf_.assign(nb, -1);
-  uint64_t pinned = 0, in_flight = 0;
+  dshard_.assign(nb, -1);
+  uint64_t pinned = 0, in_flight = 0, device_homes = 0;
   size_t largest = 0;
+  uint64_t largest_moving = 0, largest_nvme = 0;  // shards not homed in pinned memory; on NVMe
+  // A shard homed elsewhere than pinned memory passes through pbuf after its update only.
+  auto transient = [this](int64_t b) {
+    return sharded_params(b) && home_[size_t(b)] != ParamHome::kPinned;
+  };
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
     largest = std::max(largest, padded_bytes(bb));
@@ -75,6 +84,20 @@ Result<sched::Plan> ZeroStep::build_plan() {
       pinned += round_page(padded_bytes(bb));
     }
     const bool sharded = sharded_params(bb);
+    if (transient(bb)) {
+      pbuf_[b] = add_buffer(Kind::kParamStaging, "new param shard " + name(bb), Tier::kPinnedHost,
+                            shard_bytes(bb));
+      largest_moving = std::max<uint64_t>(largest_moving, round_page(shard_bytes(bb)));
+      if (home_[b] == ParamHome::kNvme) {
+        largest_nvme = std::max<uint64_t>(largest_nvme, round_page(shard_bytes(bb)));
+      }
+      if (home_[b] == ParamHome::kDevice) {
+        dshard_[b] = add_buffer(Kind::kHome, "param shard " + name(bb) + " (device)", Tier::kDevice,
+                                shard_bytes(bb), /*initially_valid=*/true);
+        device_homes += round_device(shard_bytes(bb));
+      }
+      continue;
+    }
     pbuf_[b] = add_buffer(sharded ? Kind::kHome : Kind::kParamStaging,
                           sharded ? "param shard " + name(bb) : "params " + name(bb),
                           Tier::kPinnedHost, sharded ? shard_bytes(bb) : padded_bytes(bb),
@@ -111,6 +134,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const BufferId buf = staging[p];
     read[p] = plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
       if (update_step_ == 0) return ok_status();
+      moved(kNvmeRead, opt_.state_bytes(p));
       return opt_.read_partition(p, c.buffer(buf)).wait();
     });
     plan.acquire(read[p], buf);
@@ -145,6 +169,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const TaskId up = plan.add("params up " + name(b), Lane::kH2D,
                                [this, &m, b, u, bytes](const TaskContext& c) {
                                  if (update_step_ == 0) return ok_status();
+                                 moved(kH2D, bytes);
                                  return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
                                                        gpu::CopyKind::kHostToDevice);
                                },
@@ -170,6 +195,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
         "grad up " + name(b), Lane::kH2D,
         [this, g, gdev, grad_off, bytes](const TaskContext& c) {
           if (update_step_ == 0) return ok_status();
+          moved(kH2D, bytes);
           return c.stream->copy(c.buffer(gdev),
                                 static_cast<const std::byte*>(c.buffer(g)) + grad_off, bytes,
                                 gpu::CopyKind::kHostToDevice);
@@ -180,6 +206,36 @@ Result<sched::Plan> ZeroStep::build_plan() {
     plan.writes(gup, gdev);
     grad_up[p] = gup;
     grad_up_buf[p] = gdev;
+  };
+  // Stage 3: the new shard of block b, written into pbuf by `after`, to its home (pinned: it is
+  // there already); returns the task after which it is there.
+  auto finish_shard = [&](int64_t b, TaskId after) -> TaskId {
+    const ParamHome home = home_[size_t(b)];
+    if (home == ParamHome::kPinned) return after;
+    const BufferId u = pbuf_[size_t(b)], d = dshard_[size_t(b)];
+    const size_t bytes = shard_bytes(b);
+    const TaskId t =
+        home == ParamHome::kDevice
+            ? plan.add("param shard up " + name(b), Lane::kH2D,
+                       [this, u, d, bytes](const TaskContext& c) -> Status {
+                         if (update_step_ == 0) return ok_status();
+                         moved(kH2D, bytes);
+                         return c.stream->copy(c.buffer(d), c.buffer(u), bytes,
+                                               gpu::CopyKind::kHostToDevice);
+                       },
+                       {after})
+            : plan.add(
+                  "write param shard " + name(b), Lane::kNvme,
+                  [this, u, b, bytes](const TaskContext& c) -> Status {
+                    if (update_step_ == 0) return ok_status();
+                    moved(kNvmeWrite, bytes);
+                    return options_.param_store->write(shard_key(b), c.buffer(u), bytes).wait();
+                  },
+                  {after});
+    plan.reads(t, u);
+    plan.release(t, u);
+    if (d >= 0) plan.writes(t, d);
+    return t;
   };
   // The update of partition p after `deps`; returns the task after which block b's new
   // parameters are where its next use reads them.
@@ -235,14 +291,16 @@ Result<sched::Plan> ZeroStep::build_plan() {
           plan.add("new params down " + name(b), Lane::kD2H,
                    [this, u, odev, out_off, bytes](const TaskContext& c) {
                      if (update_step_ == 0) return ok_status();
+                     moved(kD2H, bytes);
                      return c.stream->copy(static_cast<std::byte*>(c.buffer(u)) + out_off,
                                            c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);
                    },
                    {dadam});
       plan.reads(down, odev);
       plan.release(down, odev);
+      if (transient(b)) plan.acquire(down, u);
       plan.writes(down, u);
-      return sharded ? down : add_params_up(b, down);
+      return sharded ? finish_shard(b, down) : add_params_up(b, down);
     }
     const TaskId adam = plan.add(
         "adam " + name(b), Lane::kCpu,
@@ -264,6 +322,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
         },
         deps);
     plan.reads(adam, g);
+    if (transient(b)) plan.acquire(adam, u);
     plan.writes(adam, u);
     grad_reader[size_t(b)] = adam;
     if (st >= 0) {
@@ -272,14 +331,15 @@ Result<sched::Plan> ZeroStep::build_plan() {
       const TaskId write = plan.add("write state " + name(b), Lane::kNvme,
                                     [this, p, st](const TaskContext& c) {
                                       if (update_step_ == 0) return ok_status();
+                                      moved(kNvmeWrite, opt_.state_bytes(p));
                                       return opt_.write_partition(p, c.buffer(st)).wait();
                                     },
                                     {adam});
       plan.reads(write, st);
       plan.release(write, st);
     }
-    // Stage 3: the new shard is gathered with the block's forward.
-    return sharded ? adam : add_params_up(b, adam);
+    // Stage 3: the new shard goes home; it is gathered with the block's next forward.
+    return sharded ? finish_shard(b, adam) : add_params_up(b, adam);
   };
   if (device_opt_ && !(ranks == 1 && stage == 0)) {
     for (size_t p : visit) {
@@ -313,7 +373,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
       dgrad[b] = add_buffer(Kind::kGradBucket, "grad " + name(bb) + " (device)", Tier::kDevice,
                             static_cast<size_t>(numel(bb)) * es);
     }
-    if (!sharded_params(bb)) continue;
+    if (!gathered(bb)) continue;
     for (int ph = 0; ph < 2; ++ph) {
       const std::string suffix = ph == 0 ? " (forward)" : " (backward)";
       gathered_host[ph][b] = add_buffer(Kind::kGathered, "gathered " + name(bb) + suffix,
@@ -325,7 +385,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
   }
   // Parameter and gradient pointers of block b for an op.
   auto params = [this, &m, gathered_dev](int64_t b, int ph, const TaskContext& c) -> const void* {
-    return sharded_params(b) ? c.buffer(gathered_dev[ph][size_t(b)]) : m.param_block(b);
+    if (gathered(b)) return c.buffer(gathered_dev[ph][size_t(b)]);
+    return sharded_params(b) ? c.buffer(dshard_[size_t(b)]) : m.param_block(b);
   };
   auto grads = [&m, dgrad](int64_t b, const TaskContext& c) -> void* {
     return dgrad[size_t(b)] >= 0 ? c.buffer(dgrad[size_t(b)]) : m.grad_block(b);
@@ -418,6 +479,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     for (const auto& [b, ph] : ops[i].uses) {
+      if (!gathered(b)) continue;
       const size_t k = find_gather(b, ph);
       if (k == gathers.size()) {
         gathers.push_back({b, ph, i, i});
@@ -434,9 +496,10 @@ Result<sched::Plan> ZeroStep::build_plan() {
     Gather& gt = gathers[k];
     const int64_t b = gt.block;
     const int ph = gt.phase;
-    const BufferId sh = pbuf_[size_t(b)], gh = gathered_host[ph][size_t(b)],
-                   gd = gathered_dev[ph][size_t(b)];
+    const BufferId gh = gathered_host[ph][size_t(b)], gd = gathered_dev[ph][size_t(b)];
     const size_t c16 = static_cast<size_t>(shard(b));
+    const ParamHome home = home_[size_t(b)];
+    const std::string what = name(b) + (ph == 0 ? " (forward)" : " (backward)");
     std::vector<TaskId> deps;
     if (ready[size_t(b)] >= 0) deps.push_back(ready[size_t(b)]);  // rotated: the update first
     // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1
@@ -449,13 +512,49 @@ Result<sched::Plan> ZeroStep::build_plan() {
         deferred.emplace_back(prev.last, -1);  // that op is added later
       }
     }
+    // The rank's shard: in pinned memory (pbuf), read from NVMe into pinned staging, or down
+    // from the device into its slot of the gathered copy (gathered in place).
+    BufferId sh = pbuf_[size_t(b)];
+    size_t send_off = 0;
+    TaskId fetch = -1;
+    const size_t sbytes = shard_bytes(b);
+    if (home == ParamHome::kNvme) {
+      sh = add_buffer(Kind::kNvmeStaging, "param shard " + what, Tier::kPinnedHost, sbytes);
+      fetch = plan.add(
+          "read param shard " + what, Lane::kNvme,
+          [this, sh, b, sbytes](const TaskContext& c) -> Status {
+            if (flushing_) return ok_status();
+            moved(kNvmeRead, sbytes);
+            return options_.param_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
+          },
+          deps);
+      plan.acquire(fetch, sh);
+      plan.writes(fetch, sh);
+    } else if (home == ParamHome::kDevice) {
+      sh = gh;
+      send_off = static_cast<size_t>(rank) * sbytes;
+      const BufferId d = dshard_[size_t(b)];
+      fetch = plan.add(
+          "param shard down " + what, Lane::kD2H,
+          [this, d, gh, send_off, sbytes](const TaskContext& c) -> Status {
+            if (flushing_) return ok_status();
+            moved(kD2H, sbytes);
+            return c.stream->copy(static_cast<std::byte*>(c.buffer(gh)) + send_off, c.buffer(d),
+                                  sbytes, gpu::CopyKind::kDeviceToHost);
+          },
+          deps);
+      plan.acquire(fetch, gh);
+      plan.reads(fetch, d);
+      plan.writes(fetch, gh);
+    }
+    if (fetch >= 0) deps = {fetch};
     const TaskId gather = plan.add(
-        "gather " + name(b) + (ph == 0 ? " (forward)" : " (backward)"), Lane::kComm,
-        [this, sh, gh, c16, dt, count](const TaskContext& c) -> Status {
+        "gather " + what, Lane::kComm,
+        [this, sh, send_off, gh, c16, dt, count](const TaskContext& c) -> Status {
           if (flushing_) return ok_status();
           comm::CollectiveCall call;
           call.kind = comm::CollectiveKind::kAllGather;
-          call.send = c.buffer(sh);
+          call.send = static_cast<const std::byte*>(c.buffer(sh)) + send_off;
           call.recv = c.buffer(gh);
           call.count = c16;
           call.dtype = dt;
@@ -463,14 +562,17 @@ Result<sched::Plan> ZeroStep::build_plan() {
           return comm_.start(call).wait();
         },
         deps);
-    if (!deferred.empty() && deferred.back().second == -1) deferred.back().second = gather;
-    plan.acquire(gather, gh);
+    const TaskId first = fetch >= 0 ? fetch : gather;
+    if (!deferred.empty() && deferred.back().second == -1) deferred.back().second = first;
+    if (home != ParamHome::kDevice) plan.acquire(gather, gh);
     plan.reads(gather, sh);
+    if (home == ParamHome::kNvme) plan.release(gather, sh);
     plan.writes(gather, gh);
     const size_t bytes = static_cast<size_t>(numel(b)) * es;
-    gt.upload = plan.add("upload " + name(b) + (ph == 0 ? " (forward)" : " (backward)"), Lane::kH2D,
+    gt.upload = plan.add("upload " + what, Lane::kH2D,
                          [this, gh, gd, bytes](const TaskContext& c) -> Status {
                            if (flushing_) return ok_status();
+                           moved(kH2D, bytes);
                            return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
                                                  gpu::CopyKind::kHostToDevice);
                          },
@@ -487,7 +589,9 @@ Result<sched::Plan> ZeroStep::build_plan() {
   size_t need = 0;  // gathers [0, need) are used by the ops so far
   for (size_t i = 0; i < ops.size(); ++i) {
     Op& op = ops[i];
-    for (const auto& [b, ph] : op.uses) need = std::max(need, find_gather(b, ph) + 1);
+    for (const auto& [b, ph] : op.uses) {
+      if (gathered(b)) need = std::max(need, find_gather(b, ph) + 1);
+    }
     if (need > 0) {
       const size_t upto = std::min(gathers.size(), need + depth);
       while (emitted < upto) emit_gather(emitted++);
@@ -512,7 +616,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
       if (after == i) plan.depend(gather, t);
     }
     if (!delayed && op.first_use_of >= 0 && ready[size_t(op.first_use_of)] >= 0 &&
-        !sharded_params(op.first_use_of)) {
+        !gathered(op.first_use_of)) {
       plan.depend(t, ready[size_t(op.first_use_of)]);
     }
     // Delayed: a block's new parameters go up after this step's last use of the old ones.
@@ -520,6 +624,11 @@ Result<sched::Plan> ZeroStep::build_plan() {
       if (last_read[b] == i && ready[b] >= 0) plan.depend(ready[b], t);
     }
     for (const auto& [b, ph] : op.uses) {
+      if (!gathered(b)) {  // a device shard used in place (one rank)
+        plan.reads(t, dshard_[size_t(b)]);
+        if (ready[size_t(b)] >= 0) plan.depend(t, ready[size_t(b)]);
+        continue;
+      }
       const Gather& gt = gathers[find_gather(b, ph)];
       plan.depend(t, gt.upload);
       plan.reads(t, gathered_dev[ph][size_t(b)]);
@@ -541,6 +650,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
         plan.add("grads down " + name(gb), Lane::kD2H,
                  [this, &m, gb, gf, dg, bytes](const TaskContext& c) -> Status {
                    if (flushing_) return ok_status();
+                   moved(kD2H, bytes);
                    const void* src = dg >= 0 ? c.buffer(dg) : m.grad_block(gb);
                    return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
                  },
@@ -667,15 +777,18 @@ Result<sched::Plan> ZeroStep::build_plan() {
         largest_dev, (static_cast<uint64_t>(numel(int64_t(b))) * es + 255) / 256 * 256);
   }
   sched::Budgets budgets;
+  // Shards homed off pinned memory: staging_slots new shards on their way home, and the NVMe
+  // reads of depth + 2 gathers.
   budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
-      pinned + in_flight + static_cast<uint64_t>(options_.staging_slots) * slot_bytes +
-      (gathers.empty() ? 0 : (depth + 2) * round_page(largest));
+      pinned + in_flight +
+      static_cast<uint64_t>(options_.staging_slots) * (slot_bytes + largest_moving) +
+      (gathers.empty() ? 0 : (depth + 2) * (round_page(largest) + largest_nvme));
   // The device optimizer's gradient and new-parameter buffers: two of each in flight.
   if (stage >= 2 || largest_opt > 0) {
     const uint64_t k = static_cast<uint64_t>(m.checkpoint_interval());
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
-        (stage >= 2 ? 3 * largest_dev : 0) + (gathers.empty() ? 0 : (depth + k + 2) * largest_dev) +
-        4 * largest_opt;
+        device_homes + (stage >= 2 ? 3 * largest_dev : 0) +
+        (gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * largest_opt;
   }
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));
   return plan;

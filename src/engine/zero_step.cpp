@@ -94,6 +94,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(s->parts_,
                           partition(model.config(), s->ranks_, options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
+  STRATA_RETURN_IF_ERROR(s->choose_homes());
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     if (!s->sharded_params(b) && model.param_block(b) == nullptr) {
       return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": block ", b,
@@ -154,13 +155,60 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
-  if (optimizer.store() != nullptr && optimizer.nvme_state_bytes() > 0 &&
-      s->executor_->pinned_arena_bytes() > 0) {
-    STRATA_RETURN_IF_ERROR(optimizer.store()->register_buffers(
+  // The NVMe staging lies in the executor's pinned arena: registered with each store in use.
+  nvme::SwapStore* opt_store = optimizer.nvme_state_bytes() > 0 ? optimizer.store() : nullptr;
+  nvme::SwapStore* param_store = nullptr;
+  for (ParamHome h : s->home_)
+    param_store = h == ParamHome::kNvme ? options.param_store : param_store;
+  if (param_store == opt_store) param_store = nullptr;  // one registration per store
+  for (nvme::SwapStore* store : {opt_store, param_store}) {
+    if (store == nullptr || s->executor_->pinned_arena_bytes() == 0) continue;
+    STRATA_RETURN_IF_ERROR(store->register_buffers(
         {nvme::BufferRegion{s->executor_->pinned_arena(), s->executor_->pinned_arena_bytes()}}));
   }
   STRATA_RETURN_IF_ERROR(s->init_param_shards());
   return s;
+}
+
+Status ZeroStep::choose_homes() {
+  const int64_t nb = model_.num_blocks();
+  home_.assign(size_t(nb), ParamHome::kDevice);
+  const double f = options_.param_gpu_fraction;
+  const bool offloaded = options_.offload_param != ParamHome::kDevice;
+  if (!(f >= 0.0 && f <= 1.0)) {
+    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f, " is not accepted (0..1)");
+  }
+  const bool nvme = options_.offload_param == ParamHome::kNvme;
+  if (options_.stage != 3 && (nvme || f > 0.0)) {
+    // Below stage 3 nothing is sharded to offload (DeepSpeed's offload_param needs stage 3 too);
+    // the default kPinned is stage 3's and means nothing below it.
+    return make_error(
+        ErrorCode::kConfig, nvme ? "--offload-param nvme" : "--param-gpu-fraction",
+        " needs --zero-stage 3 (stages 0-2 keep every parameter whole on the device)");
+  }
+  if (options_.stage != 3) return ok_status();
+  if (!offloaded && f > 0.0) {
+    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f,
+                      " needs --offload-param cpu or nvme (none keeps every shard on the device)");
+  }
+  // The shared block is used first (embedding) and last (head backward): forward order.
+  std::vector<int64_t> order{nb - 1};
+  for (int64_t b = 0; b + 1 < nb; ++b) order.push_back(b);
+  double total = 0.0;
+  for (int64_t b : order) total += sharded_params(b) ? double(parts_.block(size_t(b)).numel) : 0.0;
+  double taken = 0.0;
+  for (int64_t b : order) {
+    if (!sharded_params(b)) continue;
+    const double n = double(parts_.block(size_t(b)).numel);
+    const bool resident = offloaded ? taken + 0.5 * n <= f * total : true;
+    if (resident) taken += n;
+    home_[size_t(b)] = resident ? ParamHome::kDevice : options_.offload_param;
+    if (home_[size_t(b)] == ParamHome::kNvme && options_.param_store == nullptr) {
+      return make_error(ErrorCode::kConfig,
+                        "--offload-param nvme needs a swap store (--nvme-path DIR[,DIR...])");
+    }
+  }
+  return ok_status();
 }
 
 Status ZeroStep::init_param_shards() {
@@ -172,7 +220,53 @@ Status ZeroStep::init_param_shards() {
     std::vector<float> state(3 * n);
     STRATA_RETURN_IF_ERROR(
         opt_.read_state(p, state.data(), state.data() + n, state.data() + 2 * n));
-    convert(state.data(), DType::kF32, executor_->buffer(pbuf_[size_t(b)]), dt, n);
+    std::vector<std::byte> shard(n * dtype_size(dt));
+    convert(state.data(), DType::kF32, shard.data(), dt, n);
+    STRATA_RETURN_IF_ERROR(store_shard(b, shard.data()));
+  }
+  return ok_status();
+}
+
+Status ZeroStep::load_shard(int64_t b, void* host) {
+  const size_t bytes =
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
+  switch (home_[size_t(b)]) {
+    case ParamHome::kPinned:
+      std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
+      return ok_status();
+    case ParamHome::kDevice:
+      STRATA_RETURN_IF_ERROR(model_.stream().copy(host, executor_->buffer(dshard_[size_t(b)]),
+                                                  bytes, gpu::CopyKind::kDeviceToHost));
+      return model_.stream().synchronize();
+    case ParamHome::kNvme:
+      if (shard_io_.size_bytes() < bytes) {
+        STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
+      }
+      STRATA_RETURN_IF_ERROR(
+          options_.param_store->read(shard_key(b), shard_io_.data(), bytes).wait());
+      std::memcpy(host, shard_io_.data(), bytes);
+      return ok_status();
+  }
+  return ok_status();
+}
+
+Status ZeroStep::store_shard(int64_t b, const void* host) {
+  const size_t bytes =
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
+  switch (home_[size_t(b)]) {
+    case ParamHome::kPinned:
+      std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
+      return ok_status();
+    case ParamHome::kDevice:
+      STRATA_RETURN_IF_ERROR(model_.stream().copy(executor_->buffer(dshard_[size_t(b)]), host,
+                                                  bytes, gpu::CopyKind::kHostToDevice));
+      return model_.stream().synchronize();
+    case ParamHome::kNvme:
+      if (shard_io_.size_bytes() < bytes) {
+        STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
+      }
+      std::memcpy(shard_io_.data(), host, bytes);
+      return options_.param_store->write(shard_key(b), shard_io_.data(), bytes).wait();
   }
   return ok_status();
 }
@@ -202,9 +296,11 @@ Status ZeroStep::gather_params(int64_t b, float* host) {
 Status ZeroStep::gather_host(int64_t b) {
   const DType dt = model_.config().dtype;
   const BlockPartition& bp = parts_.block(size_t(b));
-  host_scratch_.resize(static_cast<size_t>(bp.shard_numel * ranks_) * dtype_size(dt));
-  return comm_.all_gather(executor_->buffer(pbuf_[size_t(b)]), host_scratch_.data(),
-                          static_cast<size_t>(bp.shard_numel), dt);
+  const size_t shard_bytes = static_cast<size_t>(bp.shard_numel) * dtype_size(dt);
+  host_scratch_.resize(shard_bytes * static_cast<size_t>(ranks_));
+  std::byte* mine = host_scratch_.data() + static_cast<size_t>(rank_) * shard_bytes;
+  STRATA_RETURN_IF_ERROR(load_shard(b, mine));
+  return comm_.all_gather(mine, host_scratch_.data(), static_cast<size_t>(bp.shard_numel), dt);
 }
 
 Status ZeroStep::gather_into_model() {
@@ -269,7 +365,9 @@ ZeroMemory ZeroStep::memory() const {
     const int64_t shard = parts_.block(b).shard_numel * es;
     if (sharded_params(int64_t(b))) {
       z.params16 += shard;
-      pinned_homes += shard;
+      if (home_[b] == ParamHome::kPinned) pinned_homes += shard;
+      if (home_[b] == ParamHome::kDevice) z.params_device += shard;
+      if (home_[b] == ParamHome::kNvme) z.params_nvme += shard;
     }
     if (options_.stage >= 2) {
       z.grads16 += shard;
@@ -277,6 +375,7 @@ ZeroMemory ZeroStep::memory() const {
     }
   }
   z.params16 += static_cast<int64_t>(model_.param_bytes());
+  z.params_device += static_cast<int64_t>(model_.param_bytes());
   z.grads16 += static_cast<int64_t>(model_.grad_bytes());
   int64_t elements = 0;
   for (size_t p = 0; p < opt_.num_partitions(); ++p) elements += opt_.numel(p);
@@ -285,7 +384,8 @@ ZeroMemory ZeroStep::memory() const {
   z.optimizer_device = device_opt_ ? static_cast<int64_t>(device_opt_->bytes()) : 0;
   z.device_activations =
       static_cast<int64_t>(model_.device_bytes() - model_.param_bytes() - model_.grad_bytes());
-  z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice));
+  z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice)) -
+                     (z.params_device - static_cast<int64_t>(model_.param_bytes()));
   z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
   // Each kind's own peak along the plan's order.
   auto peak = [&](Kind kind, sched::Tier tier) {
@@ -310,7 +410,8 @@ std::string ZeroMemory::describe() const {
   os << "model state " << model_state() << " bytes (16-bit params " << params16 << ", grads "
      << grads16 << ", fp32 master " << master << ", m " << exp_avg << ", v " << exp_avg_sq << "; "
      << optimizer_nvme << " of it on NVMe, " << optimizer_device
-     << " on the device); device: activations " << device_activations << ", in flight "
+     << " on the device; 16-bit params on the device " << params_device << ", on NVMe "
+     << params_nvme << "); device: activations " << device_activations << ", in flight "
      << device_working << " (gathered " << device_gathered << ", gradients "
      << device_grads_in_flight << ", optimizer i/o " << device_optimizer_io << "); pinned "
      << pinned_working << " (gathered " << pinned_gathered << ", gradients " << pinned_grads
@@ -370,6 +471,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   r.loss_scale = scaling_.loss_scale();
   model_.set_loss_scale(scaling_.loss_scale());
   counting_ = ZeroTraffic{};
+  for (auto& c : lane_counting_) c.store(0, std::memory_order_relaxed);
   STRATA_RETURN_IF_ERROR(executor_->replay().with_context("step " + std::to_string(step)));
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
   const float local = model_.mean_loss();
@@ -385,6 +487,8 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     STRATA_RETURN_IF_ERROR(comm_.start(call).wait());
   }
   traffic_ = counting_;
+  lane_bytes_ = ZeroLaneBytes{lane_counting_[0].load(), lane_counting_[1].load(),
+                              lane_counting_[2].load(), lane_counting_[3].load()};
   STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
                           scaling_.decide(sum_, finite_, step, static_cast<double>(ranks_)));
   if (rotate_) {

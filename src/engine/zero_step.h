@@ -60,6 +60,8 @@
 // run()/flush() and by the calling thread between them.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,6 +70,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "cpu/pinned_memory.h"
 #include "engine/device_optimizer.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
@@ -75,6 +78,10 @@
 #include "scheduler/executor.h"
 
 namespace strata::engine {
+
+// Where the rank's 16-bit shard of a sharded block (stage 3) lives between its uses
+// (--offload-param none|cpu|nvme).
+enum class ParamHome { kDevice, kPinned, kNvme };
 
 struct ZeroStepOptions {
   OffloadStepOptions step;
@@ -103,6 +110,24 @@ struct ZeroStepOptions {
   // of each block and are seen by step n+1. Steps up to warmup + 1 are ordinary (each sees every
   // earlier update). -1: off. Stages 0-2 with the optimizer on the host (refused otherwise).
   int64_t delayed_update_warmup = -1;
+  // Stage 3 (--offload-param): the home of the sharded blocks' 16-bit shards.
+  //   kPinned (cpu, the default): pinned host memory, the gathers' direct source.
+  //   kNvme: the swap store (param_store, keys param_key_base + block): read into pinned staging
+  //     ahead of each gather (up to prefetch_depth ahead, as the gathers), written after each
+  //     update; the fp32 master is not read for it (only the update reads the master).
+  //   kDevice (none): the device. One rank: the shard is the whole block, used in place (no
+  //     gather, no upload). More ranks: it goes down into the gathered copy's slot, which is then
+  //     all-gathered in place and uploaded (our collectives run on pinned host memory).
+  // Stages 0-2 keep parameters whole on the device: kNvme and a fraction are refused there (as
+  // DeepSpeed's offload_param needs stage 3); kPinned and kDevice mean nothing below stage 3.
+  ParamHome offload_param = ParamHome::kPinned;
+  // --param-gpu-fraction: the share of the sharded blocks' elements whose shard stays on the
+  // device anyway (kDevice home), chosen in forward order (shared block, layer 0, 1, ...), each
+  // block taken while the running total, counting half of it, stays within the share. Only with
+  // kPinned or kNvme.
+  double param_gpu_fraction = 0.0;
+  nvme::SwapStore* param_store = nullptr;
+  uint64_t param_key_base = uint64_t{1} << 40;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).
@@ -111,6 +136,8 @@ struct ZeroMemory {
   // shards at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards at 2-3) and
   // the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
   int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
+  int64_t params_device = 0;     // the part of params16 on the device (whole blocks and shards)
+  int64_t params_nvme = 0;       // the part of params16 on NVMe (stage-3 shards)
   int64_t optimizer_nvme = 0;    // the part of master + m + v on NVMe
   int64_t optimizer_device = 0;  // --offload-optimizer none: master + m + v on the device (the
                                  // optimizer's host copy then only holds the initial state)
@@ -126,6 +153,13 @@ struct ZeroMemory {
   int64_t pinned_gathered = 0, pinned_grads = 0, pinned_params = 0, pinned_nvme_staging = 0;
   int64_t model_state() const { return params16 + grads16 + master + exp_avg + exp_avg_sq; }
   std::string describe() const;
+};
+
+// Bytes one rank moves per step over each transfer lane (ZeroStep::last_lane_bytes()): the model
+// state's transfers (parameters, gradients, optimizer state); the batch and the loss are not
+// counted. docs/zero.md gives the formula per combination of tiers.
+struct ZeroLaneBytes {
+  uint64_t h2d = 0, d2h = 0, nvme_read = 0, nvme_write = 0;
 };
 
 // Bytes one rank moves per step, by purpose (the comm layer's textbook accounting).
@@ -186,6 +220,11 @@ class ZeroStep {
   int stage() const { return options_.stage; }
   // Traffic of the last run() (measured from the communicator's counters).
   const ZeroTraffic& last_traffic() const { return traffic_; }
+  // Transfer-lane bytes of the last run() (counted by the transfer tasks).
+  ZeroLaneBytes last_lane_bytes() const { return lane_bytes_; }
+  // Where block b's 16-bit parameters live between uses: kDevice for blocks kept whole on the
+  // device (stages 0-2, persistent blocks), else the shard's home.
+  ParamHome param_home(int64_t b) const { return home_[size_t(b)]; }
   // The traffic theory for one step (the figures above, from the partitioning).
   ZeroTraffic expected_traffic() const;
 
@@ -194,6 +233,7 @@ class ZeroStep {
            const ZeroStepOptions& options)
       : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
   Result<sched::Plan> build_plan();
+  Status choose_homes();       // home_ from the options (stage 3)
   Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters
   // Block b's whole parameters into `dst` on the device (gathered when sharded), synchronously.
   Status gather_block(int64_t b, void* dst);
@@ -202,6 +242,17 @@ class ZeroStep {
   bool sharded_params(int64_t b) const {
     return options_.stage == 3 && !parts_.block(size_t(b)).persistent;
   }
+  // A sharded block whose uses need a gather (all but a device shard of one rank).
+  bool gathered(int64_t b) const {
+    return sharded_params(b) && !(home_[size_t(b)] == ParamHome::kDevice && ranks_ == 1);
+  }
+  // Block b's shard (stage 3) into / from host memory, wherever its home is (outside replays).
+  Status load_shard(int64_t b, void* host);
+  Status store_shard(int64_t b, const void* host);
+  uint64_t shard_key(int64_t b) const { return options_.param_key_base + uint64_t(b); }
+  void moved(int lane, uint64_t bytes) {
+    lane_counting_[size_t(lane)].fetch_add(bytes, std::memory_order_relaxed);
+  }
 
   model::GptModel& model_;
   OffloadedOptimizer& opt_;
@@ -209,8 +260,14 @@ class ZeroStep {
   ZeroStepOptions options_;
   Partitioning parts_;
   int rank_ = 0, ranks_ = 1;
-  std::vector<int64_t> blocks_;        // partition -> block
-  std::vector<sched::BufferId> pbuf_;  // by block: new params (stage 3: the param shard)
+  std::vector<int64_t> blocks_;          // partition -> block
+  std::vector<sched::BufferId> pbuf_;    // by block: new params (stage 3: the param shard)
+  std::vector<sched::BufferId> dshard_;  // by block: the device home of a shard (-1: none)
+  std::vector<ParamHome> home_;          // by block
+  // Transfer bytes counted by the lanes' tasks during a replay: h2d, d2h, nvme read, write.
+  std::array<std::atomic<uint64_t>, 4> lane_counting_{};
+  ZeroLaneBytes lane_bytes_;
+  cpu::PinnedBuffer shard_io_;  // load_shard/store_shard staging
   std::unique_ptr<sched::Executor> executor_;
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;

@@ -62,6 +62,9 @@ struct ZCase {
   // the delayed update, from the same step on (step s computes with the parameters after update
   // s-2 instead of s-1).
   int64_t delayed = -1;
+  ParamHome offload_param = ParamHome::kPinned;  // --offload-param (stage 3)
+  double param_gpu_fraction = 0.0;               // --param-gpu-fraction
+  bool expect_error = false;  // ZeroStep::create must refuse the case (ZRun::error says why)
 };
 
 struct ZRun {
@@ -77,6 +80,12 @@ struct ZRun {
   ZeroMemory memory;
   int64_t partition_state_bytes = 0;  // Partitioning::model_state_bytes of the stage
   size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
+  ZeroLaneBytes lanes;               // of the last step
+  std::vector<ParamHome> homes;      // by block
+  std::vector<bool> nvme_parts;      // by partition: optimizer state on NVMe
+  std::vector<bool> device_parts;    // by partition: optimizer state on the device
+  std::vector<int64_t> part_blocks;  // partition -> block
+  std::string error;                 // ZCase::expect_error: ZeroStep::create's message
 };
 
 // The same global batch for every rank count: step s's batch of kMicroBatch * N sequences;
@@ -158,13 +167,25 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zo.device_optimizer = c.device_optimizer;
     zo.gpu_optimizer_fraction = c.gpu_fraction;
     zo.delayed_update_warmup = c.delayed;
+    zo.offload_param = c.offload_param;
+    zo.param_gpu_fraction = c.param_gpu_fraction;
+    zo.param_store = store;
     auto r = ZeroStep::create(m, opt, comm, zo);
+    if (c.expect_error) {
+      EXPECT_FALSE(r.ok()) << "ZeroStep::create accepted the case";
+      if (!r.ok()) run.error = r.status().to_string();
+      return run;
+    }
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
     zero = std::move(r).value();
     run.expected = zero->expected_traffic();
     run.memory = zero->memory();
     run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
+    for (int64_t b = 0; b < m.num_blocks(); ++b) run.homes.push_back(zero->param_home(b));
+    for (size_t p = 0; p < opt.num_partitions(); ++p) run.nvme_parts.push_back(opt.on_nvme(p));
+    run.device_parts = DeviceOptimizer::choose(opt, c.device_optimizer ? 1.0 : c.gpu_fraction);
+    run.part_blocks = partition_blocks(m);
   }
   // One rank's share of the global batch (a one-rank run takes the whole of it).
   const int64_t global_rows = c.batch * comm.size();
@@ -200,6 +221,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
       run.traffic.push_back(comm.stats(static_cast<comm::CollectiveKind>(k)));
     }
+    if (zero) run.lanes = zero->last_lane_bytes();
     run.losses.push_back(r->loss);
     run.norms.push_back(r->grad_norm);
     run.scales.push_back(r->loss_scale);
@@ -280,12 +302,17 @@ void expect_same_bits(const ZRun& a, const ZRun& b) {
   EXPECT_LT(a.losses.back(), a.losses.front()) << "the run learned nothing";
 }
 
+constexpr const char* kHomeNames[] = {"none", "cpu", "nvme"};  // by ParamHome
+
 std::string describe(const ZCase& c) {
   return "stage " + std::to_string(c.stage) + " " + std::string(dtype_name(c.dtype)) + " nvme " +
          std::to_string(c.nvme_fraction) + " persistence " + std::to_string(c.persistence) +
          " prefetch " + std::to_string(c.prefetch) + " checkpoint " + std::to_string(c.checkpoint) +
          (c.device_optimizer ? " optimizer on the device" : "") +
-         (c.gpu_fraction > 0 ? " gpu optimizer fraction " + std::to_string(c.gpu_fraction) : "");
+         (c.gpu_fraction > 0 ? " gpu optimizer fraction " + std::to_string(c.gpu_fraction) : "") +
+         (c.stage == 3 ? " offload-param " + std::string(kHomeNames[int(c.offload_param)]) +
+                             " param-gpu-fraction " + std::to_string(c.param_gpu_fraction)
+                       : "");
 }
 
 struct Store {
@@ -365,6 +392,164 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
     c.nvme_fraction = stage == 3 ? 0.5 : 0.0;
     SCOPED_TRACE(describe(c) + " clip 0");
     expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
+}
+
+// --offload-param none|cpu|nvme x --param-gpu-fraction 0, 0.5, 1 at stage 3 give the bits of
+// stage 0, with the update rotated (clipping) and not, beside optimizer state on NVMe and on the
+// device; the fraction chooses as documented; below stage 3, NVMe parameters and a fraction are
+// refused.
+TEST(ZeroStep, ParameterTiersGiveTheBitsOfStageZero) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (float clip : {0.5f, 0.0f}) {
+    ZCase base;
+    base.grad_clip = clip;
+    const ZRun ref = train(comm, base, nullptr);
+    std::vector<ZCase> cases;
+    for (ParamHome home : {ParamHome::kPinned, ParamHome::kNvme}) {
+      for (double f : {0.0, 0.5, 1.0}) {
+        ZCase c = base;
+        c.stage = 3;
+        c.offload_param = home;
+        c.param_gpu_fraction = f;
+        c.nvme_fraction = f == 0.5 ? 0.5 : 0.0;
+        cases.push_back(c);
+      }
+    }
+    ZCase c = base;
+    c.stage = 3;
+    c.offload_param = ParamHome::kDevice;
+    cases.push_back(c);
+    if (clip > 0) {  // the optimizer on the device: rotated only
+      c.offload_param = ParamHome::kNvme;
+      c.param_gpu_fraction = 0.5;
+      c.gpu_fraction = 0.3;
+      cases.push_back(c);
+      c.offload_param = ParamHome::kDevice;
+      c.param_gpu_fraction = 0.0;
+      c.gpu_fraction = 1.0;
+      cases.push_back(c);
+    }
+    for (const ZCase& z : cases) {
+      SCOPED_TRACE(describe(z) + " clip " + std::to_string(clip));
+      const ZRun r = train(comm, z, store.store.get());
+      expect_same_bits(ref, r);
+      // The fraction's choice: forward order (shared block first), half a block's rounding.
+      const double f = z.offload_param == ParamHome::kDevice ? 1.0 : z.param_gpu_fraction;
+      ASSERT_EQ(r.homes.size(), r.params.size());
+      double total = 0, taken = 0;
+      for (const auto& p : r.params) total += double(p.size());
+      std::vector<size_t> order{r.params.size() - 1};
+      for (size_t b = 0; b + 1 < r.params.size(); ++b) order.push_back(b);
+      for (size_t b : order) {
+        const double n = double(r.params[b].size());
+        const bool resident = taken + 0.5 * n <= f * total;
+        if (resident) taken += n;
+        EXPECT_EQ(r.homes[b], resident ? ParamHome::kDevice : z.offload_param) << "block " << b;
+      }
+    }
+  }
+  for (int stage = 0; stage <= 2; ++stage) {
+    ZCase c;
+    c.stage = stage;
+    c.offload_param = ParamHome::kNvme;
+    c.expect_error = true;
+    std::string r = train(comm, c, store.store.get()).error;
+    EXPECT_NE(r.find("--offload-param nvme needs --zero-stage 3"), std::string::npos) << r;
+    c.offload_param = ParamHome::kPinned;
+    c.param_gpu_fraction = 0.5;
+    r = train(comm, c, store.store.get()).error;
+    EXPECT_NE(r.find("--param-gpu-fraction needs --zero-stage 3"), std::string::npos) << r;
+  }
+}
+
+// Bytes per transfer lane per step (steady state: one update applied), counted by the engine's
+// transfer tasks, against the formula of docs/zero.md computed here from the shards and homes:
+// per block of n elements (shard c, e bytes each, g = 2 uses for a layer, 1 for the shared
+// block) and its optimizer partition of k elements:
+//   d2h:        n e (the gradient) + g c e (device shard, several ranks: down for each gather)
+//               + k e (optimizer on the device, stages 1-3: the new values)
+//   h2d:        g n e (a gathered block, for each use) + n e (a block kept whole: new params)
+//               + c e (device shard: the new shard) + k e (optimizer on the device: gradient)
+//   NVMe read:  g c e (shard on NVMe) + 12 k (optimizer state on NVMe)
+//   NVMe write: c e (shard on NVMe) + 12 k (optimizer state on NVMe)
+// One rank at stage 0 with the optimizer on the device updates the model's blocks in place (no
+// gradient up, no new params); one rank's device shard is used in place (no gather, no upload).
+TEST(ZeroStep, LaneBytesMatchTheFormula) {
+  comm::Communicator& comm = world();
+  const int64_t n_ranks = comm.size();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  std::vector<ZCase> cases;
+  for (int k = 0; k < 7; ++k) {
+    ZCase c;
+    c.steps = 3;
+    c.grad_clip = k % 2 == 0 ? 0.5f : 0.0f;
+    c.stage = k < 2 ? k : 3;
+    c.nvme_fraction = k == 1 || k == 3 || k == 5 ? 0.5 : 0.0;
+    c.device_optimizer = k == 0;
+    c.gpu_fraction = k == 4 ? 0.3 : 0.0;
+    c.offload_param = k < 2    ? ParamHome::kPinned
+                      : k == 2 ? ParamHome::kDevice
+                      : k == 3 ? ParamHome::kPinned
+                               : ParamHome::kNvme;
+    c.param_gpu_fraction = k >= 3 && k != 6 ? 0.5 : 0.0;
+    cases.push_back(c);
+  }
+  for (const ZCase& c : cases) {
+    SCOPED_TRACE(describe(c));
+    const ZRun r = train(comm, c, store.store.get());
+    ASSERT_EQ(r.homes.size(), r.params.size());
+    const auto parts = ZeroStep::partition(
+        [&] {
+          model::GptConfig cfg;
+          cfg.vocab = model::AdditionTask::kVocab;
+          cfg.max_seq = model::AdditionTask::create(2, 10).value().seq();
+          cfg.layers = 3;
+          cfg.heads = 4;
+          cfg.channels = 32;
+          return cfg;
+        }(),
+        int(n_ranks), 0);
+    ASSERT_TRUE(parts.ok());
+    const uint64_t e = 2;  // bf16
+    ZeroLaneBytes want;
+    const size_t nb = r.params.size();
+    std::vector<size_t> part_of(nb);
+    for (size_t p = 0; p < nb; ++p) part_of[size_t(r.part_blocks[p])] = p;
+    for (size_t b = 0; b < nb; ++b) {
+      const BlockPartition& bp = parts->block(b);
+      const uint64_t n = uint64_t(bp.numel), sh = uint64_t(bp.shard_numel);
+      const uint64_t g = b + 1 == nb ? 1 : 2;
+      const bool sharded = c.stage == 3;
+      const bool in_place_shard = sharded && r.homes[b] == ParamHome::kDevice && n_ranks == 1;
+      want.d2h += n * e;
+      if (sharded && !in_place_shard) want.h2d += g * n * e;
+      if (sharded && r.homes[b] == ParamHome::kDevice && n_ranks > 1) want.d2h += g * sh * e;
+      if (sharded && r.homes[b] == ParamHome::kNvme) want.nvme_read += g * sh * e;
+      if (sharded && r.homes[b] == ParamHome::kNvme) want.nvme_write += sh * e;
+      if (sharded && r.homes[b] == ParamHome::kDevice) want.h2d += sh * e;
+      const size_t p = part_of[b];
+      const uint64_t k = c.stage == 0 ? n : sh;
+      const bool on_dev = r.device_parts[p];
+      if (!sharded && !(on_dev && c.stage == 0)) want.h2d += n * e;
+      if (on_dev && !(n_ranks == 1 && c.stage == 0)) want.h2d += k * e;
+      if (on_dev && c.stage >= 1) want.d2h += k * e;
+      if (r.nvme_parts[p]) {
+        want.nvme_read += 12 * k;
+        want.nvme_write += 12 * k;
+      }
+    }
+    auto near = [](uint64_t got, uint64_t expect, const char* lane) {
+      EXPECT_LE(std::fabs(double(got) - double(expect)), 0.01 * double(expect))
+          << lane << ": " << got << " bytes, formula " << expect;
+    };
+    near(r.lanes.h2d, want.h2d, "h2d");
+    near(r.lanes.d2h, want.d2h, "d2h");
+    near(r.lanes.nvme_read, want.nvme_read, "nvme read");
+    near(r.lanes.nvme_write, want.nvme_write, "nvme write");
   }
 }
 
