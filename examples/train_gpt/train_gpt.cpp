@@ -49,6 +49,8 @@ struct Flags {
   std::string precision = "bf16";
   std::string loss_scale = "dynamic";
   std::string offload_optimizer = "cpu";
+  std::string offload_param;  // empty: cpu at stage 3
+  double param_gpu_fraction = 0.0;
   double nvme_fraction = 0.0;
   double gpu_optimizer_fraction = 0.0;
   uint64_t gpu_memory_limit = 0;
@@ -148,6 +150,27 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
                       " needs --schedule planned (the serial step is the one-rank reference)");
   }
+  if (!f.offload_param.empty() && f.offload_param != "none" && f.offload_param != "cpu" &&
+      f.offload_param != "nvme") {
+    return make_error(ErrorCode::kConfig, "--offload-param '", f.offload_param,
+                      "' is not accepted (use none, cpu or nvme)");
+  }
+  if ((!f.offload_param.empty() || f.param_gpu_fraction > 0.0) && f.zero_stage != 3) {
+    return make_error(ErrorCode::kConfig,
+                      !f.offload_param.empty() ? "--offload-param " + f.offload_param
+                                               : std::string("--param-gpu-fraction"),
+                      " needs --zero-stage 3 (stages 0-2 keep every parameter whole on the "
+                      "device; DeepSpeed's offload_param needs stage 3 too)");
+  }
+  if (f.param_gpu_fraction > 0.0 && f.offload_param == "none") {
+    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f.param_gpu_fraction,
+                      " needs --offload-param cpu or nvme (none keeps every shard on the device)");
+  }
+  if (f.offload_param == "nvme" && f.nvme_path.empty()) {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-param nvme needs --nvme-path DIR[,DIR...] (a directory on the "
+                      "disk that holds the parameter shards)");
+  }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
@@ -173,6 +196,14 @@ int main(int argc, char** argv) {
                  "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "
                  "device, updated there)")
       ->capture_default_str();
+  app.add_option("--offload-param", f.offload_param,
+                 "none|cpu|nvme, stage 3: where this rank's 16-bit parameter shards live between "
+                 "uses (none: on the device; cpu: pinned host memory, the default; nvme: the "
+                 "swap files, read ahead --prefetch-depth layers before use)");
+  app.add_option("--param-gpu-fraction", f.param_gpu_fraction,
+                 "with --offload-param cpu|nvme: share of the shards kept on the device anyway "
+                 "(the shared block first, then layers in forward order)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--gpu-memory-limit", f.gpu_memory_limit,
                  "SIZE: cap of the device memory pool per rank, e.g. 16GiB (0: the CpuDevice's "
                  "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
@@ -354,13 +385,17 @@ int main(int argc, char** argv) {
   const int64_t nb = gpt.num_blocks();
   const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
   std::unique_ptr<nvme::SwapStore> store;
-  if (f.offload_optimizer == "nvme") {
+  if (f.offload_optimizer == "nvme" || f.offload_param == "nvme") {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
-    // This rank's partitions (its shards from stage 1), 12 bytes per element, plus slack.
+    // This rank's partitions (its shards from stage 1), 12 bytes per element, and its 16-bit
+    // parameter shards, plus slack for whole extents.
     uint64_t elements = 0;
     for (int64_t n : numel) elements += static_cast<uint64_t>(n);
     so.capacity_bytes = 12ull * elements + (8ull << 20) * nb;
+    if (f.offload_param == "nvme") {
+      so.capacity_bytes += dtype_size(cfg.dtype) * elements + (8ull << 20) * nb;
+    }
     auto s = nvme::SwapStore::open(so);
     if (!s.ok()) return die(s.status());
     store = std::move(s).value();
@@ -409,6 +444,12 @@ int main(int argc, char** argv) {
     zo.device_optimizer = f.offload_optimizer == "none";
     zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
     zo.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
+    zo.offload_param = f.offload_param == "none"   ? engine::ParamHome::kDevice
+                       : f.offload_param == "nvme" ? engine::ParamHome::kNvme
+                                                   : engine::ParamHome::kPinned;
+    zo.param_gpu_fraction = f.param_gpu_fraction;
+    zo.param_store = store.get();
+    zo.param_key_base = (static_cast<uint64_t>(rank) << 32) + (uint64_t{1} << 31);
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();
@@ -532,6 +573,12 @@ int main(int argc, char** argv) {
             static_cast<unsigned long long>(t.param_all_gather),
             static_cast<unsigned long long>(t.stats),
             static_cast<unsigned long long>(zstep->expected_traffic().total()));
+        const engine::ZeroLaneBytes lb = zstep->last_lane_bytes();
+        std::printf("lanes step %lld: h2d %llu bytes, d2h %llu, nvme read %llu, nvme write %llu\n",
+                    static_cast<long long>(step), static_cast<unsigned long long>(lb.h2d),
+                    static_cast<unsigned long long>(lb.d2h),
+                    static_cast<unsigned long long>(lb.nvme_read),
+                    static_cast<unsigned long long>(lb.nvme_write));
         for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
           const auto ck = static_cast<comm::CollectiveKind>(k);
           const comm::CollectiveStats cs = world.stats(ck);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of train_gpt under mpirun with 2 ranks (ZeRO, engine/zero_step.h):
 #   1. stages 0, 1, 2 and 3 (and stage 3 with half the optimizer state on NVMe, stage 2 with it
-#      on the device) print the same losses, norms and accuracies to the last digit (the stages
+#      on the device, stage 3 with the parameter shards on NVMe and half of them on the device,
+#      and all on the device) print the same losses, norms and accuracies to the last digit (the stages
 #      are bit-identical);
 #   2. stage 3 with half the optimizer state on NVMe learns the addition task to the accuracy
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
@@ -24,12 +25,15 @@ done
 run2 "${common[@]}" --zero-stage 3 --offload-optimizer nvme --optimizer-nvme-fraction 0.5 \
   --nvme-path "$scratch" | strip >"$scratch/stage3-nvme.txt"
 run2 "${common[@]}" --zero-stage 2 --offload-optimizer none | strip >"$scratch/stage2-device.txt"
+run2 "${common[@]}" --zero-stage 3 --offload-param nvme --param-gpu-fraction 0.5 \
+  --nvme-path "$scratch" | strip >"$scratch/stage3-param-nvme.txt"
+run2 "${common[@]}" --zero-stage 3 --offload-param none | strip >"$scratch/stage3-param-device.txt"
 lines=$(wc -l <"$scratch/stage0.txt")
 if [ "$lines" -lt 5 ]; then
   echo "train_gpt printed $lines step/eval lines at stage 0; expected at least 5" >&2
   exit 1
 fi
-for other in stage1 stage2 stage3 stage3-nvme stage2-device; do
+for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then
     echo "train_gpt: $other differs from stage 0 over 2 ranks (see the diff above)" >&2
     exit 1
@@ -68,3 +72,11 @@ if ! grep -q "reached accuracy" "$scratch/delayed.txt"; then
   exit 1
 fi
 grep "reached accuracy" "$scratch/delayed.txt"
+# 5. Parameter flags that do not apply to the stage are refused, naming the flag and the reason.
+if run2 "${common[@]}" --zero-stage 2 --offload-param cpu >"$scratch/param2.txt" 2>&1 ||
+  ! grep -q -- "--offload-param cpu needs --zero-stage 3" "$scratch/param2.txt"; then
+  cat "$scratch/param2.txt" >&2
+  echo "train_gpt: --offload-param at stage 2 was not refused with its reason" >&2
+  exit 1
+fi
+echo "train_gpt: --offload-param at stage 2 is refused: $(grep -m1 -- --offload-param "$scratch/param2.txt")"
