@@ -13,6 +13,7 @@
 // are on the device, or at stage 3 sharded in pinned host memory and gathered per layer (no
 // parameter offload to NVMe yet). Every flag is checked before memory is touched.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,7 +67,8 @@ struct Flags {
   int64_t persistence_threshold = 0;
   std::string comm_backend = "auto";
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
-  int64_t checkpoint_interval = 0, eval_every = 50;
+  int64_t checkpoint_interval = -1, eval_every = 50;  // -1: 0, or about sqrt(L) when offloaded
+  std::string offload_activations = "none";
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
@@ -170,6 +172,29 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig,
                       "--offload-param nvme needs --nvme-path DIR[,DIR...] (a directory on the "
                       "disk that holds the parameter shards)");
+  }
+  if (f.offload_activations != "none" && f.offload_activations != "cpu" &&
+      f.offload_activations != "nvme") {
+    return make_error(ErrorCode::kConfig, "--offload-activations '", f.offload_activations,
+                      "' is not accepted (use none, cpu or nvme)");
+  }
+  if (f.offload_activations != "none" && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " needs --schedule planned (the transfers are tasks of the plan)");
+  }
+  if (f.offload_activations == "nvme" && f.nvme_path.empty()) {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-activations nvme needs --nvme-path DIR[,DIR...] (a directory on "
+                      "the disk that holds the activation checkpoints)");
+  }
+  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
+      (f.checkpoint_interval == 0 || f.checkpoint_interval >= f.layers)) {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
+                      " and --layers ", f.layers,
+                      " (one segment, whose activations stay for its backward): use an interval "
+                      "from 1 to ",
+                      f.layers - 1, ", or leave it out");
   }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
@@ -281,8 +306,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--batch", f.batch, "B")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--offload-activations", f.offload_activations,
+                 "none|cpu|nvme: where the kept layer inputs of activation checkpointing live "
+                 "between forward and backward (all but the last segment's; cpu: pinned host "
+                 "memory, nvme: the swap files), brought back one segment ahead")
+      ->capture_default_str();
   app.add_option("--checkpoint-interval", f.checkpoint_interval,
-                 "K: keep every K-th layer's input, recompute the rest (0 = keep all)")
+                 "K: keep every K-th layer's input, recompute the rest (0 = keep all; by "
+                 "default 0, or about sqrt(L) with --offload-activations)")
       ->check(CLI::Range(0, 1024));
   app.add_option("--lr", f.lr, "Adam learning rate")
       ->check(CLI::Range(0.0f, 1.0f))
@@ -315,7 +346,19 @@ int main(int argc, char** argv) {
   cfg.dtype = f.precision == "bf16"   ? DType::kBF16
               : f.precision == "fp16" ? DType::kF16
                                       : DType::kF32;
-  const model::RunShape shape{f.batch, task.seq(), f.checkpoint_interval};
+  // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
+  // below L so that something moves).
+  const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
+                           : f.offload_activations == "none"
+                               ? 0
+                               : std::clamp<int64_t>(std::llround(std::sqrt(double(f.layers))), 1,
+                                                     std::max<int64_t>(1, f.layers - 1));
+  if (f.offload_activations != "none" && f.layers < 2) {
+    return fail(make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                           " needs --layers 2 or more (one layer is one segment, kept for its "
+                           "backward)"));
+  }
+  const model::RunShape shape{f.batch, task.seq(), interval};
   if (Status st = cfg.validate(); !st.ok()) return fail(st);
   if (Status st = shape.validate(cfg); !st.ok()) return fail(st);
   std::vector<std::string> nvme_dirs;
@@ -343,7 +386,7 @@ int main(int argc, char** argv) {
     if (ranks > 1) world.abort(st);
     return fail(st);
   };
-  const bool zero = ranks > 1 || f.zero_stage > 0;
+  const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   if (zero && f.schedule != "planned") {
     return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
                           " ranks need --schedule planned"));
@@ -368,12 +411,14 @@ int main(int argc, char** argv) {
   const int stage = zero ? f.zero_stage : 0;
   auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
   if (!parts.ok()) return die(parts.status());
-  auto model_r =
-      model::GptModel::create(dev, cfg, shape, engine::ZeroStep::block_storage(*parts, stage));
+  auto model_r = model::GptModel::create(
+      dev, cfg, shape,
+      engine::ZeroStep::block_storage(*parts, stage, f.offload_activations != "none"));
   if (!model_r.ok() && model_r.status().code() == ErrorCode::kOutOfMemory) {
     return die(model_r.status().with_context(
         "the model does not fit the device (raise --gpu-memory-limit, keep fewer blocks there "
-        "with --zero-stage 2 or 3, or fewer activations with --checkpoint-interval or a smaller "
+        "with --zero-stage 2 or 3, or fewer activations with --checkpoint-interval, "
+        "--offload-activations cpu or a smaller "
         "--batch)"));
   }
   if (!model_r.ok()) return die(model_r.status());
@@ -385,7 +430,8 @@ int main(int argc, char** argv) {
   const int64_t nb = gpt.num_blocks();
   const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
   std::unique_ptr<nvme::SwapStore> store;
-  if (f.offload_optimizer == "nvme" || f.offload_param == "nvme") {
+  const bool nvme_acts = f.offload_activations == "nvme";
+  if (f.offload_optimizer == "nvme" || f.offload_param == "nvme" || nvme_acts) {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
     // This rank's partitions (its shards from stage 1), 12 bytes per element, and its 16-bit
@@ -395,6 +441,10 @@ int main(int argc, char** argv) {
     so.capacity_bytes = 12ull * elements + (8ull << 20) * nb;
     if (f.offload_param == "nvme") {
       so.capacity_bytes += dtype_size(cfg.dtype) * elements + (8ull << 20) * nb;
+    }
+    if (nvme_acts) {  // the checkpoints of every segment but the last
+      so.capacity_bytes +=
+          static_cast<uint64_t>(gpt.num_segments()) * (gpt.checkpoint_bytes() + (8ull << 20));
     }
     auto s = nvme::SwapStore::open(so);
     if (!s.ok()) return die(s.status());
@@ -444,12 +494,15 @@ int main(int argc, char** argv) {
     zo.device_optimizer = f.offload_optimizer == "none";
     zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
     zo.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
-    zo.offload_param = f.offload_param == "none"   ? engine::ParamHome::kDevice
-                       : f.offload_param == "nvme" ? engine::ParamHome::kNvme
-                                                   : engine::ParamHome::kPinned;
+    zo.offload_param = f.offload_param == "none"   ? engine::Home::kDevice
+                       : f.offload_param == "nvme" ? engine::Home::kNvme
+                                                   : engine::Home::kPinned;
     zo.param_gpu_fraction = f.param_gpu_fraction;
-    zo.param_store = store.get();
-    zo.param_key_base = (static_cast<uint64_t>(rank) << 32) + (uint64_t{1} << 31);
+    zo.offload_activations = f.offload_activations == "cpu"    ? engine::Home::kPinned
+                             : f.offload_activations == "nvme" ? engine::Home::kNvme
+                                                               : engine::Home::kDevice;
+    zo.swap_store = store.get();
+    zo.swap_key_base = (static_cast<uint64_t>(rank) << 32) + (uint64_t{1} << 31);
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();

@@ -2,7 +2,8 @@
 # End-to-end check of train_gpt under mpirun with 2 ranks (ZeRO, engine/zero_step.h):
 #   1. stages 0, 1, 2 and 3 (and stage 3 with half the optimizer state on NVMe, stage 2 with it
 #      on the device, stage 3 with the parameter shards on NVMe and half of them on the device,
-#      and all on the device) print the same losses, norms and accuracies to the last digit (the stages
+#      and all on the device; stage 2 and 3 with the activation checkpoints in pinned memory and
+#      on NVMe) print the same losses, norms and accuracies to the last digit (the stages
 #      are bit-identical);
 #   2. stage 3 with half the optimizer state on NVMe learns the addition task to the accuracy
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
@@ -28,12 +29,16 @@ run2 "${common[@]}" --zero-stage 2 --offload-optimizer none | strip >"$scratch/s
 run2 "${common[@]}" --zero-stage 3 --offload-param nvme --param-gpu-fraction 0.5 \
   --nvme-path "$scratch" | strip >"$scratch/stage3-param-nvme.txt"
 run2 "${common[@]}" --zero-stage 3 --offload-param none | strip >"$scratch/stage3-param-device.txt"
+run2 "${common[@]}" --zero-stage 2 --offload-activations cpu | strip >"$scratch/stage2-acts-cpu.txt"
+run2 "${common[@]}" --zero-stage 3 --offload-activations nvme --checkpoint-interval 1 \
+  --nvme-path "$scratch" | strip >"$scratch/stage3-acts-nvme.txt"
 lines=$(wc -l <"$scratch/stage0.txt")
 if [ "$lines" -lt 5 ]; then
   echo "train_gpt printed $lines step/eval lines at stage 0; expected at least 5" >&2
   exit 1
 fi
-for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device; do
+for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device \
+  stage2-acts-cpu stage3-acts-nvme; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then
     echo "train_gpt: $other differs from stage 0 over 2 ranks (see the diff above)" >&2
     exit 1

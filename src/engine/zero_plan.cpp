@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/check.h"
 #include "engine/zero_step.h"
 
 namespace strata::engine {
@@ -67,7 +68,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
   uint64_t largest_moving = 0, largest_nvme = 0;  // shards not homed in pinned memory; on NVMe
   // A shard homed elsewhere than pinned memory passes through pbuf after its update only.
   auto transient = [this](int64_t b) {
-    return sharded_params(b) && home_[size_t(b)] != ParamHome::kPinned;
+    return sharded_params(b) && home_[size_t(b)] != Home::kPinned;
   };
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
@@ -88,10 +89,10 @@ Result<sched::Plan> ZeroStep::build_plan() {
       pbuf_[b] = add_buffer(Kind::kParamStaging, "new param shard " + name(bb), Tier::kPinnedHost,
                             shard_bytes(bb));
       largest_moving = std::max<uint64_t>(largest_moving, round_page(shard_bytes(bb)));
-      if (home_[b] == ParamHome::kNvme) {
+      if (home_[b] == Home::kNvme) {
         largest_nvme = std::max<uint64_t>(largest_nvme, round_page(shard_bytes(bb)));
       }
-      if (home_[b] == ParamHome::kDevice) {
+      if (home_[b] == Home::kDevice) {
         dshard_[b] = add_buffer(Kind::kHome, "param shard " + name(bb) + " (device)", Tier::kDevice,
                                 shard_bytes(bb), /*initially_valid=*/true);
         device_homes += round_device(shard_bytes(bb));
@@ -210,12 +211,12 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // Stage 3: the new shard of block b, written into pbuf by `after`, to its home (pinned: it is
   // there already); returns the task after which it is there.
   auto finish_shard = [&](int64_t b, TaskId after) -> TaskId {
-    const ParamHome home = home_[size_t(b)];
-    if (home == ParamHome::kPinned) return after;
+    const Home home = home_[size_t(b)];
+    if (home == Home::kPinned) return after;
     const BufferId u = pbuf_[size_t(b)], d = dshard_[size_t(b)];
     const size_t bytes = shard_bytes(b);
     const TaskId t =
-        home == ParamHome::kDevice
+        home == Home::kDevice
             ? plan.add("param shard up " + name(b), Lane::kH2D,
                        [this, u, d, bytes](const TaskContext& c) -> Status {
                          if (update_step_ == 0) return ok_status();
@@ -224,14 +225,13 @@ Result<sched::Plan> ZeroStep::build_plan() {
                                                gpu::CopyKind::kHostToDevice);
                        },
                        {after})
-            : plan.add(
-                  "write param shard " + name(b), Lane::kNvme,
-                  [this, u, b, bytes](const TaskContext& c) -> Status {
-                    if (update_step_ == 0) return ok_status();
-                    moved(kNvmeWrite, bytes);
-                    return options_.param_store->write(shard_key(b), c.buffer(u), bytes).wait();
-                  },
-                  {after});
+            : plan.add("write param shard " + name(b), Lane::kNvme,
+                       [this, u, b, bytes](const TaskContext& c) -> Status {
+                         if (update_step_ == 0) return ok_status();
+                         moved(kNvmeWrite, bytes);
+                         return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
+                       },
+                       {after});
     plan.reads(t, u);
     plan.release(t, u);
     if (d >= 0) plan.writes(t, d);
@@ -498,7 +498,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const int ph = gt.phase;
     const BufferId gh = gathered_host[ph][size_t(b)], gd = gathered_dev[ph][size_t(b)];
     const size_t c16 = static_cast<size_t>(shard(b));
-    const ParamHome home = home_[size_t(b)];
+    const Home home = home_[size_t(b)];
     const std::string what = name(b) + (ph == 0 ? " (forward)" : " (backward)");
     std::vector<TaskId> deps;
     if (ready[size_t(b)] >= 0) deps.push_back(ready[size_t(b)]);  // rotated: the update first
@@ -518,19 +518,19 @@ Result<sched::Plan> ZeroStep::build_plan() {
     size_t send_off = 0;
     TaskId fetch = -1;
     const size_t sbytes = shard_bytes(b);
-    if (home == ParamHome::kNvme) {
+    if (home == Home::kNvme) {
       sh = add_buffer(Kind::kNvmeStaging, "param shard " + what, Tier::kPinnedHost, sbytes);
       fetch = plan.add(
           "read param shard " + what, Lane::kNvme,
           [this, sh, b, sbytes](const TaskContext& c) -> Status {
             if (flushing_) return ok_status();
             moved(kNvmeRead, sbytes);
-            return options_.param_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
+            return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
           },
           deps);
       plan.acquire(fetch, sh);
       plan.writes(fetch, sh);
-    } else if (home == ParamHome::kDevice) {
+    } else if (home == Home::kDevice) {
       sh = gh;
       send_off = static_cast<size_t>(rank) * sbytes;
       const BufferId d = dshard_[size_t(b)];
@@ -564,9 +564,9 @@ Result<sched::Plan> ZeroStep::build_plan() {
         deps);
     const TaskId first = fetch >= 0 ? fetch : gather;
     if (!deferred.empty() && deferred.back().second == -1) deferred.back().second = first;
-    if (home != ParamHome::kDevice) plan.acquire(gather, gh);
+    if (home != Home::kDevice) plan.acquire(gather, gh);
     plan.reads(gather, sh);
-    if (home == ParamHome::kNvme) plan.release(gather, sh);
+    if (home == Home::kNvme) plan.release(gather, sh);
     plan.writes(gather, gh);
     const size_t bytes = static_cast<size_t>(numel(b)) * es;
     gt.upload = plan.add("upload " + what, Lane::kH2D,
@@ -581,6 +581,118 @@ Result<sched::Plan> ZeroStep::build_plan() {
     plan.release(gt.upload, gh);
     plan.acquire(gt.upload, gd);
     plan.writes(gt.upload, gd);
+  };
+
+  // Offloaded activation checkpoints (segments [0, S-1)). Segment s's kept input is written into
+  // a device buffer by the layer before it (the embedding for s = 0), goes down after the next
+  // layer's forward has read it (and on to NVMe), and comes back into another device buffer one
+  // segment ahead: after the first op of segment s+1's backward (its recompute, or the head
+  // backward for the last segment), for the recompute and the backward of its first layer.
+  const int64_t nseg = offloaded_segments();
+  const Home act_home = options_.offload_activations;
+  const size_t cb = m.checkpoint_bytes();
+  auto op_index = [&ops](const std::string& op_name) {
+    size_t i = 0;
+    while (i < ops.size() && ops[i].name != op_name) ++i;
+    STRATA_CHECK(i < ops.size(), "ZeRO plan: no op " + op_name);
+    return i;
+  };
+  struct CkUse {
+    int64_t seg;
+    BufferId buf;
+    bool write, release;  // the writer acquires
+  };
+  std::vector<std::vector<CkUse>> ck_uses(ops.size());
+  std::vector<std::vector<int64_t>> ck_down_after(ops.size()), ck_up_after(ops.size());
+  std::vector<BufferId> ckf, ckb, ckh, ckr;
+  std::vector<size_t> ck_writer;
+  std::vector<TaskId> ck_up(size_t(nseg), -1), ck_stored(size_t(nseg), -1);
+  for (int64_t s = 0; s < nseg; ++s) {
+    const std::string n = "checkpoint " + std::to_string(s);
+    ckf.push_back(add_buffer(Kind::kCheckpoint, n + " (forward)", Tier::kDevice, cb));
+    ckb.push_back(add_buffer(Kind::kCheckpoint, n + " (backward)", Tier::kDevice, cb));
+    ckh.push_back(add_buffer(Kind::kCheckpoint, n + (act_home == Home::kNvme ? " (to NVMe)" : ""),
+                             Tier::kPinnedHost, cb));
+    ckr.push_back(act_home == Home::kNvme
+                      ? add_buffer(Kind::kCheckpoint, n + " (from NVMe)", Tier::kPinnedHost, cb)
+                      : -1);
+    const int64_t first = m.segment_begin(s);
+    const size_t w =
+        s == 0 ? op_index("embedding forward") : op_index("forward " + std::to_string(first - 1));
+    const size_t trigger = s + 2 == m.num_segments()
+                               ? op_index("head backward")
+                               : op_index("recompute " + std::to_string(m.segment_begin(s + 1)));
+    ck_writer.push_back(w);
+    const auto us = size_t(s);
+    ck_uses[w].push_back({s, ckf[us], true, false});
+    ck_uses[op_index("forward " + std::to_string(first))].push_back({s, ckf[us], false, false});
+    ck_uses[op_index("recompute " + std::to_string(first))].push_back({s, ckb[us], false, false});
+    ck_uses[op_index("backward " + std::to_string(first))].push_back({s, ckb[us], false, true});
+    ck_down_after[op_index("forward " + std::to_string(first))].push_back(s);
+    ck_up_after[trigger].push_back(s);
+  }
+  // After op i: the checkpoints it was the last forward reader of go down (and to NVMe); those
+  // wanted one segment ahead of it come back.
+  auto emit_checkpoint_moves = [&](size_t i, TaskId t) {
+    for (int64_t s : ck_down_after[i]) {
+      const auto us = size_t(s);
+      const BufferId f = ckf[us], h = ckh[us];
+      const TaskId down = plan.add("checkpoint " + std::to_string(s) + " down", Lane::kD2H,
+                                   [this, f, h, cb](const TaskContext& c) -> Status {
+                                     if (flushing_) return ok_status();
+                                     moved(kD2H, cb);
+                                     return c.stream->copy(c.buffer(h), c.buffer(f), cb,
+                                                           gpu::CopyKind::kDeviceToHost);
+                                   },
+                                   {op_task[ck_writer[us]], t});
+      plan.acquire(down, h);
+      plan.reads(down, f);
+      plan.release(down, f);
+      plan.writes(down, h);
+      ck_stored[us] = down;
+      if (act_home != Home::kNvme) continue;
+      ck_stored[us] =
+          plan.add("write checkpoint " + std::to_string(s), Lane::kNvme,
+                   [this, h, s, cb](const TaskContext& c) -> Status {
+                     if (flushing_) return ok_status();
+                     moved(kNvmeWrite, cb);
+                     return options_.swap_store->write(checkpoint_key(s), c.buffer(h), cb).wait();
+                   },
+                   {down});
+      plan.reads(ck_stored[us], h);
+      plan.release(ck_stored[us], h);
+    }
+    for (int64_t s : ck_up_after[i]) {
+      const auto us = size_t(s);
+      BufferId src = ckh[us];
+      TaskId prev = ck_stored[us];
+      if (act_home == Home::kNvme) {
+        src = ckr[us];
+        prev = plan.add(
+            "read checkpoint " + std::to_string(s), Lane::kNvme,
+            [this, src, s, cb](const TaskContext& c) -> Status {
+              if (flushing_) return ok_status();
+              moved(kNvmeRead, cb);
+              return options_.swap_store->read(checkpoint_key(s), c.buffer(src), cb).wait();
+            },
+            {prev, t});
+        plan.acquire(prev, src);
+        plan.writes(prev, src);
+      }
+      const BufferId d = ckb[us];
+      ck_up[us] = plan.add("checkpoint " + std::to_string(s) + " up", Lane::kH2D,
+                           [this, src, d, cb](const TaskContext& c) -> Status {
+                             if (flushing_) return ok_status();
+                             moved(kH2D, cb);
+                             return c.stream->copy(c.buffer(d), c.buffer(src), cb,
+                                                   gpu::CopyKind::kHostToDevice);
+                           },
+                           {prev, t});
+      plan.reads(ck_up[us], src);
+      plan.release(ck_up[us], src);
+      plan.acquire(ck_up[us], d);
+      plan.writes(ck_up[us], d);
+    }
   };
 
   // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to
@@ -608,10 +720,29 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.writes(z, dg);
     }
     auto fn = op.fn;
-    const TaskId t = plan.add(op.name, Lane::kCompute, [this, fn](const TaskContext& c) {
-      return flushing_ ? ok_status() : fn(*c.stream, c);
-    });
+    std::vector<std::pair<int64_t, BufferId>> cks;  // the offloaded checkpoints it touches
+    for (const CkUse& u : ck_uses[i]) cks.emplace_back(u.seg, u.buf);
+    const TaskId t =
+        plan.add(op.name, Lane::kCompute, [this, &m, fn, cks](const TaskContext& c) -> Status {
+          if (flushing_) return ok_status();
+          for (const auto& [seg, buf] : cks)
+            STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
+          return fn(*c.stream, c);
+        });
     op_task[i] = t;
+    for (const CkUse& u : ck_uses[i]) {
+      if (u.write) {
+        plan.acquire(t, u.buf);
+        plan.writes(t, u.buf);
+      } else {
+        plan.reads(t, u.buf);
+        if (ck_up[size_t(u.seg)] >= 0 && u.buf == ckb[size_t(u.seg)]) {
+          plan.depend(t, ck_up[size_t(u.seg)]);
+        }
+      }
+      if (u.release) plan.release(t, u.buf);
+    }
+    emit_checkpoint_moves(i, t);
     for (const auto& [after, gather] : deferred) {
       if (after == i) plan.depend(gather, t);
     }
@@ -779,15 +910,20 @@ Result<sched::Plan> ZeroStep::build_plan() {
   sched::Budgets budgets;
   // Shards homed off pinned memory: staging_slots new shards on their way home, and the NVMe
   // reads of depth + 2 gathers.
+  // Offloaded checkpoints: all of them held in pinned memory (cpu), or four in staging (nvme);
+  // three on the device.
+  const uint64_t ck_pinned = nseg == 0                   ? 0
+                             : act_home == Home::kPinned ? uint64_t(nseg) * round_page(cb)
+                                                         : 4 * round_page(cb);
   budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
-      pinned + in_flight +
+      ck_pinned + pinned + in_flight +
       static_cast<uint64_t>(options_.staging_slots) * (slot_bytes + largest_moving) +
       (gathers.empty() ? 0 : (depth + 2) * (round_page(largest) + largest_nvme));
   // The device optimizer's gradient and new-parameter buffers: two of each in flight.
   if (stage >= 2 || largest_opt > 0) {
     const uint64_t k = static_cast<uint64_t>(m.checkpoint_interval());
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
-        device_homes + (stage >= 2 ? 3 * largest_dev : 0) +
+        (nseg == 0 ? 0 : 3 * round_device(cb)) + device_homes + (stage >= 2 ? 3 * largest_dev : 0) +
         (gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * largest_opt;
   }
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));

@@ -16,8 +16,10 @@ Result<Partitioning> ZeroStep::partition(const model::GptConfig& config, int ran
   return Partitioning::create(numel, ranks, persistence_threshold);
 }
 
-model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage) {
+model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage,
+                                            bool offload_activations) {
   model::BlockStorage s;
+  s.checkpoints = !offload_activations;
   for (size_t b = 0; b < parts.num_blocks(); ++b) {
     s.params.push_back(stage < 3 || parts.block(b).persistent);
     s.grads.push_back(stage <= 1);
@@ -95,6 +97,19 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
                           partition(model.config(), s->ranks_, options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
   STRATA_RETURN_IF_ERROR(s->choose_homes());
+  const bool offload_acts = options.offload_activations != Home::kDevice;
+  for (int64_t seg = 0; seg + 1 < model.num_segments(); ++seg) {
+    if (model.caller_checkpoint(seg) != offload_acts) {
+      return make_error(ErrorCode::kConfig, "ZeRO step: --offload-activations ",
+                        offload_acts ? "needs a model that leaves its checkpoints to the engine"
+                                     : "none needs a model that keeps its checkpoints",
+                        " (ZeroStep::block_storage)");
+    }
+  }
+  if (options.offload_activations == Home::kNvme && options.swap_store == nullptr) {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-activations nvme needs a swap store (--nvme-path DIR[,DIR...])");
+  }
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     if (!s->sharded_params(b) && model.param_block(b) == nullptr) {
       return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": block ", b,
@@ -157,11 +172,11 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
   // The NVMe staging lies in the executor's pinned arena: registered with each store in use.
   nvme::SwapStore* opt_store = optimizer.nvme_state_bytes() > 0 ? optimizer.store() : nullptr;
-  nvme::SwapStore* param_store = nullptr;
-  for (ParamHome h : s->home_)
-    param_store = h == ParamHome::kNvme ? options.param_store : param_store;
-  if (param_store == opt_store) param_store = nullptr;  // one registration per store
-  for (nvme::SwapStore* store : {opt_store, param_store}) {
+  nvme::SwapStore* swap_store = nullptr;
+  for (Home h : s->home_) swap_store = h == Home::kNvme ? options.swap_store : swap_store;
+  if (options.offload_activations == Home::kNvme) swap_store = options.swap_store;
+  if (swap_store == opt_store) swap_store = nullptr;  // one registration per store
+  for (nvme::SwapStore* store : {opt_store, swap_store}) {
     if (store == nullptr || s->executor_->pinned_arena_bytes() == 0) continue;
     STRATA_RETURN_IF_ERROR(store->register_buffers(
         {nvme::BufferRegion{s->executor_->pinned_arena(), s->executor_->pinned_arena_bytes()}}));
@@ -172,13 +187,13 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
 
 Status ZeroStep::choose_homes() {
   const int64_t nb = model_.num_blocks();
-  home_.assign(size_t(nb), ParamHome::kDevice);
+  home_.assign(size_t(nb), Home::kDevice);
   const double f = options_.param_gpu_fraction;
-  const bool offloaded = options_.offload_param != ParamHome::kDevice;
+  const bool offloaded = options_.offload_param != Home::kDevice;
   if (!(f >= 0.0 && f <= 1.0)) {
     return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f, " is not accepted (0..1)");
   }
-  const bool nvme = options_.offload_param == ParamHome::kNvme;
+  const bool nvme = options_.offload_param == Home::kNvme;
   if (options_.stage != 3 && (nvme || f > 0.0)) {
     // Below stage 3 nothing is sharded to offload (DeepSpeed's offload_param needs stage 3 too);
     // the default kPinned is stage 3's and means nothing below it.
@@ -202,8 +217,8 @@ Status ZeroStep::choose_homes() {
     const double n = double(parts_.block(size_t(b)).numel);
     const bool resident = offloaded ? taken + 0.5 * n <= f * total : true;
     if (resident) taken += n;
-    home_[size_t(b)] = resident ? ParamHome::kDevice : options_.offload_param;
-    if (home_[size_t(b)] == ParamHome::kNvme && options_.param_store == nullptr) {
+    home_[size_t(b)] = resident ? Home::kDevice : options_.offload_param;
+    if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr) {
       return make_error(ErrorCode::kConfig,
                         "--offload-param nvme needs a swap store (--nvme-path DIR[,DIR...])");
     }
@@ -231,19 +246,19 @@ Status ZeroStep::load_shard(int64_t b, void* host) {
   const size_t bytes =
       static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
   switch (home_[size_t(b)]) {
-    case ParamHome::kPinned:
+    case Home::kPinned:
       std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
       return ok_status();
-    case ParamHome::kDevice:
+    case Home::kDevice:
       STRATA_RETURN_IF_ERROR(model_.stream().copy(host, executor_->buffer(dshard_[size_t(b)]),
                                                   bytes, gpu::CopyKind::kDeviceToHost));
       return model_.stream().synchronize();
-    case ParamHome::kNvme:
+    case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
       }
       STRATA_RETURN_IF_ERROR(
-          options_.param_store->read(shard_key(b), shard_io_.data(), bytes).wait());
+          options_.swap_store->read(shard_key(b), shard_io_.data(), bytes).wait());
       std::memcpy(host, shard_io_.data(), bytes);
       return ok_status();
   }
@@ -254,19 +269,19 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
   const size_t bytes =
       static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
   switch (home_[size_t(b)]) {
-    case ParamHome::kPinned:
+    case Home::kPinned:
       std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
       return ok_status();
-    case ParamHome::kDevice:
+    case Home::kDevice:
       STRATA_RETURN_IF_ERROR(model_.stream().copy(executor_->buffer(dshard_[size_t(b)]), host,
                                                   bytes, gpu::CopyKind::kHostToDevice));
       return model_.stream().synchronize();
-    case ParamHome::kNvme:
+    case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
       }
       std::memcpy(shard_io_.data(), host, bytes);
-      return options_.param_store->write(shard_key(b), shard_io_.data(), bytes).wait();
+      return options_.swap_store->write(shard_key(b), shard_io_.data(), bytes).wait();
   }
   return ok_status();
 }
@@ -338,6 +353,18 @@ Status ZeroStep::forward_inference(const int32_t* tokens) {
     STRATA_ASSIGN_OR_RETURN(scratch_, m.device().allocate(need));
   }
   auto* base = static_cast<std::byte*>(scratch_.data());
+  // The offloaded checkpoints: segment s's kept input in scratch slot s % 2 (a layer reads its
+  // segment's and may write the next one's).
+  if (offloaded_segments() > 0) {
+    if (ckpt_scratch_.size_bytes() < 2 * m.checkpoint_bytes()) {
+      STRATA_ASSIGN_OR_RETURN(ckpt_scratch_, m.device().allocate(2 * m.checkpoint_bytes()));
+    }
+    for (int64_t seg = 0; seg < offloaded_segments(); ++seg) {
+      STRATA_RETURN_IF_ERROR(
+          m.set_checkpoint(seg, static_cast<std::byte*>(ckpt_scratch_.data()) +
+                                    static_cast<size_t>(seg % 2) * m.checkpoint_bytes()));
+    }
+  }
   auto params = [&](int64_t b, void* at) -> Result<const void*> {
     if (m.param_block(b) != nullptr) return static_cast<const void*>(m.param_block(b));
     STRATA_RETURN_IF_ERROR(gather_block(b, at));
@@ -365,9 +392,9 @@ ZeroMemory ZeroStep::memory() const {
     const int64_t shard = parts_.block(b).shard_numel * es;
     if (sharded_params(int64_t(b))) {
       z.params16 += shard;
-      if (home_[b] == ParamHome::kPinned) pinned_homes += shard;
-      if (home_[b] == ParamHome::kDevice) z.params_device += shard;
-      if (home_[b] == ParamHome::kNvme) z.params_nvme += shard;
+      if (home_[b] == Home::kPinned) pinned_homes += shard;
+      if (home_[b] == Home::kDevice) z.params_device += shard;
+      if (home_[b] == Home::kNvme) z.params_nvme += shard;
     }
     if (options_.stage >= 2) {
       z.grads16 += shard;
@@ -402,6 +429,11 @@ ZeroMemory ZeroStep::memory() const {
       peak(Kind::kGradBucket, Tier::kPinnedHost) + peak(Kind::kGradWhole, Tier::kPinnedHost);
   z.pinned_params = peak(Kind::kParamStaging, Tier::kPinnedHost);
   z.pinned_nvme_staging = peak(Kind::kNvmeStaging, Tier::kPinnedHost);
+  z.device_checkpoints = peak(Kind::kCheckpoint, Tier::kDevice);
+  z.pinned_checkpoints = peak(Kind::kCheckpoint, Tier::kPinnedHost);
+  if (options_.offload_activations == Home::kNvme) {
+    z.nvme_checkpoints = offloaded_segments() * static_cast<int64_t>(model_.checkpoint_bytes());
+  }
   return z;
 }
 
@@ -415,7 +447,9 @@ std::string ZeroMemory::describe() const {
      << device_working << " (gathered " << device_gathered << ", gradients "
      << device_grads_in_flight << ", optimizer i/o " << device_optimizer_io << "); pinned "
      << pinned_working << " (gathered " << pinned_gathered << ", gradients " << pinned_grads
-     << ", new params " << pinned_params << ", NVMe staging " << pinned_nvme_staging << ")";
+     << ", new params " << pinned_params << ", NVMe staging " << pinned_nvme_staging
+     << "); activation checkpoints offloaded: device " << device_checkpoints << ", pinned "
+     << pinned_checkpoints << ", NVMe " << nvme_checkpoints;
   return os.str();
 }
 

@@ -79,9 +79,9 @@
 
 namespace strata::engine {
 
-// Where the rank's 16-bit shard of a sharded block (stage 3) lives between its uses
-// (--offload-param none|cpu|nvme).
-enum class ParamHome { kDevice, kPinned, kNvme };
+// Where a piece of state lives between its uses: a stage-3 parameter shard (--offload-param
+// none|cpu|nvme), an activation checkpoint (--offload-activations none|cpu|nvme).
+enum class Home { kDevice, kPinned, kNvme };
 
 struct ZeroStepOptions {
   OffloadStepOptions step;
@@ -112,7 +112,7 @@ struct ZeroStepOptions {
   int64_t delayed_update_warmup = -1;
   // Stage 3 (--offload-param): the home of the sharded blocks' 16-bit shards.
   //   kPinned (cpu, the default): pinned host memory, the gathers' direct source.
-  //   kNvme: the swap store (param_store, keys param_key_base + block): read into pinned staging
+  //   kNvme: the swap store (swap_store, keys swap_key_base + block): read into pinned staging
   //     ahead of each gather (up to prefetch_depth ahead, as the gathers), written after each
   //     update; the fp32 master is not read for it (only the update reads the master).
   //   kDevice (none): the device. One rank: the shard is the whole block, used in place (no
@@ -120,14 +120,23 @@ struct ZeroStepOptions {
   //     all-gathered in place and uploaded (our collectives run on pinned host memory).
   // Stages 0-2 keep parameters whole on the device: kNvme and a fraction are refused there (as
   // DeepSpeed's offload_param needs stage 3); kPinned and kDevice mean nothing below stage 3.
-  ParamHome offload_param = ParamHome::kPinned;
+  Home offload_param = Home::kPinned;
   // --param-gpu-fraction: the share of the sharded blocks' elements whose shard stays on the
   // device anyway (kDevice home), chosen in forward order (shared block, layer 0, 1, ...), each
   // block taken while the running total, counting half of it, stays within the share. Only with
   // kPinned or kNvme.
   double param_gpu_fraction = 0.0;
-  nvme::SwapStore* param_store = nullptr;
-  uint64_t param_key_base = uint64_t{1} << 40;
+  // --offload-activations: the home of the kept layer inputs of every checkpoint segment but
+  // the last (whose layers' activations stay resident through the backward). kPinned: each goes
+  // down (d2h lane) as soon as the next layer's forward has read it, and comes back up one
+  // segment ahead of the recompute that reads it; kNvme: on through pinned staging to the swap
+  // store (nvme lane) and back the same way. The model must leave them to the caller
+  // (block_storage(..., true)). kDevice: the model keeps them all.
+  Home offload_activations = Home::kDevice;
+  // The swap store of the NVMe homes: keys swap_key_base + block (shards) and swap_key_base +
+  // 2^24 + segment (checkpoints).
+  nvme::SwapStore* swap_store = nullptr;
+  uint64_t swap_key_base = uint64_t{1} << 40;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).
@@ -151,6 +160,9 @@ struct ZeroMemory {
   // new-parameter staging (pinned, whole blocks) and the NVMe read/write staging.
   int64_t device_gathered = 0, device_grads_in_flight = 0, device_optimizer_io = 0;
   int64_t pinned_gathered = 0, pinned_grads = 0, pinned_params = 0, pinned_nvme_staging = 0;
+  // Offloaded activation checkpoints: on the device (written or brought back), in pinned memory
+  // (kept there, or staged to and from NVMe), and on NVMe.
+  int64_t device_checkpoints = 0, pinned_checkpoints = 0, nvme_checkpoints = 0;
   int64_t model_state() const { return params16 + grads16 + master + exp_avg + exp_avg_sq; }
   std::string describe() const;
 };
@@ -192,7 +204,9 @@ class ZeroStep {
                                         int64_t persistence_threshold);
   // The blocks the model must hold on the device at `stage`: parameters of the blocks that are
   // not sharded (all below stage 3; persistent ones at 3), gradients at stages 0-1.
-  static model::BlockStorage block_storage(const Partitioning& parts, int stage);
+  // offload_activations: the model leaves the checkpoints the engine moves to the caller.
+  static model::BlockStorage block_storage(const Partitioning& parts, int stage,
+                                           bool offload_activations = false);
 
   // `optimizer` as optimizer_numel(); every rank calls create (it is not collective).
   static Result<std::unique_ptr<ZeroStep>> create(model::GptModel& model,
@@ -224,7 +238,7 @@ class ZeroStep {
   ZeroLaneBytes last_lane_bytes() const { return lane_bytes_; }
   // Where block b's 16-bit parameters live between uses: kDevice for blocks kept whole on the
   // device (stages 0-2, persistent blocks), else the shard's home.
-  ParamHome param_home(int64_t b) const { return home_[size_t(b)]; }
+  Home param_home(int64_t b) const { return home_[size_t(b)]; }
   // The traffic theory for one step (the figures above, from the partitioning).
   ZeroTraffic expected_traffic() const;
 
@@ -244,12 +258,19 @@ class ZeroStep {
   }
   // A sharded block whose uses need a gather (all but a device shard of one rank).
   bool gathered(int64_t b) const {
-    return sharded_params(b) && !(home_[size_t(b)] == ParamHome::kDevice && ranks_ == 1);
+    return sharded_params(b) && !(home_[size_t(b)] == Home::kDevice && ranks_ == 1);
   }
   // Block b's shard (stage 3) into / from host memory, wherever its home is (outside replays).
   Status load_shard(int64_t b, void* host);
   Status store_shard(int64_t b, const void* host);
-  uint64_t shard_key(int64_t b) const { return options_.param_key_base + uint64_t(b); }
+  uint64_t shard_key(int64_t b) const { return options_.swap_key_base + uint64_t(b); }
+  uint64_t checkpoint_key(int64_t seg) const {
+    return options_.swap_key_base + (uint64_t{1} << 24) + uint64_t(seg);
+  }
+  // Segments whose checkpoint the engine moves (all but the last, when offloaded).
+  int64_t offloaded_segments() const {
+    return options_.offload_activations == Home::kDevice ? 0 : model_.num_segments() - 1;
+  }
   void moved(int lane, uint64_t bytes) {
     lane_counting_[size_t(lane)].fetch_add(bytes, std::memory_order_relaxed);
   }
@@ -263,7 +284,7 @@ class ZeroStep {
   std::vector<int64_t> blocks_;          // partition -> block
   std::vector<sched::BufferId> pbuf_;    // by block: new params (stage 3: the param shard)
   std::vector<sched::BufferId> dshard_;  // by block: the device home of a shard (-1: none)
-  std::vector<ParamHome> home_;          // by block
+  std::vector<Home> home_;               // by block
   // Transfer bytes counted by the lanes' tasks during a replay: h2d, d2h, nvme read, write.
   std::array<std::atomic<uint64_t>, 4> lane_counting_{};
   ZeroLaneBytes lane_bytes_;
@@ -295,9 +316,11 @@ class ZeroStep {
     kGathered,
     kNvmeStaging,
     kOptimizerIo,
+    kCheckpoint,
   };
-  std::vector<Kind> buffer_kind_;  // by BufferId
-  gpu::DeviceBuffer scratch_;      // forward_inference: one gathered block
+  std::vector<Kind> buffer_kind_;   // by BufferId
+  gpu::DeviceBuffer scratch_;       // forward_inference: one gathered block
+  gpu::DeviceBuffer ckpt_scratch_;  // forward_inference: two offloaded checkpoints
   std::vector<std::byte> host_scratch_;
 };
 

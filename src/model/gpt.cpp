@@ -79,7 +79,11 @@ Status GptModel::allocate_all(const BlockStorage& storage) {
   }
   const int64_t segments = (config_.layers + k_ - 1) / k_;
   for (int64_t s = 0; s < segments; ++s) {
-    STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer x, alloc(n * c * es));
+    gpu::DeviceBuffer x;
+    if (storage.checkpoints || s + 1 == segments) {
+      STRATA_ASSIGN_OR_RETURN(x, alloc(n * c * es));
+    }
+    checkpoint_at_.push_back(x.data());
     checkpoints_.push_back(std::move(x));
   }
   for (int64_t s = 0; s < k_; ++s) {
@@ -120,7 +124,7 @@ Status GptModel::allocate_all(const BlockStorage& storage) {
 }
 
 void* GptModel::layer_input(int64_t l) const {
-  if (l % k_ == 0) return checkpoints_[static_cast<size_t>(l / k_)].data();
+  if (l % k_ == 0) return checkpoint_at_[static_cast<size_t>(l / k_)];
   return sets_[static_cast<size_t>(l % k_)]->x_in.data();
 }
 
@@ -132,7 +136,28 @@ GptModel::Activations& GptModel::acts(int64_t l) const {
   return *sets_[static_cast<size_t>(l % k_)];
 }
 
+Status GptModel::set_checkpoint(int64_t seg, void* at) {
+  if (seg < 0 || seg >= num_segments() || !caller_checkpoint(seg)) {
+    return make_error(ErrorCode::kConfig, "GptModel::set_checkpoint(", seg,
+                      "): not a segment whose kept input the caller holds");
+  }
+  checkpoint_at_[static_cast<size_t>(seg)] = at;
+  return ok_status();
+}
+
+size_t GptModel::checkpoint_bytes() const {
+  return static_cast<size_t>(shape_.batch * shape_.seq * config_.channels) *
+         dtype_size(config_.dtype);
+}
+
 Status GptModel::check_resident(bool grads) const {
+  for (int64_t seg = 0; seg < num_segments(); ++seg) {
+    if (checkpoint_at_[static_cast<size_t>(seg)] == nullptr) {
+      return make_error(ErrorCode::kConfig, "the kept input of checkpoint segment ", seg,
+                        " is the engine's (BlockStorage::checkpoints): use the per-layer entry "
+                        "points");
+    }
+  }
   for (int64_t b = 0; b < num_blocks(); ++b) {
     if (param_block(b) == nullptr || (grads && grad_block(b) == nullptr)) {
       return make_error(ErrorCode::kConfig, "block ", b,

@@ -54,6 +54,9 @@ namespace strata::model {
 struct BlockStorage {
   std::vector<bool> params;  // by block (L + 1)
   std::vector<bool> grads;
+  // false: the kept inputs of every checkpoint segment but the last live in the caller's
+  // buffers (set_checkpoint before the entry points that touch them; the engine offloads them).
+  bool checkpoints = true;
 };
 
 class GptModel {
@@ -95,6 +98,15 @@ class GptModel {
   };
   BlockCost block_cost(int64_t block) const;
 
+  // The kept input of segment `seg` (one [B,T,C] tensor of checkpoint_bytes()) lives at `at`
+  // from now on; only for the caller's segments (BlockStorage::checkpoints false, seg below the
+  // last). Touched by: the layer before the segment (writes it; embedding_forward for segment
+  // 0), the segment's first layer's forward, recompute and backward (read it).
+  Status set_checkpoint(int64_t seg, void* at);
+  bool caller_checkpoint(int64_t seg) const {
+    return checkpoints_[static_cast<size_t>(seg)].data() == nullptr;
+  }
+  size_t checkpoint_bytes() const;
   // Activation checkpoint segments: segment s holds layers [s*K, min((s+1)*K, L)).
   int64_t num_segments() const { return (config_.layers + k_ - 1) / k_; }
   int64_t segment_begin(int64_t seg) const { return seg * k_; }
@@ -179,6 +191,7 @@ class GptModel {
 
   std::vector<gpu::DeviceBuffer> params_, grads_;   // L + 1 blocks each
   std::vector<gpu::DeviceBuffer> checkpoints_;      // ceil(L / K) kept layer inputs [B,T,C]
+  std::vector<void*> checkpoint_at_;                // where each is (the model's or the caller's)
   std::vector<std::unique_ptr<Activations>> sets_;  // K sets of saved layer tensors
   gpu::DeviceBuffer x_final_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, tokens_, targets_;
   gpu::DeviceBuffer tmp_, dres_, dbuf_, dqkv_, d4a_, d4b_;

@@ -12,7 +12,7 @@ constexpr float kLayerNormEps = 1e-5f;
 
 Status GptModel::embedding_forward(gpu::Stream& s, const void* shared) {
   void* p = const_cast<void*>(shared);
-  return k_ops_.embedding_forward(s, checkpoints_[0].data(), tokens_.as<int32_t>(),
+  return k_ops_.embedding_forward(s, checkpoint_at_[0], tokens_.as<int32_t>(),
                                   elem(p, sl_.wte, config_.dtype), elem(p, sl_.wpe, config_.dtype),
                                   shape_.batch, shape_.seq, config_.channels, config_.dtype);
 }

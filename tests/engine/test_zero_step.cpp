@@ -62,8 +62,9 @@ struct ZCase {
   // the delayed update, from the same step on (step s computes with the parameters after update
   // s-2 instead of s-1).
   int64_t delayed = -1;
-  ParamHome offload_param = ParamHome::kPinned;  // --offload-param (stage 3)
-  double param_gpu_fraction = 0.0;               // --param-gpu-fraction
+  Home offload_param = Home::kPinned;        // --offload-param (stage 3)
+  double param_gpu_fraction = 0.0;           // --param-gpu-fraction
+  Home offload_activations = Home::kDevice;  // --offload-activations
   bool expect_error = false;  // ZeroStep::create must refuse the case (ZRun::error says why)
 };
 
@@ -80,12 +81,13 @@ struct ZRun {
   ZeroMemory memory;
   int64_t partition_state_bytes = 0;  // Partitioning::model_state_bytes of the stage
   size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
-  ZeroLaneBytes lanes;               // of the last step
-  std::vector<ParamHome> homes;      // by block
-  std::vector<bool> nvme_parts;      // by partition: optimizer state on NVMe
-  std::vector<bool> device_parts;    // by partition: optimizer state on the device
-  std::vector<int64_t> part_blocks;  // partition -> block
-  std::string error;                 // ZCase::expect_error: ZeroStep::create's message
+  ZeroLaneBytes lanes;                         // of the last step
+  std::vector<Home> homes;                     // by block
+  std::vector<bool> nvme_parts;                // by partition: optimizer state on NVMe
+  std::vector<bool> device_parts;              // by partition: optimizer state on the device
+  std::vector<int64_t> part_blocks;            // partition -> block
+  std::string error;                           // ZCase::expect_error: ZeroStep::create's message
+  int64_t segments = 0, checkpoint_bytes = 0;  // the model's checkpoint segments, one's bytes
 };
 
 // The same global batch for every rank count: step s's batch of kMicroBatch * N sequences;
@@ -121,9 +123,9 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   const int stage = c.serial ? 0 : c.stage;
   auto parts = ZeroStep::partition(cfg, comm.size(), c.persistence).value();
   // The model holds on the device only what the stage keeps there.
-  auto model_r =
-      model::GptModel::create(dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint},
-                              ZeroStep::block_storage(parts, stage));
+  auto model_r = model::GptModel::create(
+      dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint},
+      ZeroStep::block_storage(parts, stage, c.offload_activations != Home::kDevice));
   EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
   if (!model_r.ok()) return run;
   model::GptModel& m = *model_r.value();
@@ -169,7 +171,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     zo.delayed_update_warmup = c.delayed;
     zo.offload_param = c.offload_param;
     zo.param_gpu_fraction = c.param_gpu_fraction;
-    zo.param_store = store;
+    zo.swap_store = store;
+    zo.offload_activations = c.offload_activations;
     auto r = ZeroStep::create(m, opt, comm, zo);
     if (c.expect_error) {
       EXPECT_FALSE(r.ok()) << "ZeroStep::create accepted the case";
@@ -186,6 +189,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     for (size_t p = 0; p < opt.num_partitions(); ++p) run.nvme_parts.push_back(opt.on_nvme(p));
     run.device_parts = DeviceOptimizer::choose(opt, c.device_optimizer ? 1.0 : c.gpu_fraction);
     run.part_blocks = partition_blocks(m);
+    run.segments = m.num_segments();
+    run.checkpoint_bytes = static_cast<int64_t>(m.checkpoint_bytes());
   }
   // One rank's share of the global batch (a one-rank run takes the whole of it).
   const int64_t global_rows = c.batch * comm.size();
@@ -302,7 +307,7 @@ void expect_same_bits(const ZRun& a, const ZRun& b) {
   EXPECT_LT(a.losses.back(), a.losses.front()) << "the run learned nothing";
 }
 
-constexpr const char* kHomeNames[] = {"none", "cpu", "nvme"};  // by ParamHome
+constexpr const char* kHomeNames[] = {"none", "cpu", "nvme"};  // by Home
 
 std::string describe(const ZCase& c) {
   return "stage " + std::to_string(c.stage) + " " + std::string(dtype_name(c.dtype)) + " nvme " +
@@ -312,7 +317,8 @@ std::string describe(const ZCase& c) {
          (c.gpu_fraction > 0 ? " gpu optimizer fraction " + std::to_string(c.gpu_fraction) : "") +
          (c.stage == 3 ? " offload-param " + std::string(kHomeNames[int(c.offload_param)]) +
                              " param-gpu-fraction " + std::to_string(c.param_gpu_fraction)
-                       : "");
+                       : "") +
+         " offload-activations " + kHomeNames[int(c.offload_activations)];
 }
 
 struct Store {
@@ -408,7 +414,7 @@ TEST(ZeroStep, ParameterTiersGiveTheBitsOfStageZero) {
     base.grad_clip = clip;
     const ZRun ref = train(comm, base, nullptr);
     std::vector<ZCase> cases;
-    for (ParamHome home : {ParamHome::kPinned, ParamHome::kNvme}) {
+    for (Home home : {Home::kPinned, Home::kNvme}) {
       for (double f : {0.0, 0.5, 1.0}) {
         ZCase c = base;
         c.stage = 3;
@@ -420,24 +426,36 @@ TEST(ZeroStep, ParameterTiersGiveTheBitsOfStageZero) {
     }
     ZCase c = base;
     c.stage = 3;
-    c.offload_param = ParamHome::kDevice;
+    c.offload_param = Home::kDevice;
     cases.push_back(c);
     if (clip > 0) {  // the optimizer on the device: rotated only
-      c.offload_param = ParamHome::kNvme;
+      c.offload_param = Home::kNvme;
       c.param_gpu_fraction = 0.5;
       c.gpu_fraction = 0.3;
       cases.push_back(c);
-      c.offload_param = ParamHome::kDevice;
+      c.offload_param = Home::kDevice;
       c.param_gpu_fraction = 0.0;
       c.gpu_fraction = 1.0;
       cases.push_back(c);
+    }
+    // Activation checkpoints offloaded (to pinned memory, to NVMe) at stages 0, 2 and 3, one and
+    // two segments of three layers moved (K = 1, 2), beside parameters on NVMe.
+    for (int stage : {0, 2, 3}) {
+      for (Home act : {Home::kPinned, Home::kNvme}) {
+        ZCase a = base;
+        a.stage = stage;
+        a.offload_activations = act;
+        a.checkpoint = act == Home::kPinned ? 1 : 2;
+        a.offload_param = stage == 3 && act == Home::kNvme ? Home::kNvme : Home::kPinned;
+        cases.push_back(a);
+      }
     }
     for (const ZCase& z : cases) {
       SCOPED_TRACE(describe(z) + " clip " + std::to_string(clip));
       const ZRun r = train(comm, z, store.store.get());
       expect_same_bits(ref, r);
       // The fraction's choice: forward order (shared block first), half a block's rounding.
-      const double f = z.offload_param == ParamHome::kDevice ? 1.0 : z.param_gpu_fraction;
+      const double f = z.offload_param == Home::kDevice ? 1.0 : z.param_gpu_fraction;
       ASSERT_EQ(r.homes.size(), r.params.size());
       double total = 0, taken = 0;
       for (const auto& p : r.params) total += double(p.size());
@@ -445,23 +463,57 @@ TEST(ZeroStep, ParameterTiersGiveTheBitsOfStageZero) {
       for (size_t b = 0; b + 1 < r.params.size(); ++b) order.push_back(b);
       for (size_t b : order) {
         const double n = double(r.params[b].size());
-        const bool resident = taken + 0.5 * n <= f * total;
+        // Below stage 3 every block is whole on the device.
+        const bool resident = z.stage < 3 || taken + 0.5 * n <= f * total;
         if (resident) taken += n;
-        EXPECT_EQ(r.homes[b], resident ? ParamHome::kDevice : z.offload_param) << "block " << b;
+        EXPECT_EQ(r.homes[b], resident ? Home::kDevice : z.offload_param) << "block " << b;
       }
     }
   }
   for (int stage = 0; stage <= 2; ++stage) {
     ZCase c;
     c.stage = stage;
-    c.offload_param = ParamHome::kNvme;
+    c.offload_param = Home::kNvme;
     c.expect_error = true;
     std::string r = train(comm, c, store.store.get()).error;
     EXPECT_NE(r.find("--offload-param nvme needs --zero-stage 3"), std::string::npos) << r;
-    c.offload_param = ParamHome::kPinned;
+    c.offload_param = Home::kPinned;
     c.param_gpu_fraction = 0.5;
     r = train(comm, c, store.store.get()).error;
     EXPECT_NE(r.find("--param-gpu-fraction needs --zero-stage 3"), std::string::npos) << r;
+  }
+}
+
+// Offloaded checkpoints leave the device: the model holds only the last segment's kept input
+// ((S-1) checkpoints fewer), the plan at most two at a time (one written or read in the forward,
+// one brought back ahead of its recompute), pinned memory all S-1 of them (cpu) or staging only
+// (nvme, where all S-1 are).
+TEST(ZeroStep, OffloadedActivationsLeaveTheDevice) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  ZCase c;
+  c.stage = 2;
+  c.checkpoint = 1;
+  c.steps = 2;
+  const ZRun kept = train(comm, c, nullptr);
+  for (Home act : {Home::kPinned, Home::kNvme}) {
+    c.offload_activations = act;
+    SCOPED_TRACE(describe(c));
+    const ZRun r = train(comm, c, store.store.get());
+    ASSERT_EQ(r.segments, 3);
+    const int64_t cb = r.checkpoint_bytes, moved = (r.segments - 1) * cb;
+    EXPECT_EQ(int64_t(kept.model_device_bytes) - int64_t(r.model_device_bytes), moved);
+    EXPECT_EQ(r.memory.device_activations, kept.memory.device_activations - moved);
+    EXPECT_GT(r.memory.device_checkpoints, 0);
+    EXPECT_LE(r.memory.device_checkpoints, 2 * cb);
+    if (act == Home::kPinned) {
+      EXPECT_EQ(r.memory.pinned_checkpoints, moved);
+      EXPECT_EQ(r.memory.nvme_checkpoints, 0);
+    } else {
+      EXPECT_LE(r.memory.pinned_checkpoints, 2 * cb);  // staging to and from NVMe
+      EXPECT_EQ(r.memory.nvme_checkpoints, moved);
+    }
   }
 }
 
@@ -491,11 +543,13 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     c.nvme_fraction = k == 1 || k == 3 || k == 5 ? 0.5 : 0.0;
     c.device_optimizer = k == 0;
     c.gpu_fraction = k == 4 ? 0.3 : 0.0;
-    c.offload_param = k < 2    ? ParamHome::kPinned
-                      : k == 2 ? ParamHome::kDevice
-                      : k == 3 ? ParamHome::kPinned
-                               : ParamHome::kNvme;
+    c.offload_param = k < 2    ? Home::kPinned
+                      : k == 2 ? Home::kDevice
+                      : k == 3 ? Home::kPinned
+                               : Home::kNvme;
     c.param_gpu_fraction = k >= 3 && k != 6 ? 0.5 : 0.0;
+    c.offload_activations = k == 1 || k == 4 ? Home::kNvme : k == 2 ? Home::kPinned : Home::kDevice;
+    c.checkpoint = 1;
     cases.push_back(c);
   }
   for (const ZCase& c : cases) {
@@ -524,13 +578,13 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const uint64_t n = uint64_t(bp.numel), sh = uint64_t(bp.shard_numel);
       const uint64_t g = b + 1 == nb ? 1 : 2;
       const bool sharded = c.stage == 3;
-      const bool in_place_shard = sharded && r.homes[b] == ParamHome::kDevice && n_ranks == 1;
+      const bool in_place_shard = sharded && r.homes[b] == Home::kDevice && n_ranks == 1;
       want.d2h += n * e;
       if (sharded && !in_place_shard) want.h2d += g * n * e;
-      if (sharded && r.homes[b] == ParamHome::kDevice && n_ranks > 1) want.d2h += g * sh * e;
-      if (sharded && r.homes[b] == ParamHome::kNvme) want.nvme_read += g * sh * e;
-      if (sharded && r.homes[b] == ParamHome::kNvme) want.nvme_write += sh * e;
-      if (sharded && r.homes[b] == ParamHome::kDevice) want.h2d += sh * e;
+      if (sharded && r.homes[b] == Home::kDevice && n_ranks > 1) want.d2h += g * sh * e;
+      if (sharded && r.homes[b] == Home::kNvme) want.nvme_read += g * sh * e;
+      if (sharded && r.homes[b] == Home::kNvme) want.nvme_write += sh * e;
+      if (sharded && r.homes[b] == Home::kDevice) want.h2d += sh * e;
       const size_t p = part_of[b];
       const uint64_t k = c.stage == 0 ? n : sh;
       const bool on_dev = r.device_parts[p];
@@ -540,6 +594,17 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       if (r.nvme_parts[p]) {
         want.nvme_read += 12 * k;
         want.nvme_write += 12 * k;
+      }
+    }
+    // Offloaded checkpoints: every segment's kept input but the last's, down and up once, and
+    // through NVMe when they live there.
+    if (c.offload_activations != Home::kDevice) {
+      const uint64_t moved = uint64_t(r.segments - 1) * uint64_t(r.checkpoint_bytes);
+      want.d2h += moved;
+      want.h2d += moved;
+      if (c.offload_activations == Home::kNvme) {
+        want.nvme_read += moved;
+        want.nvme_write += moved;
       }
     }
     auto near = [](uint64_t got, uint64_t expect, const char* lane) {
