@@ -32,3 +32,23 @@ if ! grep -q '"traceEvents"' "$scratch/trace.json"; then
   exit 1
 fi
 echo "train_gpt: $lines step/eval lines identical with the optimizer in RAM, on NVMe, and serial"
+# --host-memory-limit: a plan over it is refused before training with the bytes and a fraction
+# that fits; with that fraction the same run trains.
+budget=(--device cpu --layers 12 --channels 128 --batch 8 --steps 3 --eval-every 3 --zero-stage 1
+  --gpu-memory-limit 64MiB --host-memory-limit 30MiB)
+if "$train" "${budget[@]}" >"$scratch/budget.txt" 2>&1; then
+  echo "train_gpt: a plan over --host-memory-limit trained" >&2
+  exit 1
+fi
+fraction=$(grep -oE -- '--optimizer-nvme-fraction [0-9.]+' "$scratch/budget.txt" | head -1 |
+  cut -d' ' -f2)
+if [ -z "$fraction" ] || grep -q '^step' "$scratch/budget.txt"; then
+  cat "$scratch/budget.txt" >&2
+  echo "train_gpt: the --host-memory-limit refusal gave no fraction, or came after a step" >&2
+  exit 1
+fi
+"$train" "${budget[@]}" --offload-optimizer nvme --optimizer-nvme-fraction "$fraction" \
+  --nvme-path "$scratch" >"$scratch/budget-fit.txt"
+grep -q "3 steps done" "$scratch/budget-fit.txt"
+echo "train_gpt: over --host-memory-limit: $(grep -oE 'needs [0-9.]+ MiB' "$scratch/budget.txt");" \
+  "trains with --optimizer-nvme-fraction $fraction"

@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
+#include "engine/memory_budget.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/planned_step.h"
 #include "engine/serial_step.h"
@@ -55,6 +56,7 @@ struct Flags {
   double nvme_fraction = 0.0;
   double gpu_optimizer_fraction = 0.0;
   uint64_t gpu_memory_limit = 0;
+  uint64_t host_memory_limit = 0;
   bool delayed_update = false;
   int64_t delayed_update_warmup = 40;
   std::string nvme_path;
@@ -233,6 +235,13 @@ int main(int argc, char** argv) {
                  "SIZE: cap of the device memory pool per rank, e.g. 16GiB (0: the CpuDevice's "
                  "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
                  "before training with the bytes requested, in use and the limit")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  app.add_option("--host-memory-limit", f.host_memory_limit,
+                 "SIZE: pinned host memory this rank's engine may use (optimizer state in RAM, "
+                 "its staging, the step plan's buffers), e.g. 8GiB; 0: no limit. A plan over it "
+                 "is refused before its large allocations, naming the bytes and the flags that "
+                 "would make it fit")
       ->transform(CLI::AsSizeValue(true))
       ->capture_default_str();
   app.add_flag("--delayed-update", f.delayed_update,
@@ -458,6 +467,22 @@ int main(int argc, char** argv) {
   oo.store = store.get();
   oo.staging_slots = f.schedule == "planned" ? 1 : 3;  // the plan stages through its own buffers
   oo.key_base = static_cast<uint64_t>(rank) << 32;
+  if (f.host_memory_limit > 0) {  // the optimizer's share first, before its arena is allocated
+    engine::PinnedNeeds pn;
+    pn.optimizer_state = engine::OffloadedOptimizer::split(numel, oo.nvme_fraction).host_bytes;
+    pn.optimizer_staging =
+        engine::OffloadedOptimizer::pinned_bytes_needed(numel, oo) - pn.optimizer_state;
+    pn.optimizer_at = [&numel, oo](double fraction) {
+      engine::OffloadedOptimizerOptions o = oo;
+      o.nvme_fraction = fraction;
+      return engine::OffloadedOptimizer::pinned_bytes_needed(numel, o);
+    };
+    pn.optimizer_fraction = oo.nvme_fraction;
+    pn.optimizer_now = pn.optimizer_state + pn.optimizer_staging;
+    if (Status st = engine::check_pinned_budget(pn, f.host_memory_limit); !st.ok()) {
+      return die(st);
+    }
+  }
   auto opt_r = engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
   if (!opt_r.ok()) return die(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();
@@ -498,6 +523,7 @@ int main(int argc, char** argv) {
                        : f.offload_param == "nvme" ? engine::Home::kNvme
                                                    : engine::Home::kPinned;
     zo.param_gpu_fraction = f.param_gpu_fraction;
+    zo.host_memory_limit = f.host_memory_limit;
     zo.offload_activations = f.offload_activations == "cpu"    ? engine::Home::kPinned
                              : f.offload_activations == "nvme" ? engine::Home::kNvme
                                                                : engine::Home::kDevice;

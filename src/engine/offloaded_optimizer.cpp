@@ -17,6 +17,35 @@ uint64_t OffloadedOptimizer::staging_bound_bytes(int slots, int64_t max_numel) {
   return static_cast<uint64_t>(slots) * round_up(state_bytes_of(max_numel), kPage);
 }
 
+OffloadedOptimizer::Split OffloadedOptimizer::split(const std::vector<int64_t>& partition_numel,
+                                                    double nvme_fraction) {
+  int64_t total = 0;
+  for (int64_t n : partition_numel) total += n;
+  const double target = nvme_fraction * static_cast<double>(total);
+  Split s;
+  int64_t nvme_numel = 0;
+  for (int64_t n : partition_numel) {
+    const bool nvme = static_cast<double>(nvme_numel) + 0.5 * static_cast<double>(n) <= target;
+    s.on_nvme.push_back(nvme);
+    s.host_offset.push_back(nvme ? 0 : s.host_bytes);
+    if (nvme) {
+      nvme_numel += n;
+      s.max_nvme_numel = std::max(s.max_nvme_numel, n);
+      s.nvme_bytes += state_bytes_of(n);
+    } else {
+      s.host_bytes += round_up(state_bytes_of(n), 64);
+    }
+  }
+  return s;
+}
+
+uint64_t OffloadedOptimizer::pinned_bytes_needed(const std::vector<int64_t>& partition_numel,
+                                                 const OffloadedOptimizerOptions& options) {
+  const Split s = split(partition_numel, options.nvme_fraction);
+  return s.host_bytes +
+         (s.max_nvme_numel > 0 ? staging_bound_bytes(options.staging_slots, s.max_nvme_numel) : 0);
+}
+
 Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> partition_numel,
                                                       cpu::CpuAdam adam,
                                                       OffloadedOptimizerOptions options) {
@@ -31,30 +60,18 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
   OffloadedOptimizer opt(std::move(adam));
   opt.options_ = options;
   cpu::PinnedPool& pool = options.pool != nullptr ? *options.pool : cpu::default_pinned_pool();
-  int64_t total = 0;
   for (int64_t n : partition_numel) {
     if (n <= 0) {
       return make_error(ErrorCode::kConfig, "optimizer partition of ", n,
                         " elements is not accepted (> 0)");
     }
-    total += n;
   }
-  const double target = options.nvme_fraction * static_cast<double>(total);
-  int64_t nvme_numel = 0;
-  int64_t max_nvme = 0;
-  uint64_t host_bytes = 0;
-  for (int64_t n : partition_numel) {
-    const bool nvme = static_cast<double>(nvme_numel) + 0.5 * static_cast<double>(n) <= target;
-    opt.on_nvme_.push_back(nvme);
-    opt.host_offset_.push_back(nvme ? 0 : host_bytes);
-    if (nvme) {
-      nvme_numel += n;
-      max_nvme = std::max(max_nvme, n);
-      opt.nvme_bytes_ += state_bytes_of(n);
-    } else {
-      host_bytes += round_up(state_bytes_of(n), 64);
-    }
-  }
+  Split sp = split(partition_numel, options.nvme_fraction);
+  opt.on_nvme_ = std::move(sp.on_nvme);
+  opt.host_offset_ = std::move(sp.host_offset);
+  opt.nvme_bytes_ = sp.nvme_bytes;
+  const int64_t max_nvme = sp.max_nvme_numel;
+  const uint64_t host_bytes = sp.host_bytes;
   opt.numel_ = std::move(partition_numel);
   if (max_nvme > 0 && options.store == nullptr) {
     return make_error(ErrorCode::kConfig,

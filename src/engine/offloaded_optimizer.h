@@ -59,6 +59,17 @@ class OffloadedOptimizer {
 
   // Bytes of pinned staging for `slots` slots and NVMe partitions of at most max_numel elements.
   static uint64_t staging_bound_bytes(int slots, int64_t max_numel);
+  // Where create() puts the partitions (the layout rule above), without allocating anything.
+  struct Split {
+    std::vector<bool> on_nvme;
+    std::vector<uint64_t> host_offset;  // in the host arena
+    uint64_t host_bytes = 0, nvme_bytes = 0;
+    int64_t max_nvme_numel = 0;
+  };
+  static Split split(const std::vector<int64_t>& partition_numel, double nvme_fraction);
+  // The pinned bytes create() would allocate: the host arena and the staging.
+  static uint64_t pinned_bytes_needed(const std::vector<int64_t>& partition_numel,
+                                      const OffloadedOptimizerOptions& options);
 
   // Sets partition i's state (synchronously; m or v may be null for zeros).
   Status load(size_t i, const float* params, const float* exp_avg, const float* exp_avg_sq);
@@ -89,6 +100,7 @@ class OffloadedOptimizer {
   uint64_t host_state_bytes() const { return host_arena_.size_bytes(); }
   uint64_t nvme_state_bytes() const { return nvme_bytes_; }
   nvme::SwapStore* store() const { return options_.store; }
+  const OffloadedOptimizerOptions& options() const { return options_; }
   const cpu::CpuAdam& adam() const { return adam_; }
   cpu::CpuAdam& adam() { return adam_; }
 

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "engine/memory_budget.h"
+
 namespace strata::engine {
 
 Result<Partitioning> ZeroStep::partition(const model::GptConfig& config, int ranks,
@@ -168,6 +170,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
                                                                     model.stream(), on_device));
   }
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
+  STRATA_RETURN_IF_ERROR(s->check_budgets(plan));
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
   // The NVMe staging lies in the executor's pinned arena: registered with each store in use.
@@ -224,6 +227,53 @@ Status ZeroStep::choose_homes() {
     }
   }
   return ok_status();
+}
+
+Status ZeroStep::check_budgets(const sched::Plan& plan) const {
+  const uint64_t es = dtype_size(model_.config().dtype);
+  PinnedNeeds pn;
+  pn.optimizer_state = opt_.host_state_bytes();
+  pn.optimizer_staging = opt_.staging_bytes();
+  pn.plan = plan.peak_bytes(sched::Tier::kPinnedHost);
+  std::vector<int64_t> numel;
+  for (size_t p = 0; p < opt_.num_partitions(); ++p) numel.push_back(opt_.numel(p));
+  // At most: the host arena, the optimizer's staging slots and the plan's staging (its budget:
+  // staging_slots of the largest NVMe partition, or fewer when fewer partitions are there).
+  const int opt_slots = opt_.options().staging_slots, plan_slots = options_.staging_slots;
+  pn.optimizer_at = [numel, opt_slots, plan_slots](double f) {
+    const OffloadedOptimizer::Split s = OffloadedOptimizer::split(numel, f);
+    int on_nvme = 0;
+    for (bool b : s.on_nvme) on_nvme += b ? 1 : 0;
+    if (on_nvme == 0) return s.host_bytes;
+    return s.host_bytes + OffloadedOptimizer::staging_bound_bytes(
+                              opt_slots + std::min(plan_slots, on_nvme), s.max_nvme_numel);
+  };
+  pn.optimizer_fraction = opt_.options().nvme_fraction;
+  pn.optimizer_now =
+      opt_.host_state_bytes() + opt_.staging_bytes() + plan.peak_bytes_of([&](sched::BufferId id) {
+        return buffer_kind_[size_t(id)] == Kind::kNvmeStaging;
+      });
+  DeviceNeeds dn;
+  dn.stage = options_.stage;
+  for (size_t b = 0; b < parts_.num_blocks(); ++b) {
+    if (!sharded_params(int64_t(b))) continue;
+    const uint64_t shard = static_cast<uint64_t>(parts_.block(b).shard_numel) * es;
+    if (home_[b] == Home::kPinned) pn.param_shards += shard;
+    if (home_[b] == Home::kDevice) dn.param_shards += shard;
+  }
+  if (options_.offload_activations == Home::kPinned) {
+    pn.checkpoints = uint64_t(offloaded_segments()) * model_.checkpoint_bytes();
+  }
+  if (options_.offload_activations == Home::kDevice) {
+    dn.activations = uint64_t(model_.num_segments() - 1) * model_.checkpoint_bytes();
+  }
+  STRATA_RETURN_IF_ERROR(check_pinned_budget(pn, options_.host_memory_limit));
+  const gpu::MemoryInfo info = model_.device().memory_info();
+  dn.in_use = info.used_bytes;
+  dn.plan = plan.peak_bytes(sched::Tier::kDevice);
+  dn.device_optimizer = device_opt_.has_value();
+  dn.prefetch_depth = options_.prefetch_depth;
+  return check_device_budget(dn, info.limit_bytes);
 }
 
 Status ZeroStep::init_param_shards() {

@@ -137,6 +137,10 @@ struct ZeroStepOptions {
   // 2^24 + segment (checkpoints).
   nvme::SwapStore* swap_store = nullptr;
   uint64_t swap_key_base = uint64_t{1} << 40;
+  // --host-memory-limit: pinned host bytes this rank may use (the optimizer's arena and staging,
+  // and the plan's pinned peak); 0: no limit. The plan is checked against it, and against the
+  // device pool's limit, before the executor allocates anything (engine/memory_budget.h).
+  uint64_t host_memory_limit = 0;
 };
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).
@@ -247,7 +251,8 @@ class ZeroStep {
            const ZeroStepOptions& options)
       : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
   Result<sched::Plan> build_plan();
-  Status choose_homes();       // home_ from the options (stage 3)
+  Status choose_homes();                                // home_ from the options (stage 3)
+  Status check_budgets(const sched::Plan& plan) const;  // memory_budget.h, before the executor
   Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters
   // Block b's whole parameters into `dst` on the device (gathered when sharded), synchronously.
   Status gather_block(int64_t b, void* dst);
