@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"
+#include "swap_test_util.h"
 
 namespace strata::engine {
 namespace {
@@ -66,6 +68,8 @@ struct ZCase {
   double param_gpu_fraction = 0.0;           // --param-gpu-fraction
   Home offload_activations = Home::kDevice;  // --offload-activations
   bool expect_error = false;  // ZeroStep::create must refuse the case (ZRun::error says why)
+  // Called before each step; then a failing step ends the run with ZRun::error (no failure).
+  std::function<void(int64_t step)> before_step;
 };
 
 struct ZRun {
@@ -215,9 +219,14 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
         EXPECT_TRUE(m.upload_params(b, snapshots[size_t(step - 2)][size_t(b)].data()).ok());
       }
     }
+    if (c.before_step) c.before_step(step);
     auto r = c.serial ? serial->run(tokens.data(), targets.data(), step)
                       : zero->run(tokens.data(), targets.data(), step);
     if (c.serial && c.delayed >= 0) snapshot();
+    if (!r.ok() && c.before_step) {
+      run.error = r.status().to_string();
+      return run;
+    }
     if (!r.ok()) {
       ADD_FAILURE() << r.status().to_string();
       return run;
@@ -482,6 +491,36 @@ TEST(ZeroStep, ParameterTiersGiveTheBitsOfStageZero) {
     r = train(comm, c, store.store.get()).error;
     EXPECT_NE(r.find("--param-gpu-fraction needs --zero-stage 3"), std::string::npos) << r;
   }
+}
+
+// A byte flipped in a parameter shard's swap extent between steps stops training at the next
+// read of that shard (the forward's), with an error naming the file and the extent's offset;
+// nothing is silently used. (Clipping off: each step's update writes the shard during its
+// backward, so the flip between steps meets the next forward's read; with the update rotated
+// into the next run the shard would be rewritten first.)
+TEST(ZeroStep, ACorruptedParameterShardStopsTrainingWithTheFileAndOffset) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  ZCase c;
+  c.grad_clip = 0.0f;
+  c.stage = 3;
+  c.offload_param = Home::kNvme;
+  c.steps = 6;
+  nvme::ExtentLocation hit;
+  c.before_step = [&](int64_t step) {
+    if (step != 4) return;
+    auto where = store.store->locate((uint64_t{1} << 40) + 0);  // swap_key_base + block 0
+    ASSERT_TRUE(where.ok()) << where.status().to_string();
+    ASSERT_FALSE(where->empty());
+    hit = where->front();
+    nvme::test::flip_byte(hit.path, hit.offset + 10);
+  };
+  const ZRun r = train(comm, c, store.store.get());
+  ASSERT_EQ(r.losses.size(), 3u) << "steps 1-3 train, step 4 stops: " << r.error;
+  EXPECT_NE(r.error.find("corrupt"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find(hit.path), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("offset " + std::to_string(hit.offset)), std::string::npos) << r.error;
 }
 
 // Offloaded checkpoints leave the device: the model holds only the last segment's kept input
