@@ -10,6 +10,13 @@
 // each rank sends per step equal to (3Ψ - Ψ_shared)(N-1)/N (stage 3: ZeRO's 3Ψ less the shared
 // block's backward gather, which it does not need) and 2Ψ(N-1)/N (stage 0) within
 // 1%. Stage 0 and stage 3 alternate order every repeat (ABBA); medians of rank 0's step times.
+// A third case offloads everything ZeRO-Infinity does: stage 3 with the parameter shards and
+// half of the optimizer state on NVMe (the real disk under --nvme-path), against stage 0 with
+// the same optimizer state; goal: exposed transfer < 5% of the step when the link and the disk
+// carry the traffic in the compute time. For it the bench prints each transfer lane's busy time
+// beside its bytes (ZeroStep::last_lane_bytes, the formula of docs/zero.md) over the lane's
+// bandwidth (the link model; the disk's write and read rates measured through the swap store
+// first), so a reader sees which resource bounds the step.
 // Prints a table, then one JSON line (rank 0).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -41,7 +48,10 @@ T check(Result<T> r) {
 void check(const Status& st) { bench::check("bench_zero", st); }
 
 struct Shape {
-  int64_t layers = 4, channels = 128, heads = 4, batch = 16, seq = 64;
+  // 12 layers (GPT-2 small's depth): with clipping the update is rotated into the next step and
+  // the first layer's update and upload cannot overlap anything, one layer's transfer per step
+  // whose share falls as 1/L (at L = 4 it alone is 5-8% of the step).
+  int64_t layers = 12, channels = 128, heads = 4, batch = 16, seq = 64;
   int prefetch_depth = 2;
 };
 
@@ -54,7 +64,8 @@ struct Stack {
 };
 
 Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStore* store,
-                 uint64_t key_base, double link, comm::Communicator& world) {
+                 uint64_t key_base, double link, comm::Communicator& world,
+                 engine::Home offload_param = engine::Home::kPinned) {
   Stack st;
   gpu::DeviceOptions o;
   o.threads = 1;
@@ -95,6 +106,9 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStor
   zo.executor.cpu_threads = 1;
   zo.executor.cpu_workers = 1;
   zo.executor.trace = true;
+  zo.offload_param = offload_param;
+  zo.swap_store = store;
+  zo.swap_key_base = key_base + (uint64_t{1} << 32);
   st.step = check(engine::ZeroStep::create(*st.model, *st.opt, world, zo));
   return st;
 }
@@ -115,6 +129,8 @@ struct Batch {
 struct Timed {
   double step_s = 0, exposed_fraction = 0;
   std::string metrics;
+  sched::StepMetrics m;
+  engine::ZeroLaneBytes lanes;
   uint64_t sent = 0;  // comm bytes of the last step (reduce-scatter + all-gather)
 };
 
@@ -191,8 +207,29 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   nvme::SwapStoreOptions so;
   so.dirs = {dir};
-  so.capacity_bytes = 256ull << 20;
+  so.capacity_bytes = 512ull << 20;
   auto store = check(nvme::SwapStore::open(so));
+  // The disk's rates through the store (64 MiB written, then read; the median of three).
+  double disk_write = 0, disk_read = 0;
+  {
+    auto buf = check(cpu::default_pinned_pool().allocate(64 << 20));
+    std::vector<double> w, r;
+    for (int k = 0; k < 3; ++k) {
+      auto t0 = Clock::now();
+      check(store->write(uint64_t{1} << 50, buf.data(), buf.size_bytes()).wait());
+      w.push_back(double(buf.size_bytes()) / seconds_since(t0));
+      t0 = Clock::now();
+      check(store->read(uint64_t{1} << 50, buf.data(), buf.size_bytes()).wait());
+      r.push_back(double(buf.size_bytes()) / seconds_since(t0));
+    }
+    check(store->remove(uint64_t{1} << 50));
+    disk_write = median(w);
+    disk_read = median(r);
+    if (lead) {
+      std::printf("disk through the swap store: write %.0f MB/s, read %.0f MB/s\n",
+                  disk_write * 1e-6, disk_read * 1e-6);
+    }
+  }
 
   if (lead) {
     std::printf("%-10s %12s %12s %10s %10s %14s\n", "optimizer", "stage0 tok/s", "stage3 tok/s",
@@ -200,9 +237,12 @@ int main(int argc, char** argv) {
   }
   nlohmann::json out{{"bench", "step"}, {"stage", 3}, {"ranks", n}};
   const double tokens = static_cast<double>(s.batch * s.seq * static_cast<int64_t>(n));
-  for (double frac : {0.0, 0.5}) {
+  for (int kase = 0; kase < 3; ++kase) {
+    const double frac = kase == 0 ? 0.0 : 0.5;
+    const bool param_nvme = kase == 2;
     Stack z0 = make_stack(s, 0, frac, frac > 0 ? store.get() : nullptr, 0, link, world);
-    Stack z3 = make_stack(s, 3, frac, frac > 0 ? store.get() : nullptr, 1000, link, world);
+    Stack z3 = make_stack(s, 3, frac, frac > 0 ? store.get() : nullptr, 1000, link, world,
+                          param_nvme ? engine::Home::kNvme : engine::Home::kPinned);
     Batch b(s);
     auto run = [&](Stack& st, int64_t step) {
       b.make(step, world.rank());
@@ -215,6 +255,8 @@ int main(int argc, char** argv) {
       const sched::StepMetrics m = sched::compute_metrics(ex.plan(), ex.last_trace());
       t.exposed_fraction = m.exposed_transfer_ms / m.step_ms;
       t.metrics = m.describe();
+      t.m = m;
+      t.lanes = st.step->last_lane_bytes();
       // Gradients and parameters: the reduce-scatters and all-gathers, less the all-gather of
       // the gradient statistics (stages 1-3; engine/zero_step.h).
       t.sent = world.stats(comm::CollectiveKind::kReduceScatter).bytes_sent +
@@ -248,12 +290,34 @@ int main(int argc, char** argv) {
     const double over3 = n > 1 ? double(last3.sent) / theory3 : 1.0;
     const double over0 = n > 1 ? double(last0.sent) / theory0 : 1.0;
     const double tps0 = tokens / median(t0s), tps3 = tokens / median(t3s);
-    const char* name = frac == 0.0 ? "cpu" : "half-nvme";
+    const char* name = kase == 0 ? "cpu" : kase == 1 ? "half-nvme" : "param-nvme";
     if (lead) {
       std::printf("%-10s %12.0f %12.0f %9.3fx %9.1f%% %7.4f/%.4f\n", name, tps0, tps3, tps3 / tps0,
                   100.0 * median(exposed), over3, over0);
       std::printf("  last stage-3 step: %s\n", last3.metrics.c_str());
       std::printf("  last stage-0 step: %s\n", last0.metrics.c_str());
+    }
+    // Which resource bounds the stage-3 step: each lane's busy time against its bytes over its
+    // bandwidth (the NVMe lane does reads and writes one after the other).
+    const engine::ZeroLaneBytes& lb = last3.lanes;
+    const double h2d_ms = 1e3 * double(lb.h2d) / link, d2h_ms = 1e3 * double(lb.d2h) / link;
+    const double nvme_ms =
+        1e3 * (double(lb.nvme_read) / disk_read + double(lb.nvme_write) / disk_write);
+    const double comm_ms = last3.m.busy_ms[static_cast<int>(sched::Lane::kComm)];
+    if (lead && param_nvme) {
+      auto busy = [&](sched::Lane l) { return last3.m.busy_ms[static_cast<int>(l)]; };
+      std::printf("  lanes of the last stage-3 step (%.2f ms; compute busy %.2f ms):\n",
+                  last3.m.step_ms, busy(sched::Lane::kCompute));
+      std::printf("    %-5s %12s %10s %12s\n", "lane", "bytes", "busy ms", "bytes/bw ms");
+      std::printf("    %-5s %12llu %10.2f %12.2f\n", "h2d", (unsigned long long)lb.h2d,
+                  busy(sched::Lane::kH2D), h2d_ms);
+      std::printf("    %-5s %12llu %10.2f %12.2f\n", "d2h", (unsigned long long)lb.d2h,
+                  busy(sched::Lane::kD2H), d2h_ms);
+      std::printf("    %-5s %12llu %10.2f %12.2f  (read %llu, write %llu)\n", "nvme",
+                  (unsigned long long)(lb.nvme_read + lb.nvme_write), busy(sched::Lane::kNvme),
+                  nvme_ms, (unsigned long long)lb.nvme_read, (unsigned long long)lb.nvme_write);
+      std::printf("    %-5s %12llu %10.2f %12s\n", "comm", (unsigned long long)last3.sent, comm_ms,
+                  "-");
     }
     nlohmann::json c{{"tokens_per_s", tps3},
                      {"stage0_tokens_per_s", tps0},
@@ -262,7 +326,19 @@ int main(int argc, char** argv) {
                      {"comm_bytes_over_theory", over3},
                      {"stage0_comm_bytes_over_theory", over0},
                      {"offload_optimizer", frac == 0.0 ? "cpu" : "nvme"},
-                     {"optimizer_nvme_fraction", frac}};
+                     {"optimizer_nvme_fraction", frac},
+                     {"offload_param", param_nvme ? "nvme" : "cpu"}};
+    if (param_nvme) {
+      c["lane_bytes"] = {{"h2d", lb.h2d},
+                         {"d2h", lb.d2h},
+                         {"nvme_read", lb.nvme_read},
+                         {"nvme_write", lb.nvme_write}};
+      c["lane_busy_ms"] = {{"h2d", last3.m.busy_ms[static_cast<int>(sched::Lane::kH2D)]},
+                           {"d2h", last3.m.busy_ms[static_cast<int>(sched::Lane::kD2H)]},
+                           {"nvme", last3.m.busy_ms[static_cast<int>(sched::Lane::kNvme)]},
+                           {"compute", last3.m.busy_ms[static_cast<int>(sched::Lane::kCompute)]}};
+      c["lane_formula_ms"] = {{"h2d", h2d_ms}, {"d2h", d2h_ms}, {"nvme", nvme_ms}};
+    }
     out[name] = c;
     if (frac == 0.0) {
       for (const auto& [k, v] : c.items()) out[k] = v;

@@ -126,7 +126,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // order too.
   for (size_t k = 0; k < nb; ++k) visit.push_back(rotate_ && !delayed ? nb - 1 - k : k);
   std::vector<BufferId> staging(nb, -1);
-  std::vector<TaskId> read(nb, -1);
+  std::vector<TaskId> read(nb, -1), state_written(nb, -1);
   for (size_t p : visit) {
     if (!opt_.on_nvme(p)) continue;
     const std::string n = name(blocks_[p]);
@@ -337,6 +337,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
                                     {adam});
       plan.reads(write, st);
       plan.release(write, st);
+      state_written[p] = write;
     }
     // Stage 3: the new shard goes home; it is gathered with the block's next forward.
     return sharded ? finish_shard(b, adam) : add_params_up(b, adam);
@@ -925,6 +926,19 @@ Result<sched::Plan> ZeroStep::build_plan() {
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
         (nseg == 0 ? 0 : 3 * round_device(cb)) + device_homes + (stage >= 2 ? 3 * largest_dev : 0) +
         (gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * largest_opt;
+  }
+  // At most staging_slots partitions' state in flight: each read waits for the write-back of the
+  // partition staging_slots before it in visit order. (The greedy placement would otherwise let
+  // reads take the room of other pinned buffers the updates need, and find no order that fits.)
+  std::vector<size_t> nvme_order;
+  for (size_t p : visit) {
+    if (read[p] >= 0) nvme_order.push_back(p);
+  }
+  const auto slots = static_cast<size_t>(options_.staging_slots);
+  for (size_t i = slots; i < nvme_order.size(); ++i) {
+    if (state_written[nvme_order[i - slots]] >= 0) {
+      plan.depend(read[nvme_order[i]], state_written[nvme_order[i - slots]]);
+    }
   }
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));
   return plan;
