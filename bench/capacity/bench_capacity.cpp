@@ -1,0 +1,210 @@
+// bench_capacity: ZeRO-Infinity's promise at the scale of this machine: a GPT whose training
+// state (16 bytes per parameter: 16-bit parameters and gradients, fp32 master, m and v) is
+// --ram-ratio times the host's RAM (default 1.3) trains on one rank of the CpuDevice, with every
+// tier that can be on NVMe there: ZeRO stage 3, the parameter shards (--offload-param nvme), all
+// of the optimizer state (--offload-optimizer nvme, fraction 1) and the activation checkpoints
+// (--offload-activations nvme), under --nvme-path. The shape is L layers of C = --channels
+// (default 2048), L chosen for the ratio. It prints the plan's memory by kind, then each step's
+// loss, time and bytes per lane, and checks: the process's peak resident memory stays below the
+// RAM (so the model was never held), the swap files hold the state, and the loss on the step's
+// batch (the same one every step) falls.
+// --quick: a model of 1/20 of the RAM (a smoke run of the same path).
+// Prints a table, then one JSON line.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "comm/local_comm.h"
+#include "engine/zero_step.h"
+#include "gpu/cpu_device.h"
+#include "model/init.h"
+#include "model/synthetic_task.h"
+#include "nvme/swap_store.h"
+
+using namespace strata;
+using bench::Clock;
+using bench::seconds_since;
+
+namespace {
+
+template <typename T>
+T check(Result<T> r) {
+  return bench::check("bench_capacity", std::move(r));
+}
+void check(const Status& st) { bench::check("bench_capacity", st); }
+
+uint64_t mem_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
+
+double gib(uint64_t b) { return static_cast<double>(b) / double(uint64_t{1} << 30); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_capacity: a model larger than host RAM, trained with ZeRO-Infinity's tiers"};
+  bool quick = false;
+  double ratio = 1.3;
+  int64_t channels = 2048, steps = 3;
+  std::string nvme_path = ".";
+  app.add_flag("--quick", quick, "a model of 1/20 of the RAM instead");
+  app.add_option("--ram-ratio", ratio, "training state over host RAM")
+      ->check(CLI::Range(0.001, 100.0))
+      ->capture_default_str();
+  app.add_option("--channels", channels, "C (the layer count follows)")
+      ->check(CLI::Range(64, 16384))
+      ->capture_default_str();
+  app.add_option("--steps", steps, "training steps")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  app.add_option("--nvme-path", nvme_path, "directory for the swap files")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (quick) ratio = 0.05;
+  const auto t_start = Clock::now();
+  const uint64_t ram = mem_total_bytes();
+  if (ram == 0) check(make_error(ErrorCode::kIo, "/proc/meminfo: no MemTotal"));
+
+  auto task = check(model::AdditionTask::create(2, 10));
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = task.seq();
+  cfg.channels = channels;
+  cfg.heads = channels / 128;
+  cfg.dtype = DType::kBF16;
+  cfg.layers = 1;
+  const double layer = double(model::GptModel::block_numel(cfg, 0));
+  const double shared = double(model::GptModel::block_numel(cfg, 1));
+  cfg.layers = std::max<int64_t>(
+      2, static_cast<int64_t>(std::ceil((ratio * double(ram) / 16.0 - shared) / layer)));
+  check(cfg.validate());
+  const int64_t psi = cfg.num_params();
+  const uint64_t state = 16 * static_cast<uint64_t>(psi);
+  const int64_t k = std::max<int64_t>(1, std::llround(std::sqrt(double(cfg.layers))));
+  const model::RunShape shape{1, task.seq(), k};
+  std::printf("host RAM %.1f GiB; GPT %s: %lld params, training state %.1f GiB = %.2fx RAM\n",
+              gib(ram), cfg.describe().c_str(), static_cast<long long>(psi), gib(state),
+              double(state) / double(ram));
+
+  // Stage 3 on one rank: the model holds no parameter or gradient block and no checkpoint but
+  // the last segment's; the device (host RAM here) holds the working set only.
+  auto comm = comm::create_local_comm();
+  gpu::DeviceOptions dopt;
+  dopt.memory_limit_bytes = size_t{4} << 30;
+  auto dev = check(gpu::create_cpu_device(dopt));
+  auto parts = check(engine::ZeroStep::partition(cfg, 1, 0));
+  auto gpt = check(
+      model::GptModel::create(*dev, cfg, shape, engine::ZeroStep::block_storage(parts, 3, true)));
+  const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(*gpt, parts, 3);
+  const std::string dir = nvme_path + "/strata-bench-capacity";
+  std::filesystem::create_directories(dir);
+  nvme::SwapStoreOptions so;
+  so.dirs = {dir};
+  // The fp32 state and the 16-bit shards, each object rounded up to whole extents, and the
+  // checkpoints.
+  so.capacity_bytes = 14 * static_cast<uint64_t>(psi) + (uint64_t{4} << 20) * 2 * numel.size() +
+                      uint64_t(gpt->num_segments()) * (gpt->checkpoint_bytes() + (1 << 20));
+  auto store = check(nvme::SwapStore::open(so));
+  std::printf("swap: %s, %.1f GiB reserved\n", dir.c_str(), gib(so.capacity_bytes));
+  cpu::AdamHyper hyper;
+  hyper.lr = 3e-5f;  // small: Adam's first steps move every weight by about lr
+  engine::OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = 1.0;
+  oo.store = store.get();
+  oo.staging_slots = 1;
+  auto t0 = Clock::now();
+  auto opt = check(engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo));
+  check(engine::ZeroStep::load_masters(*gpt, opt, parts, 3, 0, [&cfg](int64_t b, float* host) {
+    const auto v = model::init_block(cfg, b, 11);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  }));
+  engine::ZeroStepOptions zo;
+  zo.stage = 3;
+  zo.step.grad_clip = 1.0f;
+  zo.offload_param = engine::Home::kNvme;
+  zo.offload_activations = engine::Home::kNvme;
+  zo.swap_store = store.get();
+  zo.executor.trace = true;
+  auto step = check(engine::ZeroStep::create(*gpt, opt, *comm, zo));
+  const double init_s = seconds_since(t0);
+  const engine::ZeroMemory mem = step->memory();
+  std::printf("set-up %.1f s (state initialised and written to the swap files)\nmemory: %s\n",
+              init_s, mem.describe().c_str());
+
+  std::printf("%5s %9s %9s %10s %10s %10s %10s\n", "step", "loss", "seconds", "h2d MB", "d2h MB",
+              "nvme rd GB", "nvme wr GB");
+  std::vector<int32_t> tokens(static_cast<size_t>(shape.batch * shape.seq)), targets(tokens.size());
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<double> losses, secs;
+  for (int64_t s = 1; s <= steps; ++s) {
+    task.make_batch(shape.batch, 11, 0, 1, tokens.data(), targets.data());
+    t0 = Clock::now();
+    const auto r = check(step->run(tokens.data(), targets.data(), s));
+    secs.push_back(seconds_since(t0));
+    losses.push_back(r.loss);
+    const engine::ZeroLaneBytes lb = step->last_lane_bytes();
+    std::printf("%5lld %9.4f %9.1f %10.1f %10.1f %10.2f %10.2f\n", static_cast<long long>(s),
+                r.loss, secs.back(), double(lb.h2d) * 1e-6, double(lb.d2h) * 1e-6,
+                double(lb.nvme_read) * 1e-9, double(lb.nvme_write) * 1e-9);
+    std::fflush(stdout);
+    rows.push_back({{"step", s},
+                    {"loss", r.loss},
+                    {"seconds", secs.back()},
+                    {"nvme_read_bytes", lb.nvme_read},
+                    {"nvme_write_bytes", lb.nvme_write}});
+  }
+  const sched::StepMetrics m =
+      sched::compute_metrics(step->executor().plan(), step->executor().last_trace());
+  std::printf("last step: %s\n", m.describe().c_str());
+  const uint64_t rss = peak_rss_bytes(), disk = store->used_bytes();
+  const bool fits = rss < ram, learned = losses.back() < losses.front();
+  std::printf(
+      "peak resident memory %.1f GiB (%.2fx RAM: %s); swap files hold %.1f GiB; loss %.4f -> "
+      "%.4f (%s); %.1f s in all\n",
+      gib(rss), double(rss) / double(ram), fits ? "the model was never in RAM" : "OVER THE RAM",
+      gib(disk), losses.front(), losses.back(), learned ? "falls" : "DOES NOT FALL",
+      seconds_since(t_start));
+  nlohmann::json out{{"bench", "capacity"},
+                     {"params", psi},
+                     {"layers", cfg.layers},
+                     {"channels", cfg.channels},
+                     {"host_ram_bytes", ram},
+                     {"training_state_bytes", state},
+                     {"state_over_ram", double(state) / double(ram)},
+                     {"peak_rss_bytes", rss},
+                     {"peak_rss_over_ram", double(rss) / double(ram)},
+                     {"swap_bytes", disk},
+                     {"setup_s", init_s},
+                     {"step_s", secs},
+                     {"losses", losses},
+                     {"exposed_fraction", m.exposed_transfer_ms / m.step_ms},
+                     {"total_s", seconds_since(t_start)},
+                     {"steps", rows}};
+  step.reset();
+  store.reset();
+  std::filesystem::remove_all(dir);
+  std::printf("%s\n", out.dump().c_str());
+  return fits && learned ? 0 : 1;
+}
