@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   auto store = check(nvme::SwapStore::open(so));
   std::printf("swap: %s, %.1f GiB reserved\n", dir.c_str(), gib(so.capacity_bytes));
   cpu::AdamHyper hyper;
-  hyper.lr = 3e-5f;  // small: Adam's first steps move every weight by about lr
+  hyper.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = 1.0;
   oo.store = store.get();

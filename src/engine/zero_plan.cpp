@@ -127,6 +127,9 @@ Result<sched::Plan> ZeroStep::build_plan() {
   for (size_t k = 0; k < nb; ++k) visit.push_back(rotate_ && !delayed ? nb - 1 - k : k);
   std::vector<BufferId> staging(nb, -1);
   std::vector<TaskId> read(nb, -1), state_written(nb, -1);
+  // Transient new shards (stage 3, homed off pinned memory): by partition, the task that
+  // acquires one (Adam, or the device optimizer's download) and the one that releases it.
+  std::vector<TaskId> shard_acquirer(nb, -1), shard_home(nb, -1);
   for (size_t p : visit) {
     if (!opt_.on_nvme(p)) continue;
     const std::string n = name(blocks_[p]);
@@ -300,6 +303,11 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.release(down, odev);
       if (transient(b)) plan.acquire(down, u);
       plan.writes(down, u);
+      if (transient(b)) {
+        shard_acquirer[p] = down;
+        shard_home[p] = finish_shard(b, down);
+        return shard_home[p];
+      }
       return sharded ? finish_shard(b, down) : add_params_up(b, down);
     }
     const TaskId adam = plan.add(
@@ -340,6 +348,11 @@ Result<sched::Plan> ZeroStep::build_plan() {
       state_written[p] = write;
     }
     // Stage 3: the new shard goes home; it is gathered with the block's next forward.
+    if (transient(b)) {
+      shard_acquirer[p] = adam;
+      shard_home[p] = finish_shard(b, adam);
+      return shard_home[p];
+    }
     return sharded ? finish_shard(b, adam) : add_params_up(b, adam);
   };
   if (device_opt_ && !(ranks == 1 && stage == 0)) {
@@ -503,14 +516,18 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const std::string what = name(b) + (ph == 0 ? " (forward)" : " (backward)");
     std::vector<TaskId> deps;
     if (ready[size_t(b)] >= 0) deps.push_back(ready[size_t(b)]);  // rotated: the update first
-    // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1
-    // (unless it is still needed after this one's first use, as in a checkpointed segment).
+    // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1.
+    // A gather still needed after this one's first use (a checkpointed segment's backward
+    // copies stay from its recompute to each layer's backward): wait for its first use instead,
+    // so that no gather starts more than `depth` ahead of the compute (without any wait, every
+    // backward gather's NVMe read would start with the step and hold its staging throughout).
     if (k > depth) {
       const Gather& prev = gathers[k - depth - 1];
-      if (prev.last < gt.first && op_task[prev.last] >= 0) {
-        deps.push_back(op_task[prev.last]);
-      } else if (prev.last < gt.first) {
-        deferred.emplace_back(prev.last, -1);  // that op is added later
+      const size_t after = prev.last < gt.first ? prev.last : prev.first;
+      if (op_task[after] >= 0) {
+        deps.push_back(op_task[after]);
+      } else {
+        deferred.emplace_back(after, -1);  // that op is added later
       }
     }
     // The rank's shard: in pinned memory (pbuf), read from NVMe into pinned staging, or down
@@ -930,16 +947,19 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // At most staging_slots partitions' state in flight: each read waits for the write-back of the
   // partition staging_slots before it in visit order. (The greedy placement would otherwise let
   // reads take the room of other pinned buffers the updates need, and find no order that fits.)
-  std::vector<size_t> nvme_order;
-  for (size_t p : visit) {
-    if (read[p] >= 0) nvme_order.push_back(p);
-  }
+  // Likewise at most staging_slots new shards on their way home.
   const auto slots = static_cast<size_t>(options_.staging_slots);
-  for (size_t i = slots; i < nvme_order.size(); ++i) {
-    if (state_written[nvme_order[i - slots]] >= 0) {
-      plan.depend(read[nvme_order[i]], state_written[nvme_order[i - slots]]);
+  auto bound = [&](const std::vector<TaskId>& acquirer, const std::vector<TaskId>& releaser) {
+    std::vector<size_t> order;
+    for (size_t p : visit) {
+      if (acquirer[p] >= 0 && releaser[p] >= 0) order.push_back(p);
     }
-  }
+    for (size_t i = slots; i < order.size(); ++i) {
+      plan.depend(acquirer[order[i]], releaser[order[i - slots]]);
+    }
+  };
+  bound(read, state_written);
+  bound(shard_acquirer, shard_home);
   STRATA_RETURN_IF_ERROR(plan.finalize(budgets).with_context("planning the ZeRO step"));
   return plan;
 }

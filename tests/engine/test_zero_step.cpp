@@ -520,6 +520,14 @@ TEST(ZeroStep, DeepModelsWithEveryTierOnNvmePlanAndMatch) {
     c.offload_activations = Home::kNvme;  // and the checkpoints there too
     c.checkpoint = 3;
     expect_same_bits(ref, train(comm, c, store.store.get()));
+    ZCase all = base;  // all of the optimizer state there as well (bench_capacity's tiers)
+    all.nvme_fraction = 1.0;
+    const ZRun ref_all = train(comm, all, store.store.get());
+    all.stage = 3;
+    all.offload_param = Home::kNvme;
+    all.offload_activations = Home::kNvme;
+    all.checkpoint = 3;
+    expect_same_bits(ref_all, train(comm, all, store.store.get()));
   }
 }
 
