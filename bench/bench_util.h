@@ -41,3 +41,11 @@ T check(const char* name, Result<T> r) {
 }
 
 }  // namespace strata::bench
+
+// Defines check(Result<T>) and check(Status) for a benchmark named `name`, at namespace scope.
+#define STRATA_BENCH_CHECKS(name)                      \
+  template <typename T>                                \
+  T check(::strata::Result<T> r) {                     \
+    return ::strata::bench::check(name, std::move(r)); \
+  }                                                    \
+  [[maybe_unused]] void check(const ::strata::Status& st) { ::strata::bench::check(name, st); }

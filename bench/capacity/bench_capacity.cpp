@@ -36,11 +36,7 @@ using bench::seconds_since;
 
 namespace {
 
-template <typename T>
-T check(Result<T> r) {
-  return bench::check("bench_capacity", std::move(r));
-}
-void check(const Status& st) { bench::check("bench_capacity", st); }
+STRATA_BENCH_CHECKS("bench_capacity")
 
 uint64_t mem_total_bytes() {
   std::ifstream in("/proc/meminfo");

@@ -23,11 +23,7 @@ using bench::seconds_since;
 
 namespace {
 
-template <typename T>
-T check(Result<T> r) {
-  return bench::check("bench_scheduler", std::move(r));
-}
-void check(const Status& st) { bench::check("bench_scheduler", st); }
+STRATA_BENCH_CHECKS("bench_scheduler")
 
 struct Pipeline {
   int layers = 16;

@@ -31,11 +31,7 @@ using bench::seconds_since;
 
 namespace {
 
-template <typename T>
-T check(Result<T> r) {
-  return bench::check("bench_step", std::move(r));
-}
-void check(const Status& st) { bench::check("bench_step", st); }
+STRATA_BENCH_CHECKS("bench_step")
 
 struct Shape {
   int64_t layers = 8, channels = 384, heads = 6, batch = 1, seq = 8;

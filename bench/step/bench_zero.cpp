@@ -41,11 +41,7 @@ using bench::seconds_since;
 
 namespace {
 
-template <typename T>
-T check(Result<T> r) {
-  return bench::check("bench_zero", std::move(r));
-}
-void check(const Status& st) { bench::check("bench_zero", st); }
+STRATA_BENCH_CHECKS("bench_zero")
 
 struct Shape {
   // 12 layers (GPT-2 small's depth): with clipping the update is rotated into the next step and

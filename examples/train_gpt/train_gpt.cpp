@@ -81,6 +81,22 @@ int fail(const Status& st) {
   return 1;
 }
 
+// A tier flag (--offload-optimizer, -param, -activations): none, cpu or nvme; nvme needs
+// --nvme-path.
+Status check_tier(const char* flag, const std::string& value, const std::string& nvme_path,
+                  const char* holds) {
+  if (value != "none" && value != "cpu" && value != "nvme") {
+    return make_error(ErrorCode::kConfig, flag, " '", value,
+                      "' is not accepted (use none, cpu or nvme)");
+  }
+  if (value == "nvme" && nvme_path.empty()) {
+    return make_error(ErrorCode::kConfig, flag,
+                      " nvme needs --nvme-path DIR[,DIR...] (a directory on the disk that holds ",
+                      holds, ")");
+  }
+  return ok_status();
+}
+
 Status check_flags(const Flags& f) {
   if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
@@ -98,11 +114,14 @@ Status check_flags(const Flags& f) {
                         "' is not accepted (use dynamic, or a positive number)");
     }
   }
-  if (f.offload_optimizer != "none" && f.offload_optimizer != "cpu" &&
-      f.offload_optimizer != "nvme") {
-    return make_error(ErrorCode::kConfig, "--offload-optimizer '", f.offload_optimizer,
-                      "' is not accepted (use none, cpu or nvme)");
+  STRATA_RETURN_IF_ERROR(
+      check_tier("--offload-optimizer", f.offload_optimizer, f.nvme_path, "the optimizer state"));
+  if (!f.offload_param.empty()) {  // empty: cpu at stage 3
+    STRATA_RETURN_IF_ERROR(
+        check_tier("--offload-param", f.offload_param, f.nvme_path, "the parameter shards"));
   }
+  STRATA_RETURN_IF_ERROR(check_tier("--offload-activations", f.offload_activations, f.nvme_path,
+                                    "the activation checkpoints"));
   if (f.offload_optimizer == "none" && f.schedule != "planned") {
     return make_error(ErrorCode::kConfig,
                       "--offload-optimizer none needs --schedule planned (the serial step "
@@ -127,11 +146,6 @@ Status check_flags(const Flags& f) {
                       " and --optimizer-nvme-fraction ", f.nvme_fraction,
                       " add up to more than 1 (a partition is on the device or on NVMe)");
   }
-  if (f.offload_optimizer == "nvme" && f.nvme_path.empty()) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-optimizer nvme needs --nvme-path DIR[,DIR...] (a directory on "
-                      "the disk that holds the optimizer state)");
-  }
   if (f.schedule != "planned" && f.schedule != "serial") {
     return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
                       "' is not accepted (use planned or serial)");
@@ -154,11 +168,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
                       " needs --schedule planned (the serial step is the one-rank reference)");
   }
-  if (!f.offload_param.empty() && f.offload_param != "none" && f.offload_param != "cpu" &&
-      f.offload_param != "nvme") {
-    return make_error(ErrorCode::kConfig, "--offload-param '", f.offload_param,
-                      "' is not accepted (use none, cpu or nvme)");
-  }
   if ((!f.offload_param.empty() || f.param_gpu_fraction > 0.0) && f.zero_stage != 3) {
     return make_error(ErrorCode::kConfig,
                       !f.offload_param.empty() ? "--offload-param " + f.offload_param
@@ -170,24 +179,9 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f.param_gpu_fraction,
                       " needs --offload-param cpu or nvme (none keeps every shard on the device)");
   }
-  if (f.offload_param == "nvme" && f.nvme_path.empty()) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-param nvme needs --nvme-path DIR[,DIR...] (a directory on the "
-                      "disk that holds the parameter shards)");
-  }
-  if (f.offload_activations != "none" && f.offload_activations != "cpu" &&
-      f.offload_activations != "nvme") {
-    return make_error(ErrorCode::kConfig, "--offload-activations '", f.offload_activations,
-                      "' is not accepted (use none, cpu or nvme)");
-  }
   if (f.offload_activations != "none" && f.schedule != "planned") {
     return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
                       " needs --schedule planned (the transfers are tasks of the plan)");
-  }
-  if (f.offload_activations == "nvme" && f.nvme_path.empty()) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-activations nvme needs --nvme-path DIR[,DIR...] (a directory on "
-                      "the disk that holds the activation checkpoints)");
   }
   if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
       (f.checkpoint_interval == 0 || f.checkpoint_interval >= f.layers)) {

@@ -15,7 +15,8 @@
 //            reduce-scattered into the rank's shard (bucket_bytes is the room the pinned budget
 //            gives the gradients waiting for their reduction); Adam on the shard; new shards
 //            all-gathered.
-//   stage 3  parameters sharded too: the rank's 16-bit shard stays in pinned host memory; a
+//   stage 3  parameters sharded too: the rank's 16-bit shard stays at its home (pinned host
+//            memory by default; the device or NVMe: ZeroStepOptions::offload_param); a
 //            block is all-gathered and uploaded just before its forward, and again before its
 //            backward (for a checkpointed segment, before its recompute: the segment's layers
 //            stay gathered until each one's backward, so recompute costs no extra gather), and
@@ -145,9 +146,9 @@ struct ZeroStepOptions {
 
 // Bytes one rank holds, by tier and kind (ZeroStep::memory()).
 struct ZeroMemory {
-  // The model state at its home, counted once: 16-bit parameters (device blocks, or pinned
-  // shards at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards at 2-3) and
-  // the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
+  // The model state at its home, counted once: 16-bit parameters (device blocks, or the
+  // shards at their homes at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards
+  // at 2-3) and the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
   int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
   int64_t params_device = 0;     // the part of params16 on the device (whole blocks and shards)
   int64_t params_nvme = 0;       // the part of params16 on NVMe (stage-3 shards)
