@@ -515,7 +515,13 @@ Result<sched::Plan> ZeroStep::build_plan() {
     const Home home = home_[size_t(b)];
     const std::string what = name(b) + (ph == 0 ? " (forward)" : " (backward)");
     std::vector<TaskId> deps;
-    if (ready[size_t(b)] >= 0) deps.push_back(ready[size_t(b)]);  // rotated: the update first
+    // Rotated, with the shard on NVMe: the forward gathers the new shard straight from the
+    // update's staging (pbuf; its write home then waits for this gather), so the forward's read
+    // runs only in a replay without an update (the first). Otherwise the update's new shard must
+    // be home first.
+    const size_t p = part_of[size_t(b)];
+    const bool from_staging = rotate_ && home == Home::kNvme && ph == 0 && shard_acquirer[p] >= 0;
+    if (ready[size_t(b)] >= 0 && !from_staging) deps.push_back(ready[size_t(b)]);
     // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1.
     // A gather still needed after this one's first use (a checkpointed segment's backward
     // copies stay from its recompute to each layer's backward): wait for its first use instead,
@@ -540,8 +546,8 @@ Result<sched::Plan> ZeroStep::build_plan() {
       sh = add_buffer(Kind::kNvmeStaging, "param shard " + what, Tier::kPinnedHost, sbytes);
       fetch = plan.add(
           "read param shard " + what, Lane::kNvme,
-          [this, sh, b, sbytes](const TaskContext& c) -> Status {
-            if (flushing_) return ok_status();
+          [this, sh, b, sbytes, from_staging](const TaskContext& c) -> Status {
+            if (flushing_ || (from_staging && update_step_ != 0)) return ok_status();
             moved(kNvmeRead, sbytes);
             return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
           },
@@ -566,13 +572,16 @@ Result<sched::Plan> ZeroStep::build_plan() {
       plan.writes(fetch, gh);
     }
     if (fetch >= 0) deps = {fetch};
+    const BufferId staged = from_staging ? pbuf_[size_t(b)] : -1;
+    if (from_staging) deps.push_back(shard_acquirer[p]);
     const TaskId gather = plan.add(
         "gather " + what, Lane::kComm,
-        [this, sh, send_off, gh, c16, dt, count](const TaskContext& c) -> Status {
+        [this, sh, staged, send_off, gh, c16, dt, count](const TaskContext& c) -> Status {
           if (flushing_) return ok_status();
           comm::CollectiveCall call;
           call.kind = comm::CollectiveKind::kAllGather;
-          call.send = static_cast<const std::byte*>(c.buffer(sh)) + send_off;
+          const BufferId src = staged >= 0 && update_step_ != 0 ? staged : sh;
+          call.send = static_cast<const std::byte*>(c.buffer(src)) + send_off;
           call.recv = c.buffer(gh);
           call.count = c16;
           call.dtype = dt;
@@ -585,6 +594,10 @@ Result<sched::Plan> ZeroStep::build_plan() {
     if (home != Home::kDevice) plan.acquire(gather, gh);
     plan.reads(gather, sh);
     if (home == Home::kNvme) plan.release(gather, sh);
+    if (from_staging) {
+      plan.reads(gather, staged);
+      plan.depend(shard_home[p], gather);  // the write home releases pbuf after this gather
+    }
     plan.writes(gather, gh);
     const size_t bytes = static_cast<size_t>(numel(b)) * es;
     gt.upload = plan.add("upload " + what, Lane::kH2D,
