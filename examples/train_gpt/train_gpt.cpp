@@ -37,6 +37,7 @@
 #include "gpu/device.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "model/model_file.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scheduler/trace.h"
@@ -71,6 +72,7 @@ struct Flags {
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
   int64_t checkpoint_interval = -1, eval_every = 50;  // -1: 0, or about sqrt(L) when offloaded
   std::string offload_activations = "none";
+  std::string init_from, save_model;  // llm.c GPT-2 model files
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
@@ -314,6 +316,12 @@ int main(int argc, char** argv) {
                  "between forward and backward (all but the last segment's; cpu: pinned host "
                  "memory, nvme: the swap files), brought back one segment ahead")
       ->capture_default_str();
+  app.add_option("--init-from", f.init_from,
+                 "FILE: start from an llm.c GPT-2 model file (version 3 fp32 or 5 bf16); its "
+                 "header's shape replaces --layers, --heads and --channels");
+  app.add_option("--save-model", f.save_model,
+                 "FILE: write the trained parameters as an llm.c GPT-2 model file at the end "
+                 "(fp32 for --precision fp32, else bf16), atomically");
   app.add_option("--checkpoint-interval", f.checkpoint_interval,
                  "K: keep every K-th layer's input, recompute the rest (0 = keep all; by "
                  "default 0, or about sqrt(L) with --offload-activations)")
@@ -349,14 +357,33 @@ int main(int argc, char** argv) {
   cfg.dtype = f.precision == "bf16"   ? DType::kBF16
               : f.precision == "fp16" ? DType::kF16
                                       : DType::kF32;
+  // --init-from: the file's shape, its values as every block's initial parameters.
+  std::vector<std::vector<float>> initial;
+  if (!f.init_from.empty()) {
+    auto fc = model::read_model_file_config(f.init_from);
+    if (!fc.ok()) return fail(fc.status().with_context("--init-from"));
+    if (fc->vocab != cfg.vocab || fc->max_seq < cfg.max_seq) {
+      return fail(make_error(
+          ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (", fc->describe(),
+          ") does not fit the data (synthetic:addition: V=", cfg.vocab, ", T=", cfg.max_seq, ")"));
+    }
+    const DType dt = cfg.dtype;
+    cfg = *fc;
+    cfg.dtype = dt;
+    Status st = model::read_model_file(f.init_from, cfg, [&](int64_t, const float* v) {
+      initial.emplace_back(v, v + model::GptModel::block_numel(cfg, int64_t(initial.size())));
+      return ok_status();
+    });
+    if (!st.ok()) return fail(st.with_context("--init-from"));
+  }
   // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
   // below L so that something moves).
   const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
                            : f.offload_activations == "none"
                                ? 0
-                               : std::clamp<int64_t>(std::llround(std::sqrt(double(f.layers))), 1,
-                                                     std::max<int64_t>(1, f.layers - 1));
-  if (f.offload_activations != "none" && f.layers < 2) {
+                               : std::clamp<int64_t>(std::llround(std::sqrt(double(cfg.layers))), 1,
+                                                     std::max<int64_t>(1, cfg.layers - 1));
+  if (f.offload_activations != "none" && cfg.layers < 2) {
     return fail(make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
                            " needs --layers 2 or more (one layer is one segment, kept for its "
                            "backward)"));
@@ -427,6 +454,10 @@ int main(int argc, char** argv) {
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
   if (Status st = gpt.init_params(f.seed); !st.ok()) return die(st);
+  for (size_t b = 0; b < initial.size(); ++b) {  // --init-from's values, where the model holds them
+    if (gpt.param_block(int64_t(b)) == nullptr) continue;
+    if (Status st = gpt.upload_params(int64_t(b), initial[b].data()); !st.ok()) return die(st);
+  }
 
   // One optimizer partition per parameter block, in backward order (engine/offload_step.h):
   // the whole block, or this rank's shard of it at ZeRO stages 1-3.
@@ -483,7 +514,8 @@ int main(int argc, char** argv) {
 
   // The masters start from the initialisation (model/init.h), also of blocks not on the device.
   const auto init = [&](int64_t b, float* host) {
-    const std::vector<float> v = model::init_block(cfg, b, f.seed);
+    const std::vector<float> v =
+        initial.empty() ? model::init_block(cfg, b, f.seed) : initial[size_t(b)];
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };
@@ -595,6 +627,34 @@ int main(int argc, char** argv) {
   std::vector<int32_t> tokens(B * T), targets(B * T);
   std::vector<int32_t> global_tokens(B * T * ranks), global_targets(B * T * ranks);
   std::vector<float> logits;
+  // --save-model: the current parameters (a pending update applied; every rank takes part in
+  // the gathers of a sharded model, rank 0 writes). False after an error (printed).
+  auto save_model = [&]() -> bool {
+    if (f.save_model.empty()) return true;
+    if (planned) {
+      if (Status st = planned->flush(); !st.ok()) return die(st) == 0;
+    }
+    if (zstep) {
+      if (Status st = zstep->flush(); !st.ok()) return die(st) == 0;
+    }
+    auto block = [&](int64_t b, float* host) {
+      return zstep ? zstep->gather_params(b, host) : gpt.download_params(b, host);
+    };
+    Status st;
+    if (lead) {
+      st = model::write_model_file(f.save_model, cfg,
+                                   cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, block);
+    } else {
+      std::vector<float> scratch;
+      for (int64_t b = 0; b <= cfg.layers && st.ok(); ++b) {
+        scratch.resize(static_cast<size_t>(gpt.block_numel(b)));
+        st = block(b, scratch.data());
+      }
+    }
+    if (!st.ok()) return die(st.with_context("--save-model")) == 0;
+    if (lead) std::printf("train_gpt: model written to %s\n", f.save_model.c_str());
+    return true;
+  };
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;
     const int kBatches = 8;
@@ -707,7 +767,7 @@ int main(int argc, char** argv) {
           std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
                       f.target_accuracy, static_cast<long long>(step));
         }
-        return 0;
+        return save_model() ? 0 : 1;
       }
     }
   }
@@ -715,5 +775,5 @@ int main(int argc, char** argv) {
     std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",
                 static_cast<long long>(f.steps), acc_token, f.target_accuracy);
   }
-  return 0;
+  return save_model() ? 0 : 1;
 }

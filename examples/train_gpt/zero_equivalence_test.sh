@@ -45,6 +45,15 @@ for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme st
   fi
 done
 echo "train_gpt: $lines step/eval lines identical at ZeRO stages 0-3 over 2 ranks"
+# The model files written at stage 0 and at stage 3 (gathered from the shards) are the same.
+for stage in 0 3; do
+  run2 "${common[@]}" --zero-stage "$stage" --save-model "$scratch/model$stage.bin" >/dev/null
+done
+if ! cmp "$scratch/model0.bin" "$scratch/model3.bin"; then
+  echo "train_gpt: --save-model at stage 3 differs from stage 0 over 2 ranks" >&2
+  exit 1
+fi
+echo "train_gpt: --save-model writes the same file at stages 0 and 3 over 2 ranks"
 run2 --batch 16 --zero-stage 3 --offload-optimizer nvme --optimizer-nvme-fraction 0.5 \
   --nvme-path "$scratch" --steps 1500 --target-accuracy 0.95 >"$scratch/learn.txt"
 if ! grep -q "reached accuracy" "$scratch/learn.txt"; then
