@@ -4,7 +4,8 @@
 #      again gives the same bytes (bf16 and fp32): the values went in and came out unchanged;
 #   2. a model trained 200 steps, saved and loaded, starts where it was: its first held-out
 #      accuracy is the saved run's last;
-#   3. a truncated file and a missing one are refused in one line naming the file.
+#   3. --export-safetensors writes Hugging Face GPT-2's tensors (check_safetensors.py);
+#   4. a truncated file and a missing one are refused in one line naming the file.
 # Usage: model_file_test.sh TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 train=$1
@@ -34,6 +35,15 @@ if [ -z "$saved" ] || [ "$saved" != "$loaded" ]; then
   exit 1
 fi
 echo "train_gpt: a saved model loads where it was (held-out $loaded)"
+# 3. --export-safetensors: Hugging Face GPT-2's names and layouts, checked by a standard-library
+#    Python reader against the llm.c model file of the same run (bf16 and fp32).
+for precision in bf16 fp32; do
+  "$train" "${common[@]}" --precision "$precision" --steps 20 --eval-every 20 \
+    --save-model "$scratch/st-$precision.bin" \
+    --export-safetensors "$scratch/st-$precision.safetensors" >/dev/null
+  python3 "$(dirname "$0")/check_safetensors.py" "$scratch/st-$precision.bin" \
+    "$scratch/st-$precision.safetensors"
+done
 head -c 5000 "$scratch/trained.bin" >"$scratch/truncated.bin"
 for bad in "$scratch/truncated.bin" "$scratch/missing.bin"; do
   if "$train" "${common[@]}" --steps 1 --init-from "$bad" >"$scratch/bad.txt" 2>&1; then

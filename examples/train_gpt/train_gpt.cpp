@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/model_file.h"
+#include "model/safetensors_export.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scheduler/trace.h"
@@ -73,6 +75,7 @@ struct Flags {
   int64_t checkpoint_interval = -1, eval_every = 50;  // -1: 0, or about sqrt(L) when offloaded
   std::string offload_activations = "none";
   std::string init_from, save_model;  // llm.c GPT-2 model files
+  std::string export_safetensors;
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
@@ -322,6 +325,9 @@ int main(int argc, char** argv) {
   app.add_option("--save-model", f.save_model,
                  "FILE: write the trained parameters as an llm.c GPT-2 model file at the end "
                  "(fp32 for --precision fp32, else bf16), atomically");
+  app.add_option("--export-safetensors", f.export_safetensors,
+                 "FILE: write the trained weights at the end as safetensors with Hugging Face "
+                 "GPT-2's tensor names and layouts (F32 for --precision fp32, else BF16)");
   app.add_option("--checkpoint-interval", f.checkpoint_interval,
                  "K: keep every K-th layer's input, recompute the rest (0 = keep all; by "
                  "default 0, or about sqrt(L) with --offload-activations)")
@@ -627,10 +633,11 @@ int main(int argc, char** argv) {
   std::vector<int32_t> tokens(B * T), targets(B * T);
   std::vector<int32_t> global_tokens(B * T * ranks), global_targets(B * T * ranks);
   std::vector<float> logits;
-  // --save-model: the current parameters (a pending update applied; every rank takes part in
-  // the gathers of a sharded model, rank 0 writes). False after an error (printed).
+  // --save-model, --export-safetensors: the current parameters (a pending update applied;
+  // every rank takes part in the gathers of a sharded model, in the writer's block order, and
+  // rank 0 writes). False after an error (printed).
   auto save_model = [&]() -> bool {
-    if (f.save_model.empty()) return true;
+    if (f.save_model.empty() && f.export_safetensors.empty()) return true;
     if (planned) {
       if (Status st = planned->flush(); !st.ok()) return die(st) == 0;
     }
@@ -640,20 +647,34 @@ int main(int argc, char** argv) {
     auto block = [&](int64_t b, float* host) {
       return zstep ? zstep->gather_params(b, host) : gpt.download_params(b, host);
     };
-    Status st;
-    if (lead) {
-      st = model::write_model_file(f.save_model, cfg,
-                                   cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, block);
-    } else {
-      std::vector<float> scratch;
-      for (int64_t b = 0; b <= cfg.layers && st.ok(); ++b) {
-        scratch.resize(static_cast<size_t>(gpt.block_numel(b)));
-        st = block(b, scratch.data());
+    const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+    using Writer = std::function<Status(const model::BlockSource&)>;
+    auto save = [&](const std::string& path, const char* flag, bool shared_first,
+                    const Writer& write) -> bool {
+      if (path.empty()) return true;
+      Status st;
+      if (lead) {
+        st = write(block);
+      } else {
+        std::vector<float> scratch;
+        for (int64_t k = 0; k <= cfg.layers && st.ok(); ++k) {
+          const int64_t b = shared_first ? (k == 0 ? cfg.layers : k - 1) : k;
+          scratch.resize(static_cast<size_t>(gpt.block_numel(b)));
+          st = block(b, scratch.data());
+        }
       }
-    }
-    if (!st.ok()) return die(st.with_context("--save-model")) == 0;
-    if (lead) std::printf("train_gpt: model written to %s\n", f.save_model.c_str());
-    return true;
+      if (!st.ok()) return die(st.with_context(flag)) == 0;
+      if (lead) std::printf("train_gpt: %s %s written\n", flag, path.c_str());
+      return true;
+    };
+    return save(f.save_model, "--save-model", false,
+                [&](const model::BlockSource& src) {
+                  return model::write_model_file(f.save_model, cfg, stored, src);
+                }) &&
+           save(f.export_safetensors, "--export-safetensors", true,
+                [&](const model::BlockSource& src) {
+                  return model::write_safetensors(f.export_safetensors, cfg, stored, src);
+                });
   };
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;

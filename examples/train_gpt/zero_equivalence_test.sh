@@ -47,13 +47,15 @@ done
 echo "train_gpt: $lines step/eval lines identical at ZeRO stages 0-3 over 2 ranks"
 # The model files written at stage 0 and at stage 3 (gathered from the shards) are the same.
 for stage in 0 3; do
-  run2 "${common[@]}" --zero-stage "$stage" --save-model "$scratch/model$stage.bin" >/dev/null
+  run2 "${common[@]}" --zero-stage "$stage" --save-model "$scratch/model$stage.bin" \
+    --export-safetensors "$scratch/model$stage.safetensors" >/dev/null
 done
-if ! cmp "$scratch/model0.bin" "$scratch/model3.bin"; then
-  echo "train_gpt: --save-model at stage 3 differs from stage 0 over 2 ranks" >&2
+if ! cmp "$scratch/model0.bin" "$scratch/model3.bin" ||
+  ! cmp "$scratch/model0.safetensors" "$scratch/model3.safetensors"; then
+  echo "train_gpt: --save-model or --export-safetensors at stage 3 differs from stage 0" >&2
   exit 1
 fi
-echo "train_gpt: --save-model writes the same file at stages 0 and 3 over 2 ranks"
+echo "train_gpt: --save-model and --export-safetensors write the same files at stages 0 and 3"
 run2 --batch 16 --zero-stage 3 --offload-optimizer nvme --optimizer-nvme-fraction 0.5 \
   --nvme-path "$scratch" --steps 1500 --target-accuracy 0.95 >"$scratch/learn.txt"
 if ! grep -q "reached accuracy" "$scratch/learn.txt"; then
