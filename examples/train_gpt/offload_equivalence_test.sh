@@ -52,3 +52,29 @@ fi
 grep -q "3 steps done" "$scratch/budget-fit.txt"
 echo "train_gpt: over --host-memory-limit: $(grep -oE 'needs [0-9.]+ MiB' "$scratch/budget.txt");" \
   "trains with --optimizer-nvme-fraction $fraction"
+# --metrics: one JSON object per step and per evaluation, agreeing with the printed lines; and
+# the final summary line.
+"$train" "${common[@]}" --offload-optimizer cpu --metrics "$scratch/metrics.jsonl" \
+  >"$scratch/metrics-run.txt"
+grep -q "^train_gpt: summary: 30 steps, " "$scratch/metrics-run.txt"
+python3 - "$scratch/metrics.jsonl" "$scratch/metrics-run.txt" <<'PY'
+import json, re, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r for r in rows if "loss" in r]
+evals = [r for r in rows if "val_loss" in r]
+assert [r["step"] for r in steps] == list(range(1, 31)), "step objects: %s" % [r["step"] for r in steps]
+for r in steps:
+    assert set(r) >= {"step", "loss", "norm", "lr", "ms", "tokens_per_s"}, r
+printed = {int(m.group(1)): float(m.group(2)) for m in
+           re.finditer(r"^step +(\d+) \| loss ([0-9.]+)", open(sys.argv[2]).read(), re.M)}
+for r in steps:
+    if r["step"] in printed:
+        assert abs(r["loss"] - printed[r["step"]]) < 6e-5, (r, printed[r["step"]])
+assert [r["step"] for r in evals] == [15, 30], evals
+vals = {int(m.group(1)): float(m.group(2)) for m in
+        re.finditer(r"^eval +(\d+) .*val loss ([0-9.]+)", open(sys.argv[2]).read(), re.M)}
+for r in evals:
+    assert abs(r["val_loss"] - vals[r["step"]]) < 6e-5, (r, vals)
+print("train_gpt: --metrics has %d step and %d evaluation objects matching the log" %
+      (len(steps), len(evals)))
+PY

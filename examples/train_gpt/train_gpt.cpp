@@ -19,8 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +78,7 @@ struct Flags {
   std::string offload_activations = "none";
   std::string init_from, save_model;  // llm.c GPT-2 model files
   std::string export_safetensors;
+  std::string metrics;  // JSON Lines
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
@@ -328,6 +331,9 @@ int main(int argc, char** argv) {
   app.add_option("--export-safetensors", f.export_safetensors,
                  "FILE: write the trained weights at the end as safetensors with Hugging Face "
                  "GPT-2's tensor names and layouts (F32 for --precision fp32, else BF16)");
+  app.add_option("--metrics", f.metrics,
+                 "FILE: JSON Lines, one object per step (step, loss, norm, lr, ms, tokens_per_s) "
+                 "and one per evaluation (step, val_loss, val_accuracy, val_exact_match)");
   app.add_option("--checkpoint-interval", f.checkpoint_interval,
                  "K: keep every K-th layer's input, recompute the rest (0 = keep all; by "
                  "default 0, or about sqrt(L) with --offload-activations)")
@@ -676,9 +682,14 @@ int main(int argc, char** argv) {
                   return model::write_safetensors(f.export_safetensors, cfg, stored, src);
                 });
   };
+  // Held-out accuracy and loss: the mean cross-entropy over the non-ignored targets, on the host
+  // from the logits (float64 sums).
+  double val_loss = 0.0;
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;
     const int kBatches = 8;
+    double loss_sum = 0.0;
+    int64_t counted = 0;
     for (int i = 0; i < kBatches; ++i) {
       task.make_batch(B, f.seed, /*stream=*/1, i, tokens.data(), targets.data());
       if (zstep) {  // gathers the blocks a stage-3 model does not hold
@@ -690,8 +701,44 @@ int main(int argc, char** argv) {
       const auto a = model::AdditionTask::accuracy(logits, cfg.vocab, targets.data(), B, T);
       acc.token += a.token / kBatches;
       acc.exact_match += a.exact_match / kBatches;
+      for (int64_t r = 0; r < B * T; ++r) {
+        if (targets[size_t(r)] < 0) continue;
+        const float* row = logits.data() + r * cfg.vocab;
+        double top = row[0], sum = 0.0;
+        for (int64_t v = 1; v < cfg.vocab; ++v) top = std::max(top, double(row[v]));
+        for (int64_t v = 0; v < cfg.vocab; ++v) sum += std::exp(double(row[v]) - top);
+        loss_sum += top + std::log(sum) - double(row[targets[size_t(r)]]);
+        ++counted;
+      }
     }
+    val_loss = counted > 0 ? loss_sum / double(counted) : 0.0;
     return acc;
+  };
+  // --metrics: rank 0 writes one JSON object per line, flushed as it goes.
+  std::ofstream metrics;
+  if (lead && !f.metrics.empty()) {
+    metrics.open(f.metrics, std::ios::trunc);
+    if (!metrics) {
+      return die(make_error(ErrorCode::kIo, "--metrics ", f.metrics, ": cannot create the file"));
+    }
+  }
+  auto metric = [&](const nlohmann::json& j) {
+    if (metrics.is_open()) metrics << j.dump() << std::endl;
+  };
+  // The final summary (rank 0): steps, tokens, time, mean tokens/s, peak memory per tier.
+  const auto t_train = Clock::now();
+  int64_t steps_done = 0;
+  auto summary = [&]() {
+    if (!lead) return;
+    const double s = std::chrono::duration<double>(Clock::now() - t_train).count();
+    const double tokens_done = static_cast<double>(steps_done * B * T * ranks);
+    const gpu::MemoryInfo mi = dev.memory_info();
+    std::printf(
+        "train_gpt: summary: %lld steps, %.0f tokens in %.1f s, %.0f tok/s; peak memory per rank: "
+        "device %.1f MiB, pinned host %.1f MiB\n",
+        static_cast<long long>(steps_done), tokens_done, s, tokens_done / std::max(s, 1e-9),
+        double(mi.peak_bytes) / double(1 << 20),
+        double(cpu::default_pinned_pool().peak_bytes()) / double(1 << 20));
   };
 
   double acc_token = 0.0;
@@ -752,6 +799,13 @@ int main(int argc, char** argv) {
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool eval = step % f.eval_every == 0 || step == f.steps;
+    steps_done = step;
+    metric({{"step", step},
+            {"loss", loss},
+            {"norm", norm},
+            {"lr", f.lr},
+            {"ms", ms},
+            {"tokens_per_s", static_cast<double>(B * T * ranks) / (ms / 1e3)}});
     if (lead && (step == 1 || step % 10 == 0 || eval)) {
       std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
                   static_cast<long long>(step), loss, norm, f.lr, ms,
@@ -775,9 +829,15 @@ int main(int argc, char** argv) {
       if (!acc.ok()) return die(acc.status());
       acc_token = acc->token;
       if (lead) {
-        std::printf("eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f\n",
-                    static_cast<long long>(step), acc->token, acc->exact_match);
+        std::printf(
+            "eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f | val loss "
+            "%.4f\n",
+            static_cast<long long>(step), acc->token, acc->exact_match, val_loss);
       }
+      metric({{"step", step},
+              {"val_loss", val_loss},
+              {"val_accuracy", acc->token},
+              {"val_exact_match", acc->exact_match}});
       // Every rank stops on rank 0's figure, so that none goes on alone.
       float reached = acc->token >= f.target_accuracy ? 1.0f : 0.0f;
       if (ranks > 1) {
@@ -788,6 +848,7 @@ int main(int argc, char** argv) {
           std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
                       f.target_accuracy, static_cast<long long>(step));
         }
+        summary();
         return save_model() ? 0 : 1;
       }
     }
@@ -796,5 +857,6 @@ int main(int argc, char** argv) {
     std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",
                 static_cast<long long>(f.steps), acc_token, f.target_accuracy);
   }
+  summary();
   return save_model() ? 0 : 1;
 }
