@@ -200,6 +200,19 @@ Status check_flags(const Flags& f) {
                       "from 1 to ",
                       f.layers - 1, ", or leave it out");
   }
+  // Output files: their directory must exist now, not after training.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--save-model", f.save_model},
+        {"--export-safetensors", f.export_safetensors},
+        {"--metrics", f.metrics},
+        {"--trace", f.trace}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return make_error(ErrorCode::kConfig, flag, " ", path, ": the directory ", dir.string(),
+                        " does not exist");
+    }
+  }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
                       " needs --offload-optimizer nvme");
@@ -354,7 +367,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "initialisation and data seed")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, as every other refusal (CLI11's own adds a second one).
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return e.get_exit_code();
+  }
   if (Status st = check_flags(f); !st.ok()) return fail(st);
 
   auto task_r = model::AdditionTask::create(f.digits, 3 * f.digits + 4);

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Bad flag values: each run must exit non-zero before training, print exactly one line starting
+# "train_gpt:" that names the flag (the expected text below), and create no file.
+# Usage: bad_flags_test.sh TRAIN_GPT SCRATCH_DIR
+set -uo pipefail
+train=$1
+scratch=$2/train_gpt_bad_flags
+rm -rf "$scratch"
+mkdir -p "$scratch/nvme"
+touch "$scratch/a-file"
+head -c 2048 /dev/zero >"$scratch/zeros.bin"
+s=$scratch
+# args|expected text
+cases=(
+  "--layers 0|--layers: Value 0 not in range"
+  "--channels 30 --heads 4|--heads 4 does not divide --channels 30"
+  "--precision fp8|--precision 'fp8' is not accepted"
+  "--loss-scale 100|--loss-scale 100 needs --precision fp16"
+  "--precision fp16 --loss-scale -3|--loss-scale '-3' is not accepted"
+  "--offload-optimizer disk|--offload-optimizer 'disk' is not accepted"
+  "--offload-optimizer nvme|--offload-optimizer nvme needs --nvme-path"
+  "--optimizer-nvme-fraction 0.5|--optimizer-nvme-fraction 0.5 needs --offload-optimizer nvme"
+  "--optimizer-nvme-fraction 1.5|--optimizer-nvme-fraction: Value 1.5 not in range"
+  "--gpu-optimizer-fraction 2|--gpu-optimizer-fraction: Value 2 not in range"
+  "--offload-optimizer none --gpu-optimizer-fraction 0.5|needs --offload-optimizer cpu or nvme"
+  "--zero-stage 4|--zero-stage: Value 4 not in range"
+  "--zero-stage 2 --offload-param cpu|--offload-param cpu needs --zero-stage 3"
+  "--zero-stage 3 --offload-param tape|--offload-param 'tape' is not accepted"
+  "--zero-stage 3 --offload-param none --param-gpu-fraction 0.5|needs --offload-param cpu or nvme"
+  "--param-gpu-fraction 0.5|--param-gpu-fraction needs --zero-stage 3"
+  "--offload-activations cpu --checkpoint-interval 0|moves nothing with --checkpoint-interval 0"
+  "--offload-activations cpu --layers 1|needs --layers 2 or more"
+  "--offload-activations nvme|--offload-activations nvme needs --nvme-path"
+  "--offload-activations ram|--offload-activations 'ram' is not accepted"
+  "--schedule fast|--schedule 'fast' is not accepted"
+  "--schedule serial --zero-stage 1|--zero-stage 1 needs --schedule planned"
+  "--comm-backend nccl|--comm-backend 'nccl' is not accepted"
+  "--gpu-memory-limit lots|--gpu-memory-limit"
+  "--host-memory-limit lots|--host-memory-limit"
+  "--offload-optimizer nvme --nvme-path $s/missing|--nvme-path: '$s/missing' is not a directory"
+  "--offload-optimizer nvme --nvme-path $s/a-file|--nvme-path: '$s/a-file' is not a directory"
+  "--offload-optimizer nvme --nvme-path $s/nvme,|--nvme-path"
+  "--init-from $s/missing.bin|$s/missing.bin: cannot open"
+  "--init-from $s/zeros.bin|magic 0 is not llm.c's GPT-2 model magic"
+  "--batch 0|--batch: Value 0 not in range"
+  "--steps 0|--steps: Value 0 not in range"
+  "--digits 12|--digits: Value 12 not in range"
+  "--prefetch-depth 99|--prefetch-depth: Value 99 not in range"
+  "--delayed-update --schedule serial|--delayed-update needs --schedule planned"
+  "--bucket-mb -1|--bucket-mb: Value -1 not in range"
+  "--trace $s/t.json --schedule serial|--trace needs --schedule planned"
+  "--eval-every 0|--eval-every: Value 0 not in range"
+  "--target-accuracy 2|--target-accuracy: Value 2 not in range"
+  "--host-memory-limit 64KiB --zero-stage 1|--host-memory-limit 0.1 MiB: pinned host memory needs"
+  "--save-model $s/no-dir/m.bin|--save-model $s/no-dir/m.bin: the directory"
+  "--metrics $s/no-dir/m.jsonl|--metrics $s/no-dir/m.jsonl: the directory"
+  "--bogus-flag 1|--bogus-flag"
+)
+before=$(find "$scratch" | sort)
+failed=0
+for c in "${cases[@]}"; do
+  args=${c%%|*}
+  want=${c#*|}
+  # shellcheck disable=SC2086
+  "$train" --device cpu $args >"$scratch/out.txt" 2>"$scratch/err.txt"
+  rc=$?
+  lines=$(grep -c '^train_gpt:' "$scratch/err.txt")
+  if [ "$rc" -eq 0 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$scratch/err.txt" ||
+    grep -q '^step' "$scratch/out.txt"; then
+    echo "FAILED: train_gpt $args (exit $rc): want one line with: $want" >&2
+    cat "$scratch/err.txt" >&2
+    failed=1
+  fi
+  rm -f "$scratch/out.txt" "$scratch/err.txt"
+done
+after=$(find "$scratch" | sort)
+if [ "$before" != "$after" ]; then
+  echo "FAILED: the bad runs created files:" >&2
+  diff <(echo "$before") <(echo "$after") >&2
+  failed=1
+fi
+[ "$failed" -eq 0 ] || exit 1
+echo "train_gpt: ${#cases[@]} bad flag values each refused in one line naming the flag, no file made"
