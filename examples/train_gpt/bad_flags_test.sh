@@ -55,6 +55,10 @@ cases=(
   "--save-model $s/no-dir/m.bin|--save-model $s/no-dir/m.bin: the directory"
   "--metrics $s/no-dir/m.jsonl|--metrics $s/no-dir/m.jsonl: the directory"
   "--bogus-flag 1|--bogus-flag"
+  "--model gpt-3|--model 'gpt-3' is not accepted"
+  "--model gpt2-124m --heads 5|--heads 5 does not divide --channels 768"
+  "--seq-len 5|--seq-len 5 is shorter than the data's sequences"
+  "--vocab 10|--vocab 10 is smaller than the data's vocabulary"
 )
 before=$(find "$scratch" | sort)
 failed=0

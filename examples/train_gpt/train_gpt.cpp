@@ -79,6 +79,8 @@ struct Flags {
   std::string init_from, save_model;  // llm.c GPT-2 model files
   std::string export_safetensors;
   std::string metrics;  // JSON Lines
+  std::string model_preset;
+  int64_t seq_len = 0, vocab = 0;  // 0: the data's
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
@@ -162,10 +164,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig,
                       "--trace needs --schedule planned (the serial step has "
                       "no plan to trace)");
-  }
-  if (f.channels % f.heads != 0) {
-    return make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
-                      f.channels, " (use a head count that divides the channel count)");
   }
   if (f.comm_backend != "auto" && f.comm_backend != "mpi" && f.comm_backend != "local") {
     return make_error(ErrorCode::kConfig, "--comm-backend '", f.comm_backend,
@@ -322,6 +320,15 @@ int main(int argc, char** argv) {
   app.add_option("--digits", f.digits, "digits per operand (1..9)")
       ->check(CLI::Range(1, 9))
       ->capture_default_str();
+  app.add_option("--model", f.model_preset,
+                 "a preset shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (GPT-2's: maxT 1024, "
+                 "V 50257), gpt-7b, gpt-13b (the usual 7B/13B GPT shapes, maxT 2048, V 50257); "
+                 "--layers, --heads, --channels, --seq-len and --vocab given beside it win");
+  app.add_option("--seq-len", f.seq_len,
+                 "maxT, the model's longest context (0: the data's; at least the data's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--vocab", f.vocab, "V (0: the data's; at least the data's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--layers", f.layers, "L")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--channels", f.channels, "C")
       ->check(CLI::Range(1, 1 << 16))
@@ -380,9 +387,45 @@ int main(int argc, char** argv) {
   auto task_r = model::AdditionTask::create(f.digits, 3 * f.digits + 4);
   if (!task_r.ok()) return fail(task_r.status());
   const model::AdditionTask task = task_r.value();
+  // --model: a preset shape; the shape flags given beside it win.
+  if (!f.model_preset.empty()) {
+    struct Preset {
+      const char* name;
+      int64_t layers, heads, channels, seq;
+    };
+    const Preset presets[] = {{"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-350m", 24, 16, 1024, 1024},
+                              {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1.5b", 48, 25, 1600, 1024},
+                              {"gpt-7b", 32, 32, 4096, 2048},    {"gpt-13b", 40, 40, 5120, 2048}};
+    const Preset* p = nullptr;
+    for (const Preset& q : presets) p = f.model_preset == q.name ? &q : p;
+    if (p == nullptr) {
+      return fail(make_error(ErrorCode::kConfig, "--model '", f.model_preset,
+                             "' is not accepted (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, "
+                             "gpt-7b, gpt-13b)"));
+    }
+    if (app.count("--layers") == 0) f.layers = p->layers;
+    if (app.count("--heads") == 0) f.heads = p->heads;
+    if (app.count("--channels") == 0) f.channels = p->channels;
+    if (f.seq_len == 0) f.seq_len = p->seq;
+    if (f.vocab == 0) f.vocab = 50257;
+  }
+  if (f.channels % f.heads != 0) {
+    return fail(make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
+                           f.channels, " (use a head count that divides the channel count)"));
+  }
+  if (f.seq_len != 0 && f.seq_len < task.seq()) {
+    return fail(make_error(ErrorCode::kConfig, "--seq-len ", f.seq_len,
+                           " is shorter than the data's sequences (", task.seq(),
+                           " tokens for synthetic:addition with --digits ", f.digits, ")"));
+  }
+  if (f.vocab != 0 && f.vocab < model::AdditionTask::kVocab) {
+    return fail(make_error(ErrorCode::kConfig, "--vocab ", f.vocab,
+                           " is smaller than the data's vocabulary (", model::AdditionTask::kVocab,
+                           " tokens for synthetic:addition)"));
+  }
   model::GptConfig cfg;
-  cfg.vocab = model::AdditionTask::kVocab;
-  cfg.max_seq = task.seq();
+  cfg.vocab = f.vocab != 0 ? f.vocab : model::AdditionTask::kVocab;
+  cfg.max_seq = f.seq_len != 0 ? f.seq_len : task.seq();
   cfg.layers = f.layers;
   cfg.heads = f.heads;
   cfg.channels = f.channels;
@@ -394,10 +437,10 @@ int main(int argc, char** argv) {
   if (!f.init_from.empty()) {
     auto fc = model::read_model_file_config(f.init_from);
     if (!fc.ok()) return fail(fc.status().with_context("--init-from"));
-    if (fc->vocab != cfg.vocab || fc->max_seq < cfg.max_seq) {
-      return fail(make_error(
-          ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (", fc->describe(),
-          ") does not fit the data (synthetic:addition: V=", cfg.vocab, ", T=", cfg.max_seq, ")"));
+    if (fc->vocab < model::AdditionTask::kVocab || fc->max_seq < task.seq()) {
+      return fail(make_error(ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (",
+                             fc->describe(), ") does not fit the data (synthetic:addition: V=",
+                             model::AdditionTask::kVocab, ", T=", task.seq(), ")"));
     }
     const DType dt = cfg.dtype;
     cfg = *fc;
