@@ -1,0 +1,291 @@
+#include "flags.h"
+
+#include <filesystem>
+#include <utility>
+
+namespace strata::train_gpt {
+
+namespace {
+// A tier flag (--offload-optimizer, -param, -activations): none, cpu or nvme; nvme needs
+// --nvme-path.
+Status check_tier(const char* flag, const std::string& value, const std::string& nvme_path,
+                  const char* holds) {
+  if (value != "none" && value != "cpu" && value != "nvme") {
+    return make_error(ErrorCode::kConfig, flag, " '", value,
+                      "' is not accepted (use none, cpu or nvme)");
+  }
+  if (value == "nvme" && nvme_path.empty()) {
+    return make_error(ErrorCode::kConfig, flag,
+                      " nvme needs --nvme-path DIR[,DIR...] (a directory on the disk that holds ",
+                      holds, ")");
+  }
+  return ok_status();
+}
+}  // namespace
+
+Status check_flags(const Flags& f) {
+  if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
+    return make_error(ErrorCode::kConfig, "--precision '", f.precision,
+                      "' is not accepted (use bf16, fp16 or fp32)");
+  }
+  if (f.loss_scale != "dynamic" && f.precision != "fp16") {
+    return make_error(ErrorCode::kConfig, "--loss-scale ", f.loss_scale,
+                      " needs --precision fp16 (bf16 and fp32 are not loss-scaled)");
+  }
+  if (f.loss_scale != "dynamic") {
+    char* end = nullptr;
+    const double v = std::strtod(f.loss_scale.c_str(), &end);
+    if (end == f.loss_scale.c_str() || *end != '\0' || !(v > 0.0) || !std::isfinite(v)) {
+      return make_error(ErrorCode::kConfig, "--loss-scale '", f.loss_scale,
+                        "' is not accepted (use dynamic, or a positive number)");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_tier("--offload-optimizer", f.offload_optimizer, f.nvme_path, "the optimizer state"));
+  if (!f.offload_param.empty()) {  // empty: cpu at stage 3
+    STRATA_RETURN_IF_ERROR(
+        check_tier("--offload-param", f.offload_param, f.nvme_path, "the parameter shards"));
+  }
+  STRATA_RETURN_IF_ERROR(check_tier("--offload-activations", f.offload_activations, f.nvme_path,
+                                    "the activation checkpoints"));
+  if (f.offload_optimizer == "none" && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--offload-optimizer none needs --schedule planned (the serial step "
+                      "updates on the host)");
+  }
+  if (f.delayed_update && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--delayed-update needs --schedule planned (the serial step is the "
+                      "reference without it)");
+  }
+  if (f.gpu_optimizer_fraction > 0.0 && f.offload_optimizer == "none") {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " needs --offload-optimizer cpu or nvme (none keeps all of the state on "
+                      "the device)");
+  }
+  if (f.gpu_optimizer_fraction > 0.0 && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " needs --schedule planned (the serial step updates on the host)");
+  }
+  if (f.gpu_optimizer_fraction + f.nvme_fraction > 1.0) {
+    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
+                      " and --optimizer-nvme-fraction ", f.nvme_fraction,
+                      " add up to more than 1 (a partition is on the device or on NVMe)");
+  }
+  if (f.schedule != "planned" && f.schedule != "serial") {
+    return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
+                      "' is not accepted (use planned or serial)");
+  }
+  if (!f.trace.empty() && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--trace needs --schedule planned (the serial step has "
+                      "no plan to trace)");
+  }
+  if (f.comm_backend != "auto" && f.comm_backend != "mpi" && f.comm_backend != "local") {
+    return make_error(ErrorCode::kConfig, "--comm-backend '", f.comm_backend,
+                      "' is not accepted (use auto, mpi or local: the engine reduces in host "
+                      "memory)");
+  }
+  if (f.zero_stage > 0 && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
+                      " needs --schedule planned (the serial step is the one-rank reference)");
+  }
+  if ((!f.offload_param.empty() || f.param_gpu_fraction > 0.0) && f.zero_stage != 3) {
+    return make_error(ErrorCode::kConfig,
+                      !f.offload_param.empty() ? "--offload-param " + f.offload_param
+                                               : std::string("--param-gpu-fraction"),
+                      " needs --zero-stage 3 (stages 0-2 keep every parameter whole on the "
+                      "device; DeepSpeed's offload_param needs stage 3 too)");
+  }
+  if (f.param_gpu_fraction > 0.0 && f.offload_param == "none") {
+    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f.param_gpu_fraction,
+                      " needs --offload-param cpu or nvme (none keeps every shard on the device)");
+  }
+  if (f.offload_activations != "none" && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " needs --schedule planned (the transfers are tasks of the plan)");
+  }
+  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
+      (f.checkpoint_interval == 0 || f.checkpoint_interval >= f.layers)) {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
+                      " and --layers ", f.layers,
+                      " (one segment, whose activations stay for its backward): use an interval "
+                      "from 1 to ",
+                      f.layers - 1, ", or leave it out");
+  }
+  // Output files: their directory must exist now, not after training.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--save-model", f.save_model},
+        {"--export-safetensors", f.export_safetensors},
+        {"--metrics", f.metrics},
+        {"--trace", f.trace}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return make_error(ErrorCode::kConfig, flag, " ", path, ": the directory ", dir.string(),
+                        " does not exist");
+    }
+  }
+  if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
+    return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
+                      " needs --offload-optimizer nvme");
+  }
+  return ok_status();
+}
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--device", f.device, "auto|cpu|cuda")->capture_default_str();
+  app.add_option("--precision", f.precision,
+                 "bf16|fp16|fp32: parameters, gradients and activations (fp16 scales the loss)")
+      ->capture_default_str();
+  app.add_option("--loss-scale", f.loss_scale,
+                 "fp16: dynamic (DeepSpeed's: from 2^16, doubled after 1000 steps without "
+                 "overflow, halved from the 2nd overflow since the last doubling; an "
+                 "overflowing step is skipped) or a fixed scale")
+      ->capture_default_str();
+  app.add_option("--offload-optimizer", f.offload_optimizer,
+                 "none|cpu|nvme: where the fp32 masters and Adam moments live (none: on the "
+                 "device, updated there)")
+      ->capture_default_str();
+  app.add_option("--offload-param", f.offload_param,
+                 "none|cpu|nvme, stage 3: where this rank's 16-bit parameter shards live between "
+                 "uses (none: on the device; cpu: pinned host memory, the default; nvme: the "
+                 "swap files, read ahead --prefetch-depth layers before use)");
+  app.add_option("--param-gpu-fraction", f.param_gpu_fraction,
+                 "with --offload-param cpu|nvme: share of the shards kept on the device anyway "
+                 "(the shared block first, then layers in forward order)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--gpu-memory-limit", f.gpu_memory_limit,
+                 "SIZE: cap of the device memory pool per rank, e.g. 16GiB (0: the CpuDevice's "
+                 "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
+                 "before training with the bytes requested, in use and the limit")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  app.add_option("--host-memory-limit", f.host_memory_limit,
+                 "SIZE: pinned host memory this rank's engine may use (optimizer state in RAM, "
+                 "its staging, the step plan's buffers), e.g. 8GiB; 0: no limit. A plan over it "
+                 "is refused before its large allocations, naming the bytes and the flags that "
+                 "would make it fit")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  app.add_flag("--delayed-update", f.delayed_update,
+               "ZeRO-Offload's one-step delayed parameter update: after the warm-up, the CPU "
+               "update of step n runs during step n+1, which uses the parameters from before "
+               "it (stages 0-2, optimizer on the host)");
+  app.add_option("--delayed-update-warmup", f.delayed_update_warmup,
+                 "ordinary steps before the delayed update starts")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--gpu-optimizer-fraction", f.gpu_optimizer_fraction,
+                 "share of the optimizer partitions kept and updated on the device (the rest on "
+                 "the CPU; DeepSpeed's offload_optimizer.ratio is 1 minus this)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--optimizer-nvme-fraction", f.nvme_fraction,
+                 "share of the optimizer state on NVMe (with --offload-optimizer nvme)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--nvme-path", f.nvme_path, "DIR[,DIR...]: where the swap files go");
+  app.add_option("--schedule", f.schedule,
+                 "planned: the step as a plan with transfers and the CPU Adam overlapping "
+                 "compute; serial: one phase after the other (same results)")
+      ->capture_default_str();
+  app.add_option("--trace", f.trace,
+                 "FILE: write a Chrome/Perfetto trace (JSON) of --trace-steps steps after the "
+                 "first, and print each traced step's lane metrics");
+  app.add_option("--trace-steps", f.trace_steps, "steps in the trace")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--device-threads", f.device_threads,
+                 "CpuDevice: threads that run the kernels (0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--host-threads", f.host_threads,
+                 "threads of the host lane that runs the CPU Adam and the gradient checks "
+                 "(0 = all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--zero-stage", f.zero_stage,
+                 "ZeRO stage over the data-parallel ranks: 0 all replicated, 1 optimizer state "
+                 "sharded, 2 gradients too, 3 parameters too (gathered per layer)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("--bucket-mb", f.bucket_mb,
+                 "stages 2-3: MiB of gradients waiting on the host for their reduce-scatter "
+                 "(DeepSpeed's reduce_bucket_size; 0 = twice the largest layer)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--prefetch-depth", f.prefetch_depth,
+                 "stage 3: layers gathered ahead of the one computing")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--param-persistence-threshold", f.persistence_threshold,
+                 "stage 3: blocks of fewer elements stay whole on every rank (DeepSpeed's "
+                 "stage3_param_persistence_threshold; its default is 100000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--comm-backend", f.comm_backend,
+                 "auto|mpi|local: the communicator (auto: mpi under mpirun, else local)")
+      ->capture_default_str();
+  app.add_option("--steps", f.steps, "most training steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--digits", f.digits, "digits per operand (1..9)")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
+  app.add_option("--model", f.model_preset,
+                 "a preset shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (GPT-2's: maxT 1024, "
+                 "V 50257), gpt-7b, gpt-13b (the usual 7B/13B GPT shapes, maxT 2048, V 50257); "
+                 "--layers, --heads, --channels, --seq-len and --vocab given beside it win");
+  app.add_option("--seq-len", f.seq_len,
+                 "maxT, the model's longest context (0: the data's; at least the data's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--vocab", f.vocab, "V (0: the data's; at least the data's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--layers", f.layers, "L")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--channels", f.channels, "C")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--heads", f.heads, "NH (divides C)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--batch", f.batch, "B")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--offload-activations", f.offload_activations,
+                 "none|cpu|nvme: where the kept layer inputs of activation checkpointing live "
+                 "between forward and backward (all but the last segment's; cpu: pinned host "
+                 "memory, nvme: the swap files), brought back one segment ahead")
+      ->capture_default_str();
+  app.add_option("--init-from", f.init_from,
+                 "FILE: start from an llm.c GPT-2 model file (version 3 fp32 or 5 bf16); its "
+                 "header's shape replaces --layers, --heads and --channels");
+  app.add_option("--save-model", f.save_model,
+                 "FILE: write the trained parameters as an llm.c GPT-2 model file at the end "
+                 "(fp32 for --precision fp32, else bf16), atomically");
+  app.add_option("--export-safetensors", f.export_safetensors,
+                 "FILE: write the trained weights at the end as safetensors with Hugging Face "
+                 "GPT-2's tensor names and layouts (F32 for --precision fp32, else BF16)");
+  app.add_option("--metrics", f.metrics,
+                 "FILE: JSON Lines, one object per step (step, loss, norm, lr, ms, tokens_per_s) "
+                 "and one per evaluation (step, val_loss, val_accuracy, val_exact_match)");
+  app.add_option("--checkpoint-interval", f.checkpoint_interval,
+                 "K: keep every K-th layer's input, recompute the rest (0 = keep all; by "
+                 "default 0, or about sqrt(L) with --offload-activations)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--lr", f.lr, "Adam learning rate")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
+      ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--grad-clip", f.grad_clip, "clip the global gradient norm to this (0 = off)")
+      ->check(CLI::Range(0.0f, 1e6f))
+      ->capture_default_str();
+  app.add_option("--eval-every", f.eval_every, "steps between held-out evaluations")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--target-accuracy", f.target_accuracy,
+                 "stop when the held-out answer-token accuracy reaches this")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "initialisation and data seed")->capture_default_str();
+}
+
+}  // namespace strata::train_gpt

@@ -1,0 +1,54 @@
+// train_gpt's flags: their values (Flags), their CLI11 definitions with help and defaults
+// (add_flags), and the checks of their combinations, run before any memory is touched
+// (check_flags: one-line errors naming the flag, the value and what is accepted).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace strata::train_gpt {
+
+struct Flags {
+  std::string device = "auto";
+  std::string precision = "bf16";
+  std::string loss_scale = "dynamic";
+  std::string offload_optimizer = "cpu";
+  std::string offload_param;  // empty: cpu at stage 3
+  double param_gpu_fraction = 0.0;
+  double nvme_fraction = 0.0;
+  double gpu_optimizer_fraction = 0.0;
+  uint64_t gpu_memory_limit = 0;
+  uint64_t host_memory_limit = 0;
+  bool delayed_update = false;
+  int64_t delayed_update_warmup = 40;
+  std::string nvme_path;
+  std::string schedule = "planned";
+  std::string trace;
+  int64_t trace_steps = 2;
+  int device_threads = 0, host_threads = 0;
+  int zero_stage = 0, prefetch_depth = 2;
+  double bucket_mb = 0.0;
+  int64_t persistence_threshold = 0;
+  std::string comm_backend = "auto";
+  int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
+  int64_t checkpoint_interval = -1, eval_every = 50;  // -1: 0, or about sqrt(L) when offloaded
+  std::string offload_activations = "none";
+  std::string init_from, save_model;  // llm.c GPT-2 model files
+  std::string export_safetensors;
+  std::string metrics;  // JSON Lines
+  std::string model_preset;
+  int64_t seq_len = 0, vocab = 0;  // 0: the data's
+  float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
+  double target_accuracy = 0.95;
+  uint64_t seed = 1234;
+};
+
+// Defines every flag on `app`, writing into `f`.
+void add_flags(CLI::App& app, Flags& f);
+// The flags' combinations (ranges are CLI11's); kConfig naming the flag.
+Status check_flags(const Flags& f);
+
+}  // namespace strata::train_gpt
