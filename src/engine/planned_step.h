@@ -69,6 +69,8 @@ class PlannedStep {
   // back to the host from the device optimizer) are those after the last run(): call it before
   // evaluating, saving or reading them.
   Status flush() { return step_->flush(); }
+  // The learning rate of the next run()'s update (ZeroStep::set_lr).
+  void set_lr(float lr) { step_->set_lr(lr); }
 
   const sched::Executor& executor() const { return step_->executor(); }
 

@@ -25,6 +25,8 @@ class SerialStep {
                                                     const OffloadStepOptions& options);
   // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+  // The learning rate of the next run()'s update (applied within that run).
+  void set_lr(float lr) { opt_.adam().set_lr(lr); }
 
  private:
   SerialStep(model::GptModel& model, OffloadedOptimizer& optimizer,

@@ -546,9 +546,11 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (rotate_) {  // the previous step's update, if it is to be applied
     update_step_ = pending_adam_step_;
     update_grad_scale_ = pending_grad_scale_;
+    if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
   } else {  // this step's, with no clipping and no loss scale
     update_step_ = scaling_.applied() + 1;
     update_grad_scale_ = static_cast<float>(1.0 / static_cast<double>(ranks_));  // decide()'s
+    if (lr_ >= 0.0f) opt_.adam().set_lr(lr_);
   }
   flushing_ = false;
   StepResult r;
@@ -578,6 +580,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (rotate_) {
     pending_adam_step_ = d.apply ? d.adam_step : 0;
     pending_grad_scale_ = d.grad_scale;
+    pending_lr_ = lr_;
   }
   r.loss = ranks_ > 1 ? total / static_cast<float>(ranks_) : local;
   r.grad_norm = d.norm;
@@ -589,6 +592,7 @@ Status ZeroStep::flush() {
   if (pending_adam_step_ != 0) {
     update_step_ = pending_adam_step_;
     update_grad_scale_ = pending_grad_scale_;
+    if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
     flushing_ = true;
     const Status st = executor_->replay();
     flushing_ = false;

@@ -224,6 +224,9 @@ class ZeroStep {
   // Applies a pending update; then the model's parameter blocks (those on the device) hold the
   // whole current parameters on every rank. Collective.
   Status flush();
+  // The learning rate of the next run()'s update (an LR schedule: the update of step n uses the
+  // rate set before run(n), whenever it is applied). Unset: the optimizer's own.
+  void set_lr(float lr) { lr_ = lr; }
   // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
   // each sharded block into a scratch device buffer in turn (after flush()); then the model's
   // logits_to_host() reads the logits. Collective.
@@ -302,6 +305,7 @@ class ZeroStep {
   float update_grad_scale_ = 1.0f;
   int64_t pending_adam_step_ = 0;
   float pending_grad_scale_ = 1.0f;
+  float lr_ = -1.0f, pending_lr_ = -1.0f;  // set_lr(); negative: the optimizer's own
   bool flushing_ = false;
   bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
   StepScaling scaling_;

@@ -17,16 +17,8 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
-Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t vocab) {
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) {
-    return make_error(ErrorCode::kIo, "token file ", path, ": cannot open: ", std::strerror(errno));
-  }
-  int32_t header[256] = {};
-  if (std::fread(header, 1, sizeof(header), f.get()) != sizeof(header)) {
-    return make_error(ErrorCode::kCorrupt, "token file ", path,
-                      ": truncated header (needs 1024 bytes)");
-  }
+Result<int64_t> check_token_file_header(const std::string& path, const int32_t* header,
+                                        uint64_t file_size) {
   if (header[0] != kTokenFileMagic) {
     return make_error(ErrorCode::kCorrupt, "token file ", path, ": bad magic ", header[0],
                       " (expected ", kTokenFileMagic, ")");
@@ -39,17 +31,37 @@ Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t v
     return make_error(ErrorCode::kCorrupt, "token file ", path, ": negative token count ",
                       header[2]);
   }
-  const auto count = static_cast<size_t>(header[2]);
+  const auto count = static_cast<uint64_t>(header[2]);
+  const uint64_t expected = kTokenFileHeaderBytes + 2 * count;
+  if (file_size != expected) {
+    return make_error(ErrorCode::kCorrupt, "token file ", path, ": size ", file_size,
+                      " bytes does not match the header's ", count, " tokens (expected ", expected,
+                      " bytes", file_size < expected ? ", truncated" : "", ")");
+  }
+  return static_cast<int64_t>(count);
+}
+
+Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t vocab) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) {
+    return make_error(ErrorCode::kIo, "token file ", path, ": cannot open: ", std::strerror(errno));
+  }
+  int32_t header[256] = {};
+  if (std::fread(header, 1, sizeof(header), f.get()) != sizeof(header)) {
+    return make_error(ErrorCode::kCorrupt, "token file ", path,
+                      ": truncated header (needs 1024 bytes)");
+  }
   if (std::fseek(f.get(), 0, SEEK_END) != 0) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot seek: ", std::strerror(errno));
   }
   const long size = std::ftell(f.get());
-  const size_t expected = kTokenFileHeaderBytes + 2 * count;
-  if (size < 0 || static_cast<size_t>(size) != expected) {
-    return make_error(ErrorCode::kCorrupt, "token file ", path, ": size ", size,
-                      " bytes does not match the header's ", count, " tokens (expected ", expected,
-                      " bytes", static_cast<size_t>(size) < expected ? ", truncated" : "", ")");
+  if (size < 0) {
+    return make_error(ErrorCode::kIo, "token file ", path,
+                      ": cannot tell its size: ", std::strerror(errno));
   }
+  STRATA_ASSIGN_OR_RETURN(const int64_t n,
+                          check_token_file_header(path, header, static_cast<uint64_t>(size)));
+  const auto count = static_cast<size_t>(n);
   if (std::fseek(f.get(), static_cast<long>(kTokenFileHeaderBytes), SEEK_SET) != 0) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot seek: ", std::strerror(errno));
   }

@@ -16,6 +16,10 @@ inline constexpr int32_t kTokenFileMagic = 20240520;
 inline constexpr int32_t kTokenFileVersion = 1;
 inline constexpr size_t kTokenFileHeaderBytes = 256 * 4;
 
+// The token count of a file whose first 1024 bytes are `header` and whose size is `file_size`;
+// kCorrupt naming the file for a bad magic, version or count, or a size that does not match.
+Result<int64_t> check_token_file_header(const std::string& path, const int32_t* header,
+                                        uint64_t file_size);
 // Errors: kIo (cannot open/read), kCorrupt (bad magic, bad version, truncated or oversized,
 // a token >= vocab), each message naming the file and the offending value.
 Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t vocab);

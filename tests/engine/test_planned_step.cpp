@@ -119,6 +119,14 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   std::vector<int32_t> tokens(static_cast<size_t>(8 * task.seq())), targets(tokens.size());
   for (int64_t step = 1; step <= kSteps; ++step) {
     task.make_batch(8, 3, 0, step, tokens.data(), targets.data());
+    // A learning rate that changes every step: the planned step applies step n's update during
+    // step n+1, and must still use step n's rate.
+    const float lr = 3e-3f * (1.0f - 0.01f * static_cast<float>(step));
+    if (c.planned) {
+      planned->set_lr(lr);
+    } else {
+      serial->set_lr(lr);
+    }
     auto r = c.planned ? planned->run(tokens.data(), targets.data(), step)
                        : serial->run(tokens.data(), targets.data(), step);
     EXPECT_TRUE(r.ok()) << r.status().to_string();

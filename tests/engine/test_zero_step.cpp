@@ -222,6 +222,13 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
       }
     }
     if (c.before_step) c.before_step(step);
+    // A learning rate that changes every step (a rotated update still uses its own step's).
+    const float lr = 3e-3f * (1.0f - 0.01f * static_cast<float>(step));
+    if (c.serial) {
+      serial->set_lr(lr);
+    } else {
+      zero->set_lr(lr);
+    }
     auto r = c.serial ? serial->run(tokens.data(), targets.data(), step)
                       : zero->run(tokens.data(), targets.data(), step);
     if (c.serial && c.delayed >= 0) snapshot();

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -90,7 +91,7 @@ TEST(DataLoader, ShiftedTargetsAndFullEpochCoverage) {
   std::vector<int32_t> in(B * T), tgt(B * T);
   std::set<int32_t> starts;
   for (int i = 0; i < 5; ++i) {
-    dl.next(in.data(), tgt.data());
+    ASSERT_TRUE(dl.next(in.data(), tgt.data()).ok());
     for (int64_t b = 0; b < B; ++b) {
       EXPECT_EQ(in[b * T] % T, 0);  // windows start at multiples of T
       starts.insert(in[b * T]);
@@ -118,9 +119,9 @@ TEST(DataLoader, DeterministicAndResumable) {
   LoaderPosition mid;
   for (int i = 0; i < 100; ++i) {  // crosses epochs (41 batches per epoch)
     if (i == 57) mid = a.value().position();
-    a.value().next(ia.data(), ta.data());
-    b.value().next(ib.data(), tb.data());
-    c.value().next(ic.data(), tc.data());
+    ASSERT_TRUE(a.value().next(ia.data(), ta.data()).ok());
+    ASSERT_TRUE(b.value().next(ib.data(), tb.data()).ok());
+    ASSERT_TRUE(c.value().next(ic.data(), tc.data()).ok());
     EXPECT_EQ(ia, ib);
     differs = differs || ia != ic;
     first_run.push_back(ia);
@@ -130,11 +131,154 @@ TEST(DataLoader, DeterministicAndResumable) {
   ASSERT_TRUE(resumed.ok());
   ASSERT_TRUE(resumed.value().seek(mid).ok());
   for (int i = 57; i < 100; ++i) {
-    resumed.value().next(ib.data(), tb.data());
+    ASSERT_TRUE(resumed.value().next(ib.data(), tb.data()).ok());
     EXPECT_EQ(ib, first_run[static_cast<size_t>(i)]) << "batch " << i;
   }
   EXPECT_EQ(resumed.value().seek({0, 41}).code(), ErrorCode::kConfig);
   EXPECT_EQ(DataLoader::create(ramp(10), 3, 8, 1).status().code(), ErrorCode::kConfig);
+}
+
+// llm.c's reader, written from its description (one process of N): shard after shard, sample
+// i of a shard starts at token i*N*B*T + rank*B*T and spans B*T+1 tokens; a shard has
+// (tokens-1)/(N*B*T) samples; after the last shard the first comes again. Reads with fread.
+std::vector<std::vector<uint16_t>> llmc_batches(const std::vector<std::string>& files, int N,
+                                                int rank, int64_t B, int64_t T, int batches) {
+  std::vector<std::vector<uint16_t>> out;
+  size_t shard = 0;
+  int64_t sample = 0;
+  while (static_cast<int>(out.size()) < batches) {
+    std::FILE* f = std::fopen(files[shard].c_str(), "rb");
+    int32_t header[256];
+    EXPECT_EQ(std::fread(header, 4, 256, f), 256u);
+    const int64_t ntok = header[2];
+    if (sample >= (ntok - 1) / (N * B * T)) {
+      std::fclose(f);
+      shard = (shard + 1) % files.size();
+      sample = 0;
+      continue;
+    }
+    std::vector<uint16_t> buf(static_cast<size_t>(B * T + 1));
+    std::fseek(f, 1024 + 2 * (sample * N * B * T + rank * B * T), SEEK_SET);
+    EXPECT_EQ(std::fread(buf.data(), 2, buf.size(), f), buf.size());
+    std::fclose(f);
+    out.push_back(buf);
+    ++sample;
+  }
+  return out;
+}
+
+std::vector<uint16_t> random_tokens(size_t n, uint32_t seed) {
+  std::vector<uint16_t> t(n);
+  for (auto& x : t) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<uint16_t>((seed >> 8) % 50257);
+  }
+  return t;
+}
+
+TEST(DataLoader, SequentialOrderIsLlmcsOverShardsAndRanks) {
+  const std::vector<std::string> files = {temp_path("seq_a.bin"), temp_path("seq_b.bin")};
+  ASSERT_TRUE(write_token_file(files[0], random_tokens(1000, 1)).ok());
+  ASSERT_TRUE(write_token_file(files[1], random_tokens(700, 2)).ok());
+  const int64_t B = 2, T = 8;
+  for (int N : {1, 2, 3}) {
+    auto dl = DataLoader::open(files, N * B, T, DataOrder::kSequential, 0, 50257);
+    ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+    // (999 / (16N)) + (699 / (16N)) batches per epoch; 3 epochs' worth and a bit.
+    const int total = static_cast<int>(3 * dl->batches_per_epoch() + 2);
+    std::vector<std::vector<std::vector<uint16_t>>> ref;
+    for (int r = 0; r < N; ++r) ref.push_back(llmc_batches(files, N, r, B, T, total));
+    std::vector<int32_t> in(static_cast<size_t>(N * B * T)), tgt(in.size());
+    for (int i = 0; i < total; ++i) {
+      ASSERT_TRUE(dl->next(in.data(), tgt.data()).ok());
+      for (int r = 0; r < N; ++r) {
+        const auto& w = ref[size_t(r)][size_t(i)];
+        for (int64_t k = 0; k < B * T; ++k) {
+          const size_t at = static_cast<size_t>(r * B * T + k);
+          ASSERT_EQ(in[at], w[size_t(k)]) << "N " << N << " rank " << r << " batch " << i;
+          ASSERT_EQ(tgt[at], w[size_t(k) + 1]) << "N " << N << " rank " << r << " batch " << i;
+        }
+      }
+    }
+    EXPECT_EQ(dl->position().epoch, 3);
+  }
+  for (const auto& f : files) std::remove(f.c_str());
+}
+
+TEST(DataLoader, ShuffledVisitsEveryWindowOfEveryShardOncePerEpoch) {
+  // Shard 0 holds 0..160, shard 1 10000..10080: a window is T+1 consecutive values of one shard.
+  std::vector<uint16_t> a(161), b(81);
+  std::iota(a.begin(), a.end(), uint16_t{0});
+  std::iota(b.begin(), b.end(), uint16_t{10000});
+  const std::vector<std::string> files = {temp_path("shuf_a.bin"), temp_path("shuf_b.bin")};
+  ASSERT_TRUE(write_token_file(files[0], a).ok());
+  ASSERT_TRUE(write_token_file(files[1], b).ok());
+  const int64_t B = 3, T = 8;  // 20 + 10 windows, 10 batches
+  auto dl = DataLoader::open(files, B, T, DataOrder::kShuffled, 5, 20000);
+  ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+  ASSERT_EQ(dl->batches_per_epoch(), 10);
+  std::set<int32_t> starts;
+  std::vector<int32_t> in(B * T), tgt(B * T);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(dl->next(in.data(), tgt.data()).ok());
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t s = in[size_t(r * T)];
+      EXPECT_EQ((s >= 10000 ? s - 10000 : s) % T, 0);
+      for (int64_t t = 0; t < T; ++t) EXPECT_EQ(tgt[size_t(r * T + t)], s + t + 1);
+      starts.insert(s);
+    }
+  }
+  EXPECT_EQ(starts.size(), 30u);
+  EXPECT_EQ(dl->position().epoch, 1);
+  for (const auto& f : files) std::remove(f.c_str());
+}
+
+TEST(DataLoader, BadFilesAndTokensAreRefusedNamingTheFile) {
+  const std::string good = temp_path("good.bin"), bad = temp_path("bad.bin");
+  std::vector<uint16_t> t(100, 7);
+  t[42] = 300;
+  ASSERT_TRUE(write_token_file(good, t).ok());
+  auto dl = DataLoader::open({good}, 2, 8, DataOrder::kSequential, 0, 256);
+  ASSERT_TRUE(dl.ok());
+  std::vector<int32_t> in(16), tgt(16);
+  ASSERT_TRUE(dl->next(in.data(), tgt.data()).ok());  // tokens 0..16
+  ASSERT_TRUE(dl->next(in.data(), tgt.data()).ok());  // 16..32
+  const Status st = dl->next(in.data(), tgt.data());  // 32..48 holds index 42
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(st.to_string().find(good), std::string::npos) << st.to_string();
+  EXPECT_NE(st.to_string().find("index 42"), std::string::npos) << st.to_string();
+  EXPECT_EQ(dl->position().batch, 2);
+  write_raw(bad, {kTokenFileMagic, kTokenFileVersion, 100}, std::vector<uint16_t>(50, 1));
+  const auto truncated = DataLoader::open({good, bad}, 2, 8, DataOrder::kShuffled, 0, 256);
+  EXPECT_EQ(truncated.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(truncated.status().to_string().find(bad), std::string::npos);
+  EXPECT_EQ(DataLoader::open({temp_path("missing.bin")}, 2, 8, DataOrder::kShuffled, 0, 256)
+                .status()
+                .code(),
+            ErrorCode::kIo);
+  // Sequential needs B*T+1 tokens in every shard.
+  EXPECT_EQ(DataLoader::open({good}, 20, 8, DataOrder::kSequential, 0, 256).status().code(),
+            ErrorCode::kConfig);
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(DataLoader, GlobsExpandSortedAndNoMatchIsAnError) {
+  const std::string dir = temp_path("glob");
+  std::filesystem::create_directories(dir);
+  for (const char* n : {"train_002.bin", "train_000.bin", "train_001.bin", "val_000.bin"}) {
+    ASSERT_TRUE(write_token_file(dir + "/" + n, random_tokens(40, 3)).ok());
+  }
+  auto files = expand_data_files(dir + "/train_*.bin");
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*files)[i], dir + "/train_00" + std::to_string(i) + ".bin");
+  }
+  const auto none = expand_data_files(dir + "/test_*.bin");
+  EXPECT_EQ(none.status().code(), ErrorCode::kConfig);
+  EXPECT_NE(none.status().to_string().find("test_*.bin"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(AdditionTask, ExamplesAreCorrectSums) {
