@@ -9,6 +9,13 @@ rm -rf "$scratch"
 mkdir -p "$scratch/nvme"
 touch "$scratch/a-file"
 head -c 2048 /dev/zero >"$scratch/zeros.bin"
+# An llm.c token file of 1000 tokens, 0..99 repeated.
+python3 -c '
+import struct, sys
+t = [i % 100 for i in range(1000)]
+h = [20240520, 1, len(t)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(t), *t))
+' "$scratch/tok.bin"
 s=$scratch
 # args|expected text
 cases=(
@@ -49,7 +56,7 @@ cases=(
   "--delayed-update --schedule serial|--delayed-update needs --schedule planned"
   "--bucket-mb -1|--bucket-mb: Value -1 not in range"
   "--trace $s/t.json --schedule serial|--trace needs --schedule planned"
-  "--eval-every 0|--eval-every: Value 0 not in range"
+  "--val-every 0|--val-every: Value 0 not in range"
   "--target-accuracy 2|--target-accuracy: Value 2 not in range"
   "--host-memory-limit 64KiB --zero-stage 1|--host-memory-limit 0.1 MiB: pinned host memory needs"
   "--save-model $s/no-dir/m.bin|--save-model $s/no-dir/m.bin: the directory"
@@ -59,6 +66,21 @@ cases=(
   "--model gpt2-124m --heads 5|--heads 5 does not divide --channels 768"
   "--seq-len 5|--seq-len 5 is shorter than the data's sequences"
   "--vocab 10|--vocab 10 is smaller than the data's vocabulary"
+  "--data-order random|--data-order 'random' is not accepted"
+  "--lr-schedule step|--lr-schedule 'step' is not accepted"
+  "--warmup-type exp|--warmup-type 'exp' is not accepted"
+  "--warmup 2000 --steps 100|--warmup 2000 is longer than --steps 100"
+  "--lr-min 0.1 --lr 0.01|--lr-min 0.1 is above --lr 0.01"
+  "--beta2 1.5|--beta2: Value 1.5 not in range"
+  "--peak-flops -1|--peak-flops: Value -1 not in range"
+  "--data $s/nothing_*.bin|--data: '$s/nothing_*.bin': no file matches"
+  "--data synthetic:multiply|--data 'synthetic:multiply' is not accepted"
+  "--data synthetic:addition:12|the digits of synthetic:addition:DIGITS are 1..9"
+  "--val-data $s/tok.bin|--val-data $s/tok.bin needs token --data"
+  "--data $s/zeros.bin|$s/zeros.bin: bad magic 0"
+  "--data $s/tok.bin --seq-len 16 --batch 2 --val-data $s/zeros.bin|--val-data: token file $s/zeros.bin: bad magic 0"
+  "--data $s/tok.bin --seq-len 64 --batch 64|$s/tok.bin: 1000 tokens are fewer than one batch needs"
+  "--data $s/tok.bin --vocab 50 --seq-len 32 --batch 2|$s/tok.bin: token 50 at index 50 is not below the vocabulary size 50"
 )
 before=$(find "$scratch" | sort)
 failed=0

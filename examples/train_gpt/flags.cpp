@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include "lr_schedule.h"
+
 #include <filesystem>
 #include <utility>
 
@@ -22,6 +24,17 @@ Status check_tier(const char* flag, const std::string& value, const std::string&
   return ok_status();
 }
 }  // namespace
+
+LrSchedule schedule_of(const Flags& f) {
+  LrSchedule s;
+  s.lr = f.lr;
+  s.min_lr = f.lr_min;
+  s.warmup = f.warmup;
+  s.steps = f.steps;
+  s.kind = f.lr_schedule;
+  s.warmup_kind = f.warmup_type;
+  return s;
+}
 
 Status check_flags(const Flags& f) {
   if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
@@ -126,6 +139,15 @@ Status check_flags(const Flags& f) {
       return make_error(ErrorCode::kConfig, flag, " ", path, ": the directory ", dir.string(),
                         " does not exist");
     }
+  }
+  STRATA_RETURN_IF_ERROR(check_schedule(schedule_of(f)));
+  if (f.data_order != "sequential" && f.data_order != "shuffled") {
+    return make_error(ErrorCode::kConfig, "--data-order '", f.data_order,
+                      "' is not accepted (use sequential or shuffled)");
+  }
+  if (!f.val_data.empty() && f.data.rfind("synthetic:", 0) == 0) {
+    return make_error(ErrorCode::kConfig, "--val-data ", f.val_data, " needs token --data (",
+                      f.data, " validates on its own held-out examples)");
   }
   if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
@@ -274,11 +296,57 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  app.add_option("--beta1", f.beta1, "Adam beta1")
+      ->check(CLI::Range(0.0f, 0.999999f))
+      ->capture_default_str();
+  app.add_option("--beta2", f.beta2, "Adam beta2")
+      ->check(CLI::Range(0.0f, 0.999999f))
+      ->capture_default_str();
+  app.add_option("--eps", f.eps, "Adam epsilon")
+      ->check(CLI::Range(1e-30f, 1.0f))
+      ->capture_default_str();
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant|cosine|linear: after the warm-up, --lr held, or decayed to --lr-min "
+                 "at the last step (cosine, or linear)")
+      ->capture_default_str();
+  app.add_option("--warmup", f.warmup, "steps of learning-rate warm-up from 0 to --lr")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--warmup-type", f.warmup_type,
+                 "linear|log: the warm-up's shape (lr*s/W, llm.c's; or lr*ln(s)/ln(W), DeepSpeed "
+                 "WarmupLR's default)")
+      ->capture_default_str();
+  app.add_option("--lr-min", f.lr_min, "the floor of the cosine or linear decay")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  app.add_option("--data", f.data,
+                 "synthetic:addition[:DIGITS] (the built-in task), or an llm.c token file or a "
+                 "glob of shards in quotes, e.g. 'data/fineweb_train_*.bin'")
+      ->capture_default_str();
+  app.add_option("--val-data", f.val_data,
+                 "token file or glob for the validation loss (read in order from its start at "
+                 "every validation; with token --data)");
+  app.add_option("--val-batches", f.val_batches,
+                 "batches per validation (0: 8 for the synthetic task, 20 for token data)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--data-order", f.data_order,
+                 "sequential|shuffled: token data in llm.c's order (consecutive windows of "
+                 "B*T+1 tokens advancing by B*T, shard after shard), or T+1-token windows of "
+                 "every shard in a permutation drawn per epoch from --seed")
+      ->capture_default_str();
+  app.add_option("--peak-flops", f.peak_flops,
+                 "FLOP/s of one rank's device for the MFU column (0: its matmul rate, measured "
+                 "at start)")
+      ->check(CLI::Range(0.0, 1e18))
+      ->capture_default_str();
   app.add_option("--grad-clip", f.grad_clip, "clip the global gradient norm to this (0 = off)")
       ->check(CLI::Range(0.0f, 1e6f))
       ->capture_default_str();
-  app.add_option("--eval-every", f.eval_every, "steps between held-out evaluations")
+  app.add_option("--val-every,--eval-every", f.val_every,
+                 "steps between validations (held-out loss; the synthetic task's accuracy)")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   app.add_option("--target-accuracy", f.target_accuracy,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "lr_schedule.h"
 
 namespace strata::train_gpt {
 
@@ -34,7 +35,7 @@ struct Flags {
   int64_t persistence_threshold = 0;
   std::string comm_backend = "auto";
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
-  int64_t checkpoint_interval = -1, eval_every = 50;  // -1: 0, or about sqrt(L) when offloaded
+  int64_t checkpoint_interval = -1, val_every = 50;  // -1: 0, or about sqrt(L) when offloaded
   std::string offload_activations = "none";
   std::string init_from, save_model;  // llm.c GPT-2 model files
   std::string export_safetensors;
@@ -42,12 +43,22 @@ struct Flags {
   std::string model_preset;
   int64_t seq_len = 0, vocab = 0;  // 0: the data's
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  int64_t warmup = 0;
+  std::string lr_schedule = "constant", warmup_type = "linear";
+  float lr_min = 0.0f;
+  std::string data = "synthetic:addition", val_data;
+  std::string data_order = "sequential";
+  int64_t val_batches = 0;  // 0: 8 for the synthetic task, 20 for token data (llm.c's)
+  double peak_flops = 0.0;  // per rank; 0: the device's measured matmul rate
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
 };
 
 // Defines every flag on `app`, writing into `f`.
 void add_flags(CLI::App& app, Flags& f);
+// The learning-rate schedule the flags describe.
+LrSchedule schedule_of(const Flags& f);
 // The flags' combinations (ranges are CLI11's); kConfig naming the flag.
 Status check_flags(const Flags& f);
 

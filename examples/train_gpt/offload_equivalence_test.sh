@@ -9,7 +9,8 @@ scratch=$2/train_gpt_equivalence
 mkdir -p "$scratch"
 common=(--device cpu --steps 30 --eval-every 15 --target-accuracy 1.0 --layers 2 --channels 32)
 # Drop the timing columns (ms, tok/s) and the set-up lines that name sizes and paths.
-strip() { grep -E '^(step|eval)' | sed -E 's/ \| [0-9.]+ ms \| [0-9]+ tok\/s//'; }
+# The step and eval lines without what depends on the machine (time, rate, MFU, memory).
+strip() { grep -E '^(step|eval)' | sed -E 's/ \| [0-9.]+ ms \| .*//'; }
 "$train" "${common[@]}" --offload-optimizer cpu | strip >"$scratch/ram.txt"
 "$train" "${common[@]}" --offload-optimizer nvme --optimizer-nvme-fraction 1 \
   --nvme-path "$scratch" --trace "$scratch/trace.json" | strip >"$scratch/nvme.txt"

@@ -1,4 +1,4 @@
-// train_gpt: trains a small GPT on the synthetic addition task (model/synthetic_task.h) with the
+// train_gpt: trains a GPT on llm.c token files or the synthetic addition task (data.h) with the
 // optimizer state offloaded to host RAM and, for a chosen share, to NVMe. The forward and
 // backward run on the Device (a CUDA GPU when there is one, else the CpuDevice). The step is a
 // scheduler plan by default (engine/planned_step.h): each block's 16-bit gradient comes to the
@@ -32,6 +32,7 @@
 #include "core/dtype.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
+#include "data.h"
 #include "engine/memory_budget.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/planned_step.h"
@@ -39,12 +40,15 @@
 #include "engine/zero_step.h"
 #include "flags.h"
 #include "gpu/device.h"
+#include "lr_schedule.h"
+#include "mfu.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/model_file.h"
 #include "model/safetensors_export.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
+#include "progress.h"
 #include "scheduler/trace.h"
 
 namespace {
@@ -55,15 +59,21 @@ using train_gpt::check_flags;
 using train_gpt::Flags;
 using Clock = std::chrono::steady_clock;
 
-int fail(const Status& st) {
-  std::fprintf(stderr, "train_gpt: %s\n", st.to_string().c_str());
+// One line on stderr; with more than one rank, naming the rank that failed.
+int fail(const Status& st, int rank = -1) {
+  if (rank >= 0) {
+    std::fprintf(stderr, "train_gpt: rank %d: %s\n", rank, st.to_string().c_str());
+  } else {
+    std::fprintf(stderr, "train_gpt: %s\n", st.to_string().c_str());
+  }
   return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train_gpt: a small GPT on the synthetic addition task, optimizer offloaded"};
+  CLI::App app{
+      "train_gpt: trains a GPT (llm.c token files or a synthetic task) with ZeRO and offload"};
   Flags f;
   add_flags(app, f);
   try {
@@ -76,9 +86,13 @@ int main(int argc, char** argv) {
   }
   if (Status st = check_flags(f); !st.ok()) return fail(st);
 
-  auto task_r = model::AdditionTask::create(f.digits, 3 * f.digits + 4);
-  if (!task_r.ok()) return fail(task_r.status());
-  const model::AdditionTask task = task_r.value();
+  auto src_r = train_gpt::parse_data(f);
+  if (!src_r.ok()) return fail(src_r.status());
+  const train_gpt::DataSource& source = src_r.value();
+  // The synthetic task fixes T and needs its vocabulary; token data is GPT-2's (V 50257), with
+  // T the model's context unless --seq-len asks for less.
+  const model::AdditionTask* task = source.task ? &*source.task : nullptr;
+  constexpr int64_t kAddVocab = model::AdditionTask::kVocab;
   // --model: a preset shape; the shape flags given beside it win.
   if (!f.model_preset.empty()) {
     struct Preset {
@@ -105,19 +119,19 @@ int main(int argc, char** argv) {
     return fail(make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
                            f.channels, " (use a head count that divides the channel count)"));
   }
-  if (f.seq_len != 0 && f.seq_len < task.seq()) {
+  if (task && f.seq_len != 0 && f.seq_len < task->seq()) {
     return fail(make_error(ErrorCode::kConfig, "--seq-len ", f.seq_len,
-                           " is shorter than the data's sequences (", task.seq(),
+                           " is shorter than the data's sequences (", task->seq(),
                            " tokens for synthetic:addition with --digits ", f.digits, ")"));
   }
-  if (f.vocab != 0 && f.vocab < model::AdditionTask::kVocab) {
+  if (task && f.vocab != 0 && f.vocab < kAddVocab) {
     return fail(make_error(ErrorCode::kConfig, "--vocab ", f.vocab,
-                           " is smaller than the data's vocabulary (", model::AdditionTask::kVocab,
+                           " is smaller than the data's vocabulary (", kAddVocab,
                            " tokens for synthetic:addition)"));
   }
   model::GptConfig cfg;
-  cfg.vocab = f.vocab != 0 ? f.vocab : model::AdditionTask::kVocab;
-  cfg.max_seq = f.seq_len != 0 ? f.seq_len : task.seq();
+  cfg.vocab = f.vocab != 0 ? f.vocab : (task ? kAddVocab : 50257);
+  cfg.max_seq = f.seq_len != 0 ? f.seq_len : (task ? task->seq() : 1024);
   cfg.layers = f.layers;
   cfg.heads = f.heads;
   cfg.channels = f.channels;
@@ -129,10 +143,15 @@ int main(int argc, char** argv) {
   if (!f.init_from.empty()) {
     auto fc = model::read_model_file_config(f.init_from);
     if (!fc.ok()) return fail(fc.status().with_context("--init-from"));
-    if (fc->vocab < model::AdditionTask::kVocab || fc->max_seq < task.seq()) {
-      return fail(make_error(ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (",
-                             fc->describe(), ") does not fit the data (synthetic:addition: V=",
-                             model::AdditionTask::kVocab, ", T=", task.seq(), ")"));
+    if (task && (fc->vocab < kAddVocab || fc->max_seq < task->seq())) {
+      return fail(make_error(
+          ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (", fc->describe(),
+          ") does not fit the data (synthetic:addition: V=", kAddVocab, ", T=", task->seq(), ")"));
+    }
+    if (!task && f.seq_len > fc->max_seq) {
+      return fail(make_error(ErrorCode::kConfig, "--seq-len ", f.seq_len,
+                             " is longer than the context of --init-from ", f.init_from, " (",
+                             fc->describe(), ")"));
     }
     const DType dt = cfg.dtype;
     cfg = *fc;
@@ -155,7 +174,8 @@ int main(int argc, char** argv) {
                            " needs --layers 2 or more (one layer is one segment, kept for its "
                            "backward)"));
   }
-  const model::RunShape shape{f.batch, task.seq(), interval};
+  const int64_t T = task ? task->seq() : (f.seq_len != 0 ? f.seq_len : cfg.max_seq);
+  const model::RunShape shape{f.batch, T, interval};
   if (Status st = cfg.validate(); !st.ok()) return fail(st);
   if (Status st = shape.validate(cfg); !st.ok()) return fail(st);
   std::vector<std::string> nvme_dirs;
@@ -180,9 +200,14 @@ int main(int argc, char** argv) {
   const bool lead = rank == 0;  // rank 0 prints
   // Past this point every rank must stop together: a failing rank ends the whole job.
   auto die = [&](const Status& st) -> int {
+    fail(st, ranks > 1 ? rank : -1);
     if (ranks > 1) world.abort(st);
-    return fail(st);
+    return 1;
   };
+  // The data: token files opened and their headers checked before anything large is allocated.
+  auto data_r = train_gpt::TrainData::open(source, f, f.batch * ranks, T, cfg.vocab);
+  if (!data_r.ok()) return die(data_r.status());
+  train_gpt::TrainData& data = data_r.value();
   const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   if (zero && f.schedule != "planned") {
     return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
@@ -254,6 +279,9 @@ int main(int argc, char** argv) {
   cpu::AdamHyper hyper;
   hyper.lr = f.lr;
   hyper.weight_decay = f.weight_decay;
+  hyper.beta1 = f.beta1;
+  hyper.beta2 = f.beta2;
+  hyper.eps = f.eps;
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = f.offload_optimizer == "nvme" ? f.nvme_fraction : 0.0;
   oo.store = store.get();
@@ -349,9 +377,10 @@ int main(int argc, char** argv) {
   if (lead) {
     std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
                 cfg.describe().c_str(), static_cast<long long>(cfg.num_params()),
-                dev.name().c_str(), static_cast<long long>(f.batch),
-                static_cast<long long>(task.seq()),
+                dev.name().c_str(), static_cast<long long>(f.batch), static_cast<long long>(T),
                 static_cast<long long>(gpt.checkpoint_interval()));
+    std::printf("data: %s%s\n", source.describe().c_str(),
+                task ? "" : (", order " + f.data_order).c_str());
     if (zero) {
       const auto ms = parts->model_state_bytes(f.zero_stage);
       std::printf(
@@ -390,7 +419,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const int64_t B = f.batch, T = task.seq();
+  const int64_t B = f.batch;
   std::vector<int32_t> tokens(B * T), targets(B * T);
   std::vector<int32_t> global_tokens(B * T * ranks), global_targets(B * T * ranks);
   std::vector<float> logits;
@@ -442,20 +471,22 @@ int main(int argc, char** argv) {
   double val_loss = 0.0;
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;
-    const int kBatches = 8;
+    const int64_t kBatches = data.val_batches();
     double loss_sum = 0.0;
     int64_t counted = 0;
-    for (int i = 0; i < kBatches; ++i) {
-      task.make_batch(B, f.seed, /*stream=*/1, i, tokens.data(), targets.data());
+    for (int64_t i = 0; i < kBatches; ++i) {
+      STRATA_RETURN_IF_ERROR(data.val_batch(i, tokens.data(), targets.data()));
       if (zstep) {  // gathers the blocks a stage-3 model does not hold
         STRATA_RETURN_IF_ERROR(zstep->forward_inference(tokens.data()));
       } else {
         STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), nullptr).status());
       }
       STRATA_RETURN_IF_ERROR(gpt.logits_to_host(logits));
-      const auto a = model::AdditionTask::accuracy(logits, cfg.vocab, targets.data(), B, T);
-      acc.token += a.token / kBatches;
-      acc.exact_match += a.exact_match / kBatches;
+      if (task) {
+        const auto a = model::AdditionTask::accuracy(logits, cfg.vocab, targets.data(), B, T);
+        acc.token += a.token / double(kBatches);
+        acc.exact_match += a.exact_match / double(kBatches);
+      }
       for (int64_t r = 0; r < B * T; ++r) {
         if (targets[size_t(r)] < 0) continue;
         const float* row = logits.data() + r * cfg.vocab;
@@ -481,6 +512,7 @@ int main(int argc, char** argv) {
     if (metrics.is_open()) metrics << j.dump() << std::endl;
   };
   // The final summary (rank 0): steps, tokens, time, mean tokens/s, peak memory per tier.
+  train_gpt::Progress progress(!use_mpi);
   const auto t_train = Clock::now();
   int64_t steps_done = 0;
   auto summary = [&]() {
@@ -488,20 +520,41 @@ int main(int argc, char** argv) {
     const double s = std::chrono::duration<double>(Clock::now() - t_train).count();
     const double tokens_done = static_cast<double>(steps_done * B * T * ranks);
     const gpu::MemoryInfo mi = dev.memory_info();
+    progress.clear();
     std::printf(
         "train_gpt: summary: %lld steps, %.0f tokens in %.1f s, %.0f tok/s; peak memory per rank: "
-        "device %.1f MiB, pinned host %.1f MiB\n",
+        "device %.1f MiB, pinned host %.1f MiB; NVMe in use %.1f MiB\n",
         static_cast<long long>(steps_done), tokens_done, s, tokens_done / std::max(s, 1e-9),
         double(mi.peak_bytes) / double(1 << 20),
-        double(cpu::default_pinned_pool().peak_bytes()) / double(1 << 20));
+        double(cpu::default_pinned_pool().peak_bytes()) / double(1 << 20),
+        store ? double(store->used_bytes()) / double(1 << 20) : 0.0);
   };
+  // MFU: the step's model FLOPs (all ranks) over its time, against the ranks' peak rate.
+  double peak = f.peak_flops;
+  if (peak == 0.0 && lead) {
+    auto rate = train_gpt::measure_matmul_rate(dev, cfg.dtype);
+    peak = rate.ok() ? rate.value() : 0.0;  // without room for the buffers: no MFU column
+    if (rate.ok()) {
+      std::printf(
+          "mfu: against the device's measured %s matmul rate, %.3g FLOP/s per rank "
+          "(--peak-flops sets it)\n",
+          std::string(dtype_name(cfg.dtype)).c_str(), peak);
+    }
+  }
+  const double step_flops = train_gpt::flops_per_token(cfg, T) * static_cast<double>(B * T * ranks);
+  const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
 
   double acc_token = 0.0;
   for (int64_t step = 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
     // The global batch of this step; this rank trains on rows [rank*B, (rank+1)*B).
-    task.make_batch(B * ranks, f.seed, /*stream=*/0, step, global_tokens.data(),
-                    global_targets.data());
+    if (Status st = data.train_batch(step, global_tokens.data(), global_targets.data()); !st.ok()) {
+      return die(st);
+    }
+    const auto lr = static_cast<float>(train_gpt::lr_at(schedule, step));
+    if (zstep) zstep->set_lr(lr);
+    if (planned) planned->set_lr(lr);
+    if (serial) serial->set_lr(lr);
     std::copy_n(global_tokens.begin() + rank * B * T, B * T, tokens.begin());
     std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin());
     world.reset_stats();  // per-step bytes by collective kind (printed with --trace)
@@ -512,6 +565,7 @@ int main(int argc, char** argv) {
     const float loss = result->loss;
     const double norm = result->grad_norm;
     if (executor != nullptr && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
+      if (lead) progress.clear();
       trace.add_step(executor->plan(), executor->last_trace());
       if (lead) {
         std::printf(
@@ -553,22 +607,30 @@ int main(int argc, char** argv) {
       }
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const bool eval = step % f.eval_every == 0 || step == f.steps;
+    const bool eval = data.val_batches() > 0 && (step % f.val_every == 0 || step == f.steps);
     steps_done = step;
-    metric({{"step", step},
-            {"loss", loss},
-            {"norm", norm},
-            {"lr", f.lr},
-            {"ms", ms},
-            {"tokens_per_s", static_cast<double>(B * T * ranks) / (ms / 1e3)}});
-    if (lead && (step == 1 || step % 10 == 0 || eval)) {
-      std::printf("step %5lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
-                  static_cast<long long>(step), loss, norm, f.lr, ms,
-                  static_cast<double>(B * T * ranks) / (ms / 1e3));
+    const double tok_s = static_cast<double>(B * T * ranks) / (ms / 1e3);
+    const double mfu = peak > 0.0 ? step_flops / (ms / 1e3) / (peak * ranks) : 0.0;
+    nlohmann::json line = {{"step", step}, {"loss", loss}, {"norm", norm},
+                           {"lr", lr},     {"ms", ms},     {"tokens_per_s", tok_s}};
+    if (mfu > 0.0) line["mfu"] = mfu;
+    metric(line);
+    if (lead && (step == 1 || step % 10 == 0 || eval || step == f.steps)) {
+      const gpu::MemoryInfo mi = dev.memory_info();
+      progress.clear();
+      std::printf("step %5lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
+                  static_cast<long long>(step), static_cast<long long>(f.steps), loss, norm, lr, ms,
+                  tok_s);
+      if (mfu > 0.0) std::printf(" | MFU %.1f%%", 100.0 * mfu);
+      std::printf(" | mem device %.0f MiB, pinned %.0f MiB", double(mi.used_bytes) / (1 << 20),
+                  double(cpu::default_pinned_pool().held_bytes()) / (1 << 20));
+      if (store) std::printf(", nvme %.0f MiB", double(store->used_bytes()) / (1 << 20));
       if (cfg.dtype == DType::kF16) {
         std::printf(" | scale %g%s", result->loss_scale, result->skipped ? " | skipped" : "");
       }
       std::printf("\n");
+    } else if (lead) {
+      progress.update(step, f.steps, std::chrono::duration<double>(Clock::now() - t_train).count());
     }
     if (eval) {
       // The planned and ZeRO steps apply a step's update in the next one: apply it now (ZeRO
@@ -583,18 +645,23 @@ int main(int argc, char** argv) {
       auto acc = evaluate();
       if (!acc.ok()) return die(acc.status());
       acc_token = acc->token;
-      if (lead) {
+      if (lead && task) {
         std::printf(
             "eval  %5lld | held-out answer-token accuracy %.3f | exact match %.3f | val loss "
             "%.4f\n",
             static_cast<long long>(step), acc->token, acc->exact_match, val_loss);
+      } else if (lead) {
+        std::printf("val   %5lld | val loss %.4f (%lld batches)\n", static_cast<long long>(step),
+                    val_loss, static_cast<long long>(data.val_batches()));
       }
-      metric({{"step", step},
-              {"val_loss", val_loss},
-              {"val_accuracy", acc->token},
-              {"val_exact_match", acc->exact_match}});
+      nlohmann::json v = {{"step", step}, {"val_loss", val_loss}};
+      if (task) {
+        v["val_accuracy"] = acc->token;
+        v["val_exact_match"] = acc->exact_match;
+      }
+      metric(v);
       // Every rank stops on rank 0's figure, so that none goes on alone.
-      float reached = acc->token >= f.target_accuracy ? 1.0f : 0.0f;
+      float reached = task && acc->token >= f.target_accuracy ? 1.0f : 0.0f;
       if (ranks > 1) {
         if (Status st = world.broadcast(&reached, 1, DType::kF32, 0); !st.ok()) return die(st);
       }
@@ -608,9 +675,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (lead) {
+  if (lead && task) {
     std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",
                 static_cast<long long>(f.steps), acc_token, f.target_accuracy);
+  } else if (lead) {
+    std::printf("train_gpt: %lld steps done\n", static_cast<long long>(f.steps));
   }
   summary();
   return save_model() ? 0 : 1;

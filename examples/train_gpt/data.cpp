@@ -1,0 +1,96 @@
+#include "data.h"
+
+#include <cstdlib>
+
+namespace strata::train_gpt {
+
+std::string DataSource::describe() const {
+  if (task) return "synthetic:addition, " + std::to_string(task->digits()) + " digits";
+  std::string s = std::to_string(files.size()) + " token file(s) from " + files.front();
+  if (!val_files.empty()) {
+    s += ", validation " + std::to_string(val_files.size()) + " file(s) from " + val_files.front();
+  }
+  return s;
+}
+
+Result<DataSource> parse_data(const Flags& f) {
+  DataSource src;
+  const std::string prefix = "synthetic:";
+  if (f.data.rfind(prefix, 0) == 0) {
+    const std::string rest = f.data.substr(prefix.size());
+    int64_t digits = f.digits;
+    if (rest.rfind("addition:", 0) == 0) {
+      char* end = nullptr;
+      const std::string d = rest.substr(9);
+      digits = std::strtoll(d.c_str(), &end, 10);
+      if (d.empty() || *end != '\0' || digits < 1 || digits > 9) {
+        return make_error(ErrorCode::kConfig, "--data '", f.data,
+                          "' is not accepted (the digits of synthetic:addition:DIGITS are 1..9)");
+      }
+    } else if (rest != "addition") {
+      return make_error(ErrorCode::kConfig, "--data '", f.data,
+                        "' is not accepted (synthetic tasks: synthetic:addition[:DIGITS])");
+    }
+    STRATA_ASSIGN_OR_RETURN(src.task, model::AdditionTask::create(digits, 3 * digits + 4));
+    return src;
+  }
+  auto files = model::expand_data_files(f.data);
+  if (!files.ok()) return files.status().with_context("--data");
+  src.files = std::move(files).value();
+  if (!f.val_data.empty()) {
+    auto val = model::expand_data_files(f.val_data);
+    if (!val.ok()) return val.status().with_context("--val-data");
+    src.val_files = std::move(val).value();
+  }
+  return src;
+}
+
+Result<TrainData> TrainData::open(const DataSource& src, const Flags& f, int64_t rows, int64_t seq,
+                                  int64_t vocab) {
+  TrainData d;
+  d.src_ = src;
+  d.seed_ = f.seed;
+  d.rows_ = rows;
+  d.batch_ = f.batch;
+  if (src.task) {
+    d.val_batches_ = f.val_batches > 0 ? f.val_batches : 8;
+    return d;
+  }
+  const model::DataOrder order =
+      f.data_order == "shuffled" ? model::DataOrder::kShuffled : model::DataOrder::kSequential;
+  auto train = model::DataLoader::open(src.files, rows, seq, order, f.seed, vocab);
+  if (!train.ok()) return train.status().with_context("--data");
+  d.train_ = std::move(train).value();
+  if (!src.val_files.empty()) {
+    auto val = model::DataLoader::open(src.val_files, f.batch, seq, model::DataOrder::kSequential,
+                                       0, vocab);
+    if (!val.ok()) return val.status().with_context("--val-data");
+    d.val_ = std::move(val).value();
+    d.val_batches_ = std::min(f.val_batches > 0 ? f.val_batches : 20, d.val_->batches_per_epoch());
+  }
+  return d;
+}
+
+Status TrainData::train_batch(int64_t step, int32_t* tokens, int32_t* targets) {
+  if (src_.task) {
+    src_.task->make_batch(rows_, seed_, /*stream=*/0, step, tokens, targets);
+    return ok_status();
+  }
+  return train_->next(tokens, targets).with_context("--data");
+}
+
+Status TrainData::val_batch(int64_t i, int32_t* tokens, int32_t* targets) {
+  if (src_.task) {
+    src_.task->make_batch(batch_, seed_, /*stream=*/1, i, tokens, targets);
+    return ok_status();
+  }
+  STRATA_RETURN_IF_ERROR(val_->seek({0, i}));
+  return val_->next(tokens, targets).with_context("--val-data");
+}
+
+std::optional<model::LoaderPosition> TrainData::position() const {
+  if (!train_) return std::nullopt;
+  return train_->position();
+}
+
+}  // namespace strata::train_gpt

@@ -1,0 +1,43 @@
+#include "mfu.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "gpu/kernels.h"
+
+namespace strata::train_gpt {
+
+double flops_per_token(const model::GptConfig& cfg, int64_t seq) {
+  return 6.0 * static_cast<double>(cfg.num_params()) +
+         12.0 * static_cast<double>(cfg.layers * cfg.channels * seq);
+}
+
+Result<double> measure_matmul_rate(gpu::Device& dev, DType dt) {
+  const int64_t n = dev.kind() == gpu::DeviceKind::kCuda ? 4096 : 256;
+  const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer a, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer b, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer c, dev.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> s, dev.create_stream());
+  STRATA_RETURN_IF_ERROR(s->memset(a.data(), 0, bytes));
+  STRATA_RETURN_IF_ERROR(s->memset(b.data(), 0, bytes));
+  gpu::MatmulArgs m;
+  m.a = a.data();
+  m.b = b.data();
+  m.c = c.data();
+  m.dtype_ab = dt;
+  m.dtype_c = dt;
+  m.m = m.n = m.k = n;
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {  // the first is the warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 4; ++r) STRATA_RETURN_IF_ERROR(dev.kernels().matmul(*s, m));
+    STRATA_RETURN_IF_ERROR(s->synchronize());
+    const double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 4;
+    if (i > 0) best = std::min(best, sec);
+  }
+  return 2.0 * static_cast<double>(n * n * n) / best;
+}
+
+}  // namespace strata::train_gpt
