@@ -254,7 +254,39 @@ class ZeroStep {
   ZeroStep(model::GptModel& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
            const ZeroStepOptions& options)
       : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
+  // build_plan() and its parts (zero_plan*.cpp), over the state they share (PlanBuild,
+  // zero_plan_build.h), in the order build_plan() calls them.
+  struct PlanBuild;
   Result<sched::Plan> build_plan();
+  void plan_host_buffers(PlanBuild& pb);  // zero_plan.cpp
+  // The update (zero_plan_update.cpp): NVMe state reads, the update of a partition and its steps.
+  void plan_state_reads(PlanBuild& pb);
+  void add_grad_up(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
+  sched::TaskId add_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
+  sched::TaskId add_device_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
+  sched::TaskId add_params_up(PlanBuild& pb, int64_t b, sched::TaskId after);
+  sched::TaskId finish_shard(PlanBuild& pb, int64_t b, sched::TaskId after);
+  // The compute ops and their device buffers (zero_plan_ops.cpp), their gathers
+  // (zero_plan_gather.cpp) and offloaded checkpoints (zero_plan_checkpoints.cpp).
+  void plan_ops(PlanBuild& pb);
+  void plan_gathers(PlanBuild& pb);
+  void plan_checkpoints(PlanBuild& pb);
+  // The tasks, in plan order: per op, the gathers ahead of it, its task, its checkpoints' moves,
+  // its dependencies and its gradient's chain (zero_plan_grads.cpp); then the norm.
+  void emit_ops(PlanBuild& pb);
+  void emit_gather(PlanBuild& pb, size_t k);
+  sched::TaskId add_op_task(PlanBuild& pb, size_t i);
+  void emit_checkpoint_moves(PlanBuild& pb, size_t i, sched::TaskId t);
+  void order_op(PlanBuild& pb, size_t i, sched::TaskId t);
+  void emit_grad_chain(PlanBuild& pb, int64_t gb, sched::TaskId t);
+  void emit_norm(PlanBuild& pb);
+  // The budgets and the staging-slot bounds (zero_plan.cpp).
+  sched::Budgets plan_budgets(const PlanBuild& pb) const;
+  void bound_staging(PlanBuild& pb);
+  // A shard homed elsewhere than pinned memory passes through pbuf after its update only.
+  bool transient(int64_t b) const { return sharded_params(b) && home_[size_t(b)] != Home::kPinned; }
+  // Counts the bytes `call` sends (the comm layer's textbook accounting) into counting_.
+  void count_traffic(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
   Status choose_homes();                                // home_ from the options (stage 3)
   Status check_budgets(const sched::Plan& plan) const;  // memory_budget.h, before the executor
   Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters

@@ -1,0 +1,129 @@
+// ZeroStep::PlanBuild: the state the parts of ZeroStep::build_plan share while they build the
+// plan (zero_plan*.cpp; internal to the engine). It lives for one build_plan() call: the task
+// functions, which run later, capture values or the ZeroStep, never the PlanBuild.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/zero_step.h"
+
+namespace strata::engine {
+
+// The budgets' sizes rounded as the tiers place buffers: 4096 bytes in pinned host memory, 256
+// on the device (sched::Plan::Buffer::offset).
+inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+inline uint64_t round_device(uint64_t n) { return (n + 255) / 256 * 256; }
+// Lanes of ZeroStep::moved().
+inline constexpr int kH2D = 0, kD2H = 1, kNvmeRead = 2, kNvmeWrite = 3;
+
+struct ZeroStep::PlanBuild {
+  explicit PlanBuild(ZeroStep& step);
+
+  const Partitioning& parts;
+  std::vector<Kind>& buffer_kind;  // ZeroStep::buffer_kind_: one per buffer of the plan
+  int stage = 0;
+  int64_t layers = 0;
+  DType dt = DType::kF32;
+  size_t es = 0;  // dtype_size(dt)
+  size_t nb = 0;  // blocks (and partitions)
+  int rank = 0, ranks = 1;
+  bool delayed = false;  // --delayed-update
+  size_t depth = 0;      // prefetch_depth
+  sched::Plan plan;
+
+  std::string name(int64_t b) const {
+    return b == layers ? std::string("shared") : "layer " + std::to_string(b);
+  }
+  int64_t numel(int64_t b) const { return parts.block(size_t(b)).numel; }
+  int64_t shard(int64_t b) const { return parts.block(size_t(b)).shard_numel; }
+  size_t padded_bytes(int64_t b) const { return static_cast<size_t>(shard(b) * ranks) * es; }
+  size_t shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * es; }
+  sched::BufferId add_buffer(Kind kind, std::string buffer_name, sched::Tier tier, uint64_t bytes,
+                             bool initially_valid = false) {
+    buffer_kind.push_back(kind);
+    return plan.add_buffer(std::move(buffer_name), tier, bytes, initially_valid);
+  }
+
+  // Pinned host buffers. gfull: a block's whole gradient (padded), kept for the step at stages
+  // 0-1 (the next run's update reads it), held from its transfer to its reduction at 2-3, where
+  // gshard keeps the reduced shard. pbuf: the new parameters (padded; the rank's shard is
+  // written by Adam, then all-gathered), or at stage 3 the rank's parameter shard itself.
+  std::vector<sched::BufferId> gfull, gshard;
+  uint64_t pinned = 0, in_flight = 0, device_homes = 0;
+  size_t largest = 0;
+  uint64_t largest_moving = 0, largest_nvme = 0;  // shards not homed in pinned memory; on NVMe
+
+  // The update (zero_plan_update.cpp). By block: the task after which its new parameters are
+  // where its first use reads them (first_use[b] waits for `ready[b]`; -1: no update before).
+  std::vector<sched::TaskId> ready;
+  std::vector<sched::TaskId> grad_reader;  // by block: the update's task that reads its gradient
+  std::vector<size_t> part_of;             // block -> partition
+  uint64_t slot_bytes = 0;
+  // The order the optimizer visits the partitions: forward order when rotated (the next forward
+  // needs them that way), backward order otherwise (the gradients arrive that way).
+  std::vector<size_t> visit;
+  std::vector<sched::BufferId> staging;
+  std::vector<sched::TaskId> read, state_written;
+  // Transient new shards (stage 3, homed off pinned memory): by partition, the task that
+  // acquires one (Adam, or the device optimizer's download) and the one that releases it.
+  std::vector<sched::TaskId> shard_acquirer, shard_home;
+  uint64_t largest_opt = 0;  // device optimizer: its largest partition (device bytes)
+  std::vector<sched::TaskId> grad_up;
+  std::vector<sched::BufferId> grad_up_buf;
+
+  // The compute ops of a step, in order, with the gathered parameter copies they use (stage 3:
+  // phase 0 = the forward copy, 1 = the backward copy of a block) and the gradients they write.
+  struct Op {
+    std::string name;
+    std::function<Status(gpu::Stream&, const sched::TaskContext&)> fn;
+    std::vector<std::pair<int64_t, int>> uses;  // (block, phase) gathered copies
+    int64_t first_use_of = -1;                  // a resident block whose update it must see
+    int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
+    int64_t grad_done = -1;                     // the block's gradient is complete after it
+  };
+  std::vector<Op> ops;
+  // Device buffers: gathered copies (stage 3) and per-block gradients (stages 2-3).
+  std::array<std::vector<sched::BufferId>, 2> gathered_dev, gathered_host;
+  std::vector<sched::BufferId> dgrad;
+  std::vector<size_t> last_read;  // by block: the op that reads its parameters last
+  // The index of the op named `op_name` (it must exist).
+  size_t op_index(const std::string& op_name) const;
+
+  // Gather events (stage 3): one per (block, phase), in the order of first use.
+  struct Gather {
+    int64_t block;
+    int phase;
+    size_t first = 0, last = 0;  // ops
+    sched::TaskId upload = -1;
+  };
+  std::vector<Gather> gathers;
+  // The gather of (b, ph); gathers.size() if none.
+  size_t find_gather(int64_t b, int ph) const;
+  std::vector<sched::TaskId> op_task;
+  size_t emitted = 0;                                      // gathers emitted so far
+  std::vector<std::pair<size_t, sched::TaskId>> deferred;  // (op, gather that waits for it)
+
+  // Offloaded activation checkpoints (zero_plan_checkpoints.cpp).
+  int64_t nseg = 0;
+  Home act_home = Home::kDevice;
+  size_t cb = 0;  // the model's checkpoint_bytes()
+  struct CkUse {
+    int64_t seg;
+    sched::BufferId buf;
+    bool write, release;  // the writer acquires
+  };
+  std::vector<std::vector<CkUse>> ck_uses;
+  std::vector<std::vector<int64_t>> ck_down_after, ck_up_after;
+  std::vector<sched::BufferId> ckf, ckb, ckh, ckr;
+  std::vector<size_t> ck_writer;
+  std::vector<sched::TaskId> ck_up, ck_stored;
+
+  std::vector<sched::TaskId> checks;  // by block: its gradient check
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,148 @@
+// ZeroStep::build_plan, the stage-3 gathers: one event per (block, phase) that the compute ops
+// use, and each one's tasks (the shard fetched from its home, the all-gather, the upload).
+#include <string>
+
+#include "engine/zero_plan_build.h"
+
+namespace strata::engine {
+
+using sched::BufferId;
+using sched::Lane;
+using sched::TaskContext;
+using sched::TaskId;
+using sched::Tier;
+
+size_t ZeroStep::PlanBuild::find_gather(int64_t b, int ph) const {
+  for (size_t k = 0; k < gathers.size(); ++k) {
+    if (gathers[k].block == b && gathers[k].phase == ph) return k;
+  }
+  return gathers.size();
+}
+
+// Gather events (stage 3): one per (block, phase), in the order of first use.
+void ZeroStep::plan_gathers(PlanBuild& pb) {
+  for (size_t i = 0; i < pb.ops.size(); ++i) {
+    for (const auto& [b, ph] : pb.ops[i].uses) {
+      if (!gathered(b)) continue;
+      const size_t k = pb.find_gather(b, ph);
+      if (k == pb.gathers.size()) {
+        pb.gathers.push_back({b, ph, i, i});
+      } else {
+        pb.gathers[k].last = i;
+      }
+    }
+  }
+  pb.op_task.assign(pb.ops.size(), -1);
+}
+
+void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
+  sched::Plan& plan = pb.plan;
+  const DType dt = pb.dt;
+  PlanBuild::Gather& gt = pb.gathers[k];
+  const int64_t b = gt.block;
+  const int ph = gt.phase;
+  const BufferId gh = pb.gathered_host[ph][size_t(b)], gd = pb.gathered_dev[ph][size_t(b)];
+  const size_t c16 = static_cast<size_t>(pb.shard(b));
+  const Home home = home_[size_t(b)];
+  const std::string what = pb.name(b) + (ph == 0 ? " (forward)" : " (backward)");
+  std::vector<TaskId> deps;
+  // Rotated, with the shard on NVMe: the forward gathers the new shard straight from the
+  // update's staging (pbuf; its write home then waits for this gather), so the forward's read
+  // runs only in a replay without an update (the first). Otherwise the update's new shard must
+  // be home first.
+  const size_t p = pb.part_of[size_t(b)];
+  const bool from_staging = rotate_ && home == Home::kNvme && ph == 0 && pb.shard_acquirer[p] >= 0;
+  if (pb.ready[size_t(b)] >= 0 && !from_staging) deps.push_back(pb.ready[size_t(b)]);
+  // At most `depth` gathers ahead of the one in use: wait for the release of gather k-depth-1.
+  // A gather still needed after this one's first use (a checkpointed segment's backward
+  // copies stay from its recompute to each layer's backward): wait for its first use instead,
+  // so that no gather starts more than `depth` ahead of the compute (without any wait, every
+  // backward gather's NVMe read would start with the step and hold its staging throughout).
+  if (k > pb.depth) {
+    const PlanBuild::Gather& prev = pb.gathers[k - pb.depth - 1];
+    const size_t after = prev.last < gt.first ? prev.last : prev.first;
+    if (pb.op_task[after] >= 0) {
+      deps.push_back(pb.op_task[after]);
+    } else {
+      pb.deferred.emplace_back(after, -1);  // that op is added later
+    }
+  }
+  // The rank's shard: in pinned memory (pbuf), read from NVMe into pinned staging, or down
+  // from the device into its slot of the gathered copy (gathered in place).
+  BufferId sh = pbuf_[size_t(b)];
+  size_t send_off = 0;
+  TaskId fetch = -1;
+  const size_t sbytes = pb.shard_bytes(b);
+  if (home == Home::kNvme) {
+    sh = pb.add_buffer(Kind::kNvmeStaging, "param shard " + what, Tier::kPinnedHost, sbytes);
+    fetch = plan.add(
+        "read param shard " + what, Lane::kNvme,
+        [this, sh, b, sbytes, from_staging](const TaskContext& c) -> Status {
+          if (flushing_ || (from_staging && update_step_ != 0)) return ok_status();
+          moved(kNvmeRead, sbytes);
+          return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
+        },
+        deps);
+    plan.acquire(fetch, sh);
+    plan.writes(fetch, sh);
+  } else if (home == Home::kDevice) {
+    sh = gh;
+    send_off = static_cast<size_t>(pb.rank) * sbytes;
+    const BufferId d = dshard_[size_t(b)];
+    fetch = plan.add(
+        "param shard down " + what, Lane::kD2H,
+        [this, d, gh, send_off, sbytes](const TaskContext& c) -> Status {
+          if (flushing_) return ok_status();
+          moved(kD2H, sbytes);
+          return c.stream->copy(static_cast<std::byte*>(c.buffer(gh)) + send_off, c.buffer(d),
+                                sbytes, gpu::CopyKind::kDeviceToHost);
+        },
+        deps);
+    plan.acquire(fetch, gh);
+    plan.reads(fetch, d);
+    plan.writes(fetch, gh);
+  }
+  if (fetch >= 0) deps = {fetch};
+  const BufferId staged = from_staging ? pbuf_[size_t(b)] : -1;
+  if (from_staging) deps.push_back(pb.shard_acquirer[p]);
+  const TaskId gather = plan.add(
+      "gather " + what, Lane::kComm,
+      [this, sh, staged, send_off, gh, c16, dt](const TaskContext& c) -> Status {
+        if (flushing_) return ok_status();
+        comm::CollectiveCall call;
+        call.kind = comm::CollectiveKind::kAllGather;
+        const BufferId src = staged >= 0 && update_step_ != 0 ? staged : sh;
+        call.send = static_cast<const std::byte*>(c.buffer(src)) + send_off;
+        call.recv = c.buffer(gh);
+        call.count = c16;
+        call.dtype = dt;
+        count_traffic(call, &ZeroTraffic::param_all_gather);
+        return comm_.start(call).wait();
+      },
+      deps);
+  const TaskId first = fetch >= 0 ? fetch : gather;
+  if (!pb.deferred.empty() && pb.deferred.back().second == -1) pb.deferred.back().second = first;
+  if (home != Home::kDevice) plan.acquire(gather, gh);
+  plan.reads(gather, sh);
+  if (home == Home::kNvme) plan.release(gather, sh);
+  if (from_staging) {
+    plan.reads(gather, staged);
+    plan.depend(pb.shard_home[p], gather);  // the write home releases pbuf after this gather
+  }
+  plan.writes(gather, gh);
+  const size_t bytes = static_cast<size_t>(pb.numel(b)) * pb.es;
+  gt.upload = plan.add("upload " + what, Lane::kH2D,
+                       [this, gh, gd, bytes](const TaskContext& c) -> Status {
+                         if (flushing_) return ok_status();
+                         moved(kH2D, bytes);
+                         return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
+                                               gpu::CopyKind::kHostToDevice);
+                       },
+                       {gather});
+  plan.reads(gt.upload, gh);
+  plan.release(gt.upload, gh);
+  plan.acquire(gt.upload, gd);
+  plan.writes(gt.upload, gd);
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,161 @@
+// ZeroStep::build_plan, the gradients: after the op that completes a block's gradient, its
+// transfer to pinned memory, its reduction (comm) and its check (cpu), and (not rotated) the
+// block's update; after the last check, the statistics exchange and the norm.
+#include <cstring>
+#include <string>
+
+#include "engine/zero_plan_build.h"
+
+namespace strata::engine {
+
+using sched::BufferId;
+using sched::Lane;
+using sched::TaskContext;
+using sched::TaskId;
+
+namespace {
+// +Inf as one element of `dt` at `at`.
+void write_inf(void* at, DType dt) {
+  const uint32_t f32 = 0x7F800000u;
+  const uint16_t f16 = 0x7C00u, bf16 = 0x7F80u;
+  if (dt == DType::kF32) std::memcpy(at, &f32, 4);
+  if (dt == DType::kF16) std::memcpy(at, &f16, 2);
+  if (dt == DType::kBF16) std::memcpy(at, &bf16, 2);
+}
+}  // namespace
+
+// The gradient of block gb is complete after task t: down, reduce, check.
+void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
+  model::GptModel& m = model_;
+  sched::Plan& plan = pb.plan;
+  const int stage = pb.stage;
+  const DType dt = pb.dt;
+  const size_t es = pb.es;
+  const int rank = pb.rank;
+  const BufferId gf = pb.gfull[size_t(gb)];
+  const size_t bytes = static_cast<size_t>(pb.numel(gb)) * es;
+  const BufferId dg = pb.dgrad[size_t(gb)];
+  const TaskId down =
+      plan.add("grads down " + pb.name(gb), Lane::kD2H,
+               [this, &m, gb, gf, dg, bytes](const TaskContext& c) -> Status {
+                 if (flushing_) return ok_status();
+                 moved(kD2H, bytes);
+                 const void* src = dg >= 0 ? c.buffer(dg) : m.grad_block(gb);
+                 return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
+               },
+               {t});
+  // Delayed, the previous step's update may still be reading this block's gradient buffers.
+  if (pb.delayed && pb.grad_reader[size_t(gb)] >= 0) plan.depend(down, pb.grad_reader[size_t(gb)]);
+  if (stage >= 2) {
+    plan.acquire(down, gf);
+    plan.reads(down, dg);
+    plan.release(down, dg);
+  }
+  plan.writes(down, gf);
+  const BufferId gs = pb.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(pb.shard(gb));
+  const size_t real = static_cast<size_t>(pb.numel(gb));
+  const TaskId reduce =
+      plan.add("reduce " + pb.name(gb), Lane::kComm,
+               [this, gf, gs, gb, c16, real, dt, es, stage, rank](const TaskContext& c) -> Status {
+                 if (flushing_) return ok_status();
+                 auto* full = static_cast<std::byte*>(c.buffer(gf));
+                 if (gb == 0 && step_ == options_.inject_inf_step) write_inf(full, dt);
+                 const size_t total = c16 * static_cast<size_t>(ranks_);
+                 std::memset(full + real * es, 0, (total - real) * es);  // the padding takes part
+                 comm::CollectiveCall call;
+                 call.kind = comm::CollectiveKind::kReduceScatter;
+                 call.send = full;
+                 call.recv = gs >= 0 ? c.buffer(gs) : full + static_cast<size_t>(rank) * c16 * es;
+                 call.count = c16;
+                 call.dtype = dt;
+                 count_traffic(call, &ZeroTraffic::grad_reduce_scatter);
+                 STRATA_RETURN_IF_ERROR(comm_.start(call).wait());
+                 if (stage != 0) return ok_status();
+                 comm::CollectiveCall gather = call;  // stage 0: the other half of the all-reduce
+                 gather.kind = comm::CollectiveKind::kAllGather;
+                 gather.send = call.recv;
+                 gather.recv = full;
+                 count_traffic(gather, &ZeroTraffic::grad_all_gather);
+                 return comm_.start(gather).wait();
+               },
+               {down});
+  plan.reads(reduce, gf);
+  plan.writes(reduce, gf);
+  if (gs >= 0) {
+    plan.writes(reduce, gs);
+    plan.release(reduce, gf);
+  }
+  // The check: the sums of squares of the reduced shards this rank holds.
+  const size_t nbk = pb.nb;
+  const BufferId src = gs >= 0 ? gs : gf;
+  pb.checks[size_t(gb)] =
+      plan.add("check " + pb.name(gb), Lane::kCpu,
+               [this, src, gb, c16, dt, es, stage, rank, nbk](const TaskContext& c) -> Status {
+                 if (flushing_) return ok_status();
+                 const auto* base = static_cast<const std::byte*>(c.buffer(src));
+                 for (int r = 0; r < ranks_; ++r) {
+                   if (stage != 0 && r != rank) continue;
+                   const std::byte* at =
+                       stage == 0 || stage == 1 ? base + static_cast<size_t>(r) * c16 * es : base;
+                   const cpu::GradStats s = cpu::grad_check(at, dt, static_cast<int64_t>(c16));
+                   double* out = &stats_[(static_cast<size_t>(r) * nbk + size_t(gb)) * 2];
+                   out[0] = s.sum_squares;
+                   out[1] = s.has_nonfinite ? 1.0 : 0.0;
+                   // Not rotated, the block's Adam follows at once: a non-finite gradient (an
+                   // error without fp16) must stop the step before it reaches the state.
+                   if (!rotate_ && s.has_nonfinite) return nonfinite_gradient_error(step_);
+                 }
+                 return ok_status();
+               },
+               {reduce});
+  plan.reads(pb.checks[size_t(gb)], src);
+  // Not rotated: the block's update right after its own check (the next step's forward comes
+  // after this replay anyway).
+  if (!rotate_) add_update(pb, pb.part_of[size_t(gb)], {pb.checks[size_t(gb)]});
+}
+
+// The statistics of every shard on every rank (stages 1-3), then the norm in a fixed order.
+void ZeroStep::emit_norm(PlanBuild& pb) {
+  sched::Plan& plan = pb.plan;
+  std::vector<TaskId> norm_deps = pb.checks;
+  if (pb.stage >= 1 && pb.ranks > 1) {
+    const TaskId exchange = plan.add(
+        "exchange statistics", Lane::kComm,
+        [this, nbk = pb.nb](const TaskContext&) -> Status {
+          if (flushing_) return ok_status();
+          // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
+          const size_t words = nbk * 2 * sizeof(double) / 2;
+          comm::CollectiveCall call;
+          call.kind = comm::CollectiveKind::kAllGather;
+          call.send = stats_.data() + static_cast<size_t>(rank_) * nbk * 2;
+          call.recv = stats_.data();
+          call.count = words;
+          call.dtype = DType::kBF16;
+          count_traffic(call, &ZeroTraffic::stats);
+          return comm_.start(call).wait();
+        },
+        pb.checks);
+    norm_deps = {exchange};
+  }
+  plan.add(
+      "norm", Lane::kCpu,
+      [this, nbk = pb.nb](const TaskContext&) {
+        if (flushing_) return ok_status();
+        double sum = 0.0;
+        bool finite = true;
+        for (size_t b = 0; b < nbk; ++b) {
+          for (int r = 0; r < ranks_; ++r) {
+            const double* s = &stats_[(static_cast<size_t>(r) * nbk + b) * 2];
+            sum += s[0];
+            finite = finite && s[1] == 0.0;
+          }
+        }
+        sum_ = sum;
+        finite_ = finite;
+        return ok_status();
+      },
+      norm_deps);
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,227 @@
+// ZeroStep::build_plan, the compute side: the list of the step's compute ops with the device
+// buffers they use, and the loop that emits them (each op's task after the gathers ahead of it,
+// with its dependencies on updates, gathered copies and checkpoints; then its gradient's chain,
+// zero_plan_grads.cpp).
+#include <algorithm>
+#include <string>
+
+#include "engine/zero_plan_build.h"
+
+namespace strata::engine {
+
+using sched::BufferId;
+using sched::Lane;
+using sched::TaskContext;
+using sched::TaskId;
+using sched::Tier;
+
+void ZeroStep::plan_ops(PlanBuild& pb) {
+  model::GptModel& m = model_;
+  const int stage = pb.stage;
+  const size_t nb = pb.nb;
+  for (auto* v :
+       {&pb.gathered_dev[0], &pb.gathered_dev[1], &pb.gathered_host[0], &pb.gathered_host[1]}) {
+    v->assign(nb, -1);
+  }
+  pb.dgrad.assign(nb, -1);
+  for (size_t b = 0; b < nb; ++b) {
+    const int64_t bb = int64_t(b);
+    if (stage >= 2) {
+      pb.dgrad[b] = pb.add_buffer(Kind::kGradBucket, "grad " + pb.name(bb) + " (device)",
+                                  Tier::kDevice, static_cast<size_t>(pb.numel(bb)) * pb.es);
+    }
+    if (!gathered(bb)) continue;
+    for (int ph = 0; ph < 2; ++ph) {
+      const std::string suffix = ph == 0 ? " (forward)" : " (backward)";
+      pb.gathered_host[ph][b] = pb.add_buffer(Kind::kGathered, "gathered " + pb.name(bb) + suffix,
+                                              Tier::kPinnedHost, pb.padded_bytes(bb));
+      pb.gathered_dev[ph][b] =
+          pb.add_buffer(Kind::kGathered, "gathered " + pb.name(bb) + suffix + " (device)",
+                        Tier::kDevice, static_cast<size_t>(pb.numel(bb)) * pb.es);
+    }
+  }
+  // Parameter and gradient pointers of block b for an op.
+  auto params = [this, &m, gathered_dev = pb.gathered_dev](int64_t b, int ph,
+                                                           const TaskContext& c) -> const void* {
+    if (gathered(b)) return c.buffer(gathered_dev[ph][size_t(b)]);
+    return sharded_params(b) ? c.buffer(dshard_[size_t(b)]) : m.param_block(b);
+  };
+  auto grads = [&m, dgrad = pb.dgrad](int64_t b, const TaskContext& c) -> void* {
+    return dgrad[size_t(b)] >= 0 ? c.buffer(dgrad[size_t(b)]) : m.grad_block(b);
+  };
+  auto use = [this](int64_t b, int ph) {
+    return sharded_params(b) ? std::vector<std::pair<int64_t, int>>{{b, ph}}
+                             : std::vector<std::pair<int64_t, int>>{};
+  };
+  const int64_t L = pb.layers;
+  std::vector<PlanBuild::Op>& ops = pb.ops;
+  ops.push_back({"zero grads", [&m, stage](gpu::Stream& s, const TaskContext&) -> Status {
+                   if (stage >= 2) return ok_status();
+                   for (int64_t b = 0; b < m.num_blocks(); ++b) {
+                     STRATA_RETURN_IF_ERROR(s.memset(
+                         m.grad_block(b), 0,
+                         static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype)));
+                   }
+                   return ok_status();
+                 }});
+  ops.push_back({"set batch", [this](gpu::Stream& s, const TaskContext&) {
+                   return model_.set_batch(s, tokens_.data(), targets_.data());
+                 }});
+  ops.push_back({"embedding forward",
+                 [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                   return m.embedding_forward(s, params(L, 0, c));
+                 },
+                 use(L, 0), L});
+  for (int64_t l = 0; l < L; ++l) {
+    ops.push_back({"forward " + std::to_string(l),
+                   [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                     return m.layer_forward(s, l, params(l, 0, c));
+                   },
+                   use(l, 0), l});
+  }
+  ops.push_back({"head forward",
+                 [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                   return m.head_forward(s, params(L, 0, c));
+                 },
+                 use(L, 0)});
+  ops.push_back({"head backward",
+                 [&m, params, grads, L](gpu::Stream& s, const TaskContext& c) {
+                   return m.head_backward(s, params(L, 0, c), grads(L, c));
+                 },
+                 use(L, 0), -1, stage >= 2 ? L : -1});
+  pb.last_read.assign(nb, 0);
+  pb.last_read[size_t(L)] = ops.size() - 1;
+  const int64_t last_seg = m.num_segments() - 1;
+  for (int64_t seg = last_seg; seg >= 0; --seg) {
+    if (seg != last_seg) {
+      for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
+        ops.push_back({"recompute " + std::to_string(l),
+                       [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                         return m.layer_recompute(s, l, params(l, 1, c));
+                       },
+                       use(l, 1)});
+      }
+    }
+    for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
+      ops.push_back({"backward " + std::to_string(l),
+                     [&m, params, grads, l](gpu::Stream& s, const TaskContext& c) {
+                       return m.layer_backward(s, l, params(l, 1, c), grads(l, c));
+                     },
+                     use(l, 1), -1, stage >= 2 ? l : -1, l});
+      pb.last_read[size_t(l)] = ops.size() - 1;
+    }
+  }
+  ops.push_back({"embedding backward",
+                 [&m, grads, L](gpu::Stream& s, const TaskContext& c) {
+                   return m.embedding_backward(s, grads(L, c));
+                 },
+                 // The embedding gradient is a scatter-add of the output gradient: it reads no
+                 // parameter, so the shared block needs no backward gather.
+                 {},
+                 -1,
+                 -1,
+                 L});
+}
+
+// Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to
+// pinned memory, its reduction (comm) and its check (cpu).
+void ZeroStep::emit_ops(PlanBuild& pb) {
+  pb.checks.assign(pb.nb, -1);
+  size_t need = 0;  // gathers [0, need) are used by the ops so far
+  for (size_t i = 0; i < pb.ops.size(); ++i) {
+    const PlanBuild::Op& op = pb.ops[i];
+    for (const auto& [b, ph] : op.uses) {
+      if (gathered(b)) need = std::max(need, pb.find_gather(b, ph) + 1);
+    }
+    if (need > 0) {
+      const size_t upto = std::min(pb.gathers.size(), need + pb.depth);
+      while (pb.emitted < upto) emit_gather(pb, pb.emitted++);
+    }
+    const TaskId t = add_op_task(pb, i);
+    emit_checkpoint_moves(pb, i, t);
+    order_op(pb, i, t);
+    // The gradient of block grad_done is complete: down, reduce, check.
+    if (op.grad_done >= 0) emit_grad_chain(pb, op.grad_done, t);
+  }
+}
+
+// Op i's task (after zeroing the gradient it starts, stages 2-3), with its checkpoints' uses.
+TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
+  model::GptModel& m = model_;
+  sched::Plan& plan = pb.plan;
+  const PlanBuild::Op& op = pb.ops[i];
+  if (op.zero_grad >= 0) {
+    const BufferId dg = pb.dgrad[size_t(op.zero_grad)];
+    const size_t bytes = static_cast<size_t>(pb.numel(op.zero_grad)) * pb.es;
+    const TaskId z = plan.add("zero grad " + pb.name(op.zero_grad), Lane::kCompute,
+                              [this, dg, bytes](const TaskContext& c) -> Status {
+                                if (flushing_) return ok_status();
+                                return c.stream->memset(c.buffer(dg), 0, bytes);
+                              });
+    plan.acquire(z, dg);
+    plan.writes(z, dg);
+  }
+  auto fn = op.fn;
+  std::vector<std::pair<int64_t, BufferId>> cks;  // the offloaded checkpoints it touches
+  for (const PlanBuild::CkUse& u : pb.ck_uses[i]) cks.emplace_back(u.seg, u.buf);
+  const TaskId t =
+      plan.add(op.name, Lane::kCompute, [this, &m, fn, cks](const TaskContext& c) -> Status {
+        if (flushing_) return ok_status();
+        for (const auto& [seg, buf] : cks)
+          STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
+        return fn(*c.stream, c);
+      });
+  pb.op_task[i] = t;
+  for (const PlanBuild::CkUse& u : pb.ck_uses[i]) {
+    if (u.write) {
+      plan.acquire(t, u.buf);
+      plan.writes(t, u.buf);
+    } else {
+      plan.reads(t, u.buf);
+      if (pb.ck_up[size_t(u.seg)] >= 0 && u.buf == pb.ckb[size_t(u.seg)]) {
+        plan.depend(t, pb.ck_up[size_t(u.seg)]);
+      }
+    }
+    if (u.release) plan.release(t, u.buf);
+  }
+  return t;
+}
+
+// Op i's task t in the plan: the gathers that wait for it, the updates it waits for (or that
+// wait for it, delayed), the gathered copies it reads, the gradients it writes.
+void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
+  sched::Plan& plan = pb.plan;
+  const PlanBuild::Op& op = pb.ops[i];
+  const std::vector<TaskId>& ready = pb.ready;
+  for (const auto& [after, gather] : pb.deferred) {
+    if (after == i) plan.depend(gather, t);
+  }
+  if (!pb.delayed && op.first_use_of >= 0 && ready[size_t(op.first_use_of)] >= 0 &&
+      !gathered(op.first_use_of)) {
+    plan.depend(t, ready[size_t(op.first_use_of)]);
+  }
+  // Delayed: a block's new parameters go up after this step's last use of the old ones.
+  for (size_t b = 0; pb.delayed && b < pb.nb; ++b) {
+    if (pb.last_read[b] == i && ready[b] >= 0) plan.depend(ready[b], t);
+  }
+  for (const auto& [b, ph] : op.uses) {
+    if (!gathered(b)) {  // a device shard used in place (one rank)
+      plan.reads(t, dshard_[size_t(b)]);
+      if (ready[size_t(b)] >= 0) plan.depend(t, ready[size_t(b)]);
+      continue;
+    }
+    const PlanBuild::Gather& gt = pb.gathers[pb.find_gather(b, ph)];
+    plan.depend(t, gt.upload);
+    plan.reads(t, pb.gathered_dev[ph][size_t(b)]);
+    if (gt.last == i) plan.release(t, pb.gathered_dev[ph][size_t(b)]);
+  }
+  const int64_t gb = op.grad_done;
+  if (pb.stage >= 2) {
+    if (op.zero_grad >= 0) plan.writes(t, pb.dgrad[size_t(op.zero_grad)]);
+    if (gb >= 0 && gb != op.zero_grad) plan.writes(t, pb.dgrad[size_t(gb)]);
+    // The shared block's gradient is also written between head and embedding backward.
+    if (gb == pb.layers) plan.reads(t, pb.dgrad[size_t(pb.layers)]);
+  }
+}
+
+}  // namespace strata::engine

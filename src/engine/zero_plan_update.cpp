@@ -1,0 +1,282 @@
+// ZeroStep::build_plan, the optimizer side: the NVMe reads of the optimizer state, the update of
+// a partition (CPU Adam, or the device optimizer with its gradient up and new values down), and
+// the way of its new parameters to their next use (all-gathered and uploaded, or the new shard
+// to its home).
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "engine/zero_plan_build.h"
+
+namespace strata::engine {
+
+using sched::BufferId;
+using sched::Lane;
+using sched::TaskContext;
+using sched::TaskId;
+using sched::Tier;
+
+void ZeroStep::plan_state_reads(PlanBuild& pb) {
+  const size_t nb = pb.nb;
+  pb.ready.assign(nb, -1);
+  pb.grad_reader.assign(nb, -1);
+  pb.part_of.assign(nb, 0);
+  for (size_t p = 0; p < nb; ++p) pb.part_of[size_t(blocks_[p])] = p;
+  // Delayed, the new parameters go up after the backward's last use of each block: backward
+  // order too.
+  for (size_t k = 0; k < nb; ++k) pb.visit.push_back(rotate_ && !pb.delayed ? nb - 1 - k : k);
+  pb.staging.assign(nb, -1);
+  pb.read.assign(nb, -1);
+  pb.state_written.assign(nb, -1);
+  pb.shard_acquirer.assign(nb, -1);
+  pb.shard_home.assign(nb, -1);
+  pb.grad_up.assign(nb, -1);
+  pb.grad_up_buf.assign(nb, -1);
+  for (size_t p : pb.visit) {
+    if (!opt_.on_nvme(p)) continue;
+    const std::string n = pb.name(blocks_[p]);
+    pb.staging[p] =
+        pb.add_buffer(Kind::kNvmeStaging, "state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
+    const BufferId buf = pb.staging[p];
+    pb.read[p] = pb.plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
+      if (update_step_ == 0) return ok_status();
+      moved(kNvmeRead, opt_.state_bytes(p));
+      return opt_.read_partition(p, c.buffer(buf)).wait();
+    });
+    pb.plan.acquire(pb.read[p], buf);
+    pb.plan.writes(pb.read[p], buf);
+    pb.slot_bytes = std::max(pb.slot_bytes, round_page(opt_.state_bytes(p)));
+  }
+}
+
+// The new parameters of a block kept whole on the device: after `after` wrote the rank's part
+// into pbuf, all-gathered (stages 1-3) and uploaded into the model's block.
+TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
+  model::GptModel& m = model_;
+  sched::Plan& plan = pb.plan;
+  const DType dt = pb.dt;
+  const size_t es = pb.es;
+  const int rank = pb.rank;
+  const BufferId u = pbuf_[size_t(b)];
+  TaskId before_up = after;
+  if (pb.stage >= 1) {
+    const size_t c16 = static_cast<size_t>(pb.shard(b));
+    before_up = plan.add("gather params " + pb.name(b), Lane::kComm,
+                         [this, u, c16, dt, rank, es](const TaskContext& c) -> Status {
+                           if (update_step_ == 0) return ok_status();
+                           auto* base = static_cast<std::byte*>(c.buffer(u));
+                           comm::CollectiveCall call;
+                           call.kind = comm::CollectiveKind::kAllGather;
+                           call.send = base + static_cast<size_t>(rank) * c16 * es;
+                           call.recv = base;
+                           call.count = c16;
+                           call.dtype = dt;
+                           count_traffic(call, &ZeroTraffic::param_all_gather);
+                           return comm_.start(call).wait();
+                         },
+                         {after});
+    plan.reads(before_up, u);
+    plan.writes(before_up, u);
+  }
+  const size_t bytes = static_cast<size_t>(pb.numel(b)) * es;
+  const TaskId up = plan.add("params up " + pb.name(b), Lane::kH2D,
+                             [this, &m, b, u, bytes](const TaskContext& c) {
+                               if (update_step_ == 0) return ok_status();
+                               moved(kH2D, bytes);
+                               return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
+                                                     gpu::CopyKind::kHostToDevice);
+                             },
+                             {before_up});
+  plan.reads(up, u);
+  return up;
+}
+
+// Device optimizer: partition p's reduced gradient up (h2d) into a device buffer. Added for
+// every partition before any new parameters go up, so that the in-order h2d lane does not
+// hold a gradient behind the previous block's whole update.
+void ZeroStep::add_grad_up(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
+  const int64_t b = blocks_[p];
+  const BufferId g = pb.stage >= 2 ? pb.gshard[size_t(b)] : pb.gfull[size_t(b)];
+  const size_t grad_off = pb.stage == 1 ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
+  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * pb.es;
+  pb.largest_opt = std::max<uint64_t>(pb.largest_opt, (bytes + 255) / 256 * 256);
+  const BufferId gdev =
+      pb.add_buffer(Kind::kOptimizerIo, "grad up " + pb.name(b), Tier::kDevice, bytes);
+  const TaskId gup = pb.plan.add(
+      "grad up " + pb.name(b), Lane::kH2D,
+      [this, g, gdev, grad_off, bytes](const TaskContext& c) {
+        if (update_step_ == 0) return ok_status();
+        moved(kH2D, bytes);
+        return c.stream->copy(c.buffer(gdev), static_cast<const std::byte*>(c.buffer(g)) + grad_off,
+                              bytes, gpu::CopyKind::kHostToDevice);
+      },
+      std::move(deps));
+  pb.plan.acquire(gup, gdev);
+  pb.plan.reads(gup, g);
+  pb.plan.writes(gup, gdev);
+  pb.grad_up[p] = gup;
+  pb.grad_up_buf[p] = gdev;
+}
+
+// Stage 3: the new shard of block b, written into pbuf by `after`, to its home (pinned: it is
+// there already); returns the task after which it is there.
+TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
+  const Home home = home_[size_t(b)];
+  if (home == Home::kPinned) return after;
+  const BufferId u = pbuf_[size_t(b)], d = dshard_[size_t(b)];
+  const size_t bytes = pb.shard_bytes(b);
+  const TaskId t =
+      home == Home::kDevice
+          ? pb.plan.add("param shard up " + pb.name(b), Lane::kH2D,
+                        [this, u, d, bytes](const TaskContext& c) -> Status {
+                          if (update_step_ == 0) return ok_status();
+                          moved(kH2D, bytes);
+                          return c.stream->copy(c.buffer(d), c.buffer(u), bytes,
+                                                gpu::CopyKind::kHostToDevice);
+                        },
+                        {after})
+          : pb.plan.add(
+                "write param shard " + pb.name(b), Lane::kNvme,
+                [this, u, b, bytes](const TaskContext& c) -> Status {
+                  if (update_step_ == 0) return ok_status();
+                  moved(kNvmeWrite, bytes);
+                  return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
+                },
+                {after});
+  pb.plan.reads(t, u);
+  pb.plan.release(t, u);
+  if (d >= 0) pb.plan.writes(t, d);
+  return t;
+}
+
+// The update of partition p after `deps`; returns the task after which block b's new
+// parameters are where its next use reads them.
+TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
+  sched::Plan& plan = pb.plan;
+  const DType dt = pb.dt;
+  const int64_t b = blocks_[p];
+  const bool sharded = sharded_params(b);
+  const BufferId g = pb.stage >= 2 ? pb.gshard[size_t(b)] : pb.gfull[size_t(b)];
+  const BufferId u = pbuf_[size_t(b)];
+  const BufferId st = pb.staging[p];
+  // Where this rank's gradient and new parameters sit in those buffers.
+  const size_t grad_off = pb.stage == 1 ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
+  const size_t out_off =
+      pb.stage >= 1 && !sharded ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
+  const int64_t opt_numel = opt_.numel(p);
+  if (pb.read[p] >= 0) deps.push_back(pb.read[p]);
+  if (device_opt_ && device_opt_->on_device(p)) return add_device_update(pb, p, std::move(deps));
+  const TaskId adam = plan.add(
+      "adam " + pb.name(b), Lane::kCpu,
+      [this, p, g, u, st, grad_off, out_off, opt_numel, dt](const TaskContext& c) -> Status {
+        if (update_step_ == 0) return ok_status();
+        void* state = st >= 0 ? c.buffer(st) : nullptr;
+        auto* out = static_cast<std::byte*>(c.buffer(u)) + out_off;
+        PartitionGrad pg;
+        pg.grads = static_cast<const std::byte*>(c.buffer(g)) + grad_off;
+        pg.grad_dtype = dt;
+        pg.out16 = dt == DType::kF32 ? nullptr : out;
+        pg.out_dtype = dt;
+        STRATA_RETURN_IF_ERROR(
+            opt_.step_partition(p, state, pg, cpu::AdamStep{update_step_, update_grad_scale_}));
+        if (dt == DType::kF32) {
+          std::memcpy(out, opt_.master_params(p, state), static_cast<size_t>(opt_numel) * 4);
+        }
+        return ok_status();
+      },
+      deps);
+  plan.reads(adam, g);
+  if (transient(b)) plan.acquire(adam, u);
+  plan.writes(adam, u);
+  pb.grad_reader[size_t(b)] = adam;
+  if (st >= 0) {
+    plan.reads(adam, st);
+    plan.writes(adam, st);
+    const TaskId write = plan.add("write state " + pb.name(b), Lane::kNvme,
+                                  [this, p, st](const TaskContext& c) {
+                                    if (update_step_ == 0) return ok_status();
+                                    moved(kNvmeWrite, opt_.state_bytes(p));
+                                    return opt_.write_partition(p, c.buffer(st)).wait();
+                                  },
+                                  {adam});
+    plan.reads(write, st);
+    plan.release(write, st);
+    pb.state_written[p] = write;
+  }
+  // Stage 3: the new shard goes home; it is gathered with the block's next forward.
+  if (transient(b)) {
+    pb.shard_acquirer[p] = adam;
+    pb.shard_home[p] = finish_shard(pb, b, adam);
+    return pb.shard_home[p];
+  }
+  return sharded ? finish_shard(pb, b, adam) : add_params_up(pb, b, adam);
+}
+
+// add_update() of a partition the device optimizer updates (deps include its state read).
+TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
+  model::GptModel& m = model_;
+  sched::Plan& plan = pb.plan;
+  const DType dt = pb.dt;
+  const int64_t b = blocks_[p];
+  const bool sharded = sharded_params(b);
+  const BufferId u = pbuf_[size_t(b)];
+  const size_t out_off =
+      pb.stage >= 1 && !sharded ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
+  if (pb.ranks == 1 && pb.stage == 0) {
+    // One rank at stage 0: the gradient is the model's own (a one-rank reduction is the
+    // identity), still in its block when the rotated update runs before "zero grads".
+    return plan.add(
+        "adam " + pb.name(b) + " (device)", Lane::kCompute,
+        [this, &m, p, b, dt](const TaskContext& c) -> Status {
+          if (update_step_ == 0) return ok_status();
+          return device_opt_->update(*c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
+                                     cpu::AdamStep{update_step_, update_grad_scale_});
+        },
+        deps);
+  }
+  // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
+  // runs in order); the new values into the model's block (stage 0) or down into pbuf.
+  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * pb.es;
+  if (pb.grad_up[p] < 0) add_grad_up(pb, p, deps);
+  const TaskId gup = pb.grad_up[p];
+  const BufferId gdev = pb.grad_up_buf[p];
+  const BufferId odev =
+      pb.stage >= 1
+          ? pb.add_buffer(Kind::kOptimizerIo, "new params " + pb.name(b), Tier::kDevice, bytes)
+          : -1;
+  const TaskId dadam =
+      plan.add("adam " + pb.name(b) + " (device)", Lane::kCompute,
+               [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
+                 if (update_step_ == 0) return ok_status();
+                 return device_opt_->update(*c.stream, opt_, p, c.buffer(gdev),
+                                            odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
+                                            cpu::AdamStep{update_step_, update_grad_scale_});
+               },
+               {gup});
+  plan.reads(dadam, gdev);
+  plan.release(dadam, gdev);
+  if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
+  plan.acquire(dadam, odev);
+  plan.writes(dadam, odev);
+  const TaskId down =
+      plan.add("new params down " + pb.name(b), Lane::kD2H,
+               [this, u, odev, out_off, bytes](const TaskContext& c) {
+                 if (update_step_ == 0) return ok_status();
+                 moved(kD2H, bytes);
+                 return c.stream->copy(static_cast<std::byte*>(c.buffer(u)) + out_off,
+                                       c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);
+               },
+               {dadam});
+  plan.reads(down, odev);
+  plan.release(down, odev);
+  if (transient(b)) plan.acquire(down, u);
+  plan.writes(down, u);
+  if (transient(b)) {
+    pb.shard_acquirer[p] = down;
+    pb.shard_home[p] = finish_shard(pb, b, down);
+    return pb.shard_home[p];
+  }
+  return sharded ? finish_shard(pb, b, down) : add_params_up(pb, b, down);
+}
+
+}  // namespace strata::engine
