@@ -17,6 +17,28 @@ h = [20240520, 1, len(t)] + [0] * 253
 open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(t), *t))
 ' "$scratch/tok.bin"
 s=$scratch
+# DeepSpeed configs with one bad key or value each: cfg NAME JSON
+cfg() { echo "$2" >"$scratch/$1.json"; }
+cfg typo '{"zero_optimization": {"offload_optimiser": {"device": "cpu"}}}'
+cfg typo2 '{"gradient_cliping": 1.0}'
+cfg live '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e9}}'
+cfg stage_type '{"zero_optimization": {"stage": "three"}}'
+cfg stage5 '{"zero_optimization": {"stage": 5}}'
+cfg device '{"zero_optimization": {"offload_optimizer": {"device": "disk"}}}'
+cfg ratio '{"zero_optimization": {"offload_optimizer": {"ratio": 1.5}}}'
+cfg accum '{"gradient_accumulation_steps": 4}'
+cfg pin '{"zero_optimization": {"offload_param": {"pin_memory": false}}}'
+cfg sched '{"scheduler": {"type": "OneCycle"}}'
+cfg both '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}'
+echo '{"zero_optimization": {' >"$scratch/broken.json"
+cfg cosmin '{"scheduler": {"type": "WarmupLR", "params": {"cos_min_ratio": 0.1}}}'
+cfg paths '{"zero_optimization": {"offload_optimizer": {"nvme_path": "/a"}, "offload_param": {"nvme_path": "/b"}}}'
+cfg tbs '{"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16}'
+cfg lamb '{"optimizer": {"type": "Lamb"}}'
+cfg notobj '{"zero_optimization": []}'
+cfg subgroup '{"sub_group_size": 5, "zero_optimization": {"sub_group_size": 10}}'
+cfg block '{"aio": {"block_size": 1000}}'
+cfg betas '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}'
 # args|expected text
 cases=(
   "--layers 0|--layers: Value 0 not in range"
@@ -69,7 +91,7 @@ cases=(
   "--data-order random|--data-order 'random' is not accepted"
   "--lr-schedule step|--lr-schedule 'step' is not accepted"
   "--warmup-type exp|--warmup-type 'exp' is not accepted"
-  "--warmup 2000 --steps 100|--warmup 2000 is longer than --steps 100"
+  "--warmup 2000 --steps 100|--warmup 2000 is longer than the schedule's 100 steps"
   "--lr-min 0.1 --lr 0.01|--lr-min 0.1 is above --lr 0.01"
   "--beta2 1.5|--beta2: Value 1.5 not in range"
   "--peak-flops -1|--peak-flops: Value -1 not in range"
@@ -80,6 +102,28 @@ cases=(
   "--data $s/zeros.bin|$s/zeros.bin: bad magic 0"
   "--data $s/tok.bin --seq-len 16 --batch 2 --val-data $s/zeros.bin|--val-data: token file $s/zeros.bin: bad magic 0"
   "--data $s/tok.bin --seq-len 64 --batch 64|$s/tok.bin: 1000 tokens are fewer than one batch needs"
+  "--config $s/typo.json|unknown key zero_optimization.offload_optimiser (the nearest known key is zero_optimization.offload_optimizer"
+  "--config $s/typo2.json|unknown key gradient_cliping (the nearest known key is gradient_clipping"
+  "--config $s/live.json|unknown key zero_optimization.stage3_max_live_parameters"
+  "--config $s/stage_type.json|zero_optimization.stage = \"three\" is not accepted (an integer from 0 to 3)"
+  "--config $s/stage5.json|zero_optimization.stage = 5 is not accepted"
+  "--config $s/device.json|zero_optimization.offload_optimizer.device = \"disk\" is not accepted"
+  "--config $s/ratio.json|zero_optimization.offload_optimizer.ratio = 1.5 is not accepted (a number from 0 to 1)"
+  "--config $s/accum.json|gradient_accumulation_steps = 4 is not accepted (only 1"
+  "--config $s/pin.json|zero_optimization.offload_param.pin_memory = false is not accepted (only true"
+  "--config $s/sched.json|scheduler.type = \"OneCycle\" is not accepted"
+  "--config $s/both.json|fp16.enabled and bf16.enabled are both true"
+  "--config $s/broken.json|--config $s/broken.json: not JSON"
+  "--config $s/missing.json|--config $s/missing.json: cannot open"
+  "--config $s/cosmin.json|scheduler.params.cos_min_ratio does not apply to scheduler type WarmupLR"
+  "--config $s/paths.json|zero_optimization.offload_param.nvme_path = \"/b\" is not accepted (the same directory as zero_optimization.offload_optimizer.nvme_path"
+  "--config $s/tbs.json|train_batch_size = 100 is not train_micro_batch_size_per_gpu (16)"
+  "--config $s/lamb.json|optimizer.type = \"Lamb\" is not accepted"
+  "--config $s/notobj.json|zero_optimization = [] is not accepted (an object of keys)"
+  "--config $s/subgroup.json|unknown key sub_group_size (the nearest known key is zero_optimization.sub_group_size"
+  "--config $s/block.json|aio.block_size = 1000 is not accepted"
+  "--config $s/betas.json|optimizer.params.betas = [0.9] is not accepted (two numbers in [0, 1)"
+  "--nvme-block-size 1000|--nvme-block-size 1000 is not accepted"
   "--data $s/tok.bin --vocab 50 --seq-len 32 --batch 2|$s/tok.bin: token 50 at index 50 is not below the vocabulary size 50"
 )
 before=$(find "$scratch" | sort)

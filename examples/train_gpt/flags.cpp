@@ -30,7 +30,7 @@ LrSchedule schedule_of(const Flags& f) {
   s.lr = f.lr;
   s.min_lr = f.lr_min;
   s.warmup = f.warmup;
-  s.steps = f.steps;
+  s.steps = f.lr_decay_steps > 0 ? f.lr_decay_steps : f.steps;
   s.kind = f.lr_schedule;
   s.warmup_kind = f.warmup_type;
   return s;
@@ -141,6 +141,10 @@ Status check_flags(const Flags& f) {
     }
   }
   STRATA_RETURN_IF_ERROR(check_schedule(schedule_of(f)));
+  if (f.nvme_block_size == 0 || f.nvme_block_size % 4096 != 0) {
+    return make_error(ErrorCode::kConfig, "--nvme-block-size ", f.nvme_block_size,
+                      " is not accepted (a positive multiple of 4096 bytes)");
+  }
   if (f.data_order != "sequential" && f.data_order != "shuffled") {
     return make_error(ErrorCode::kConfig, "--data-order '", f.data_order,
                       "' is not accepted (use sequential or shuffled)");
@@ -337,6 +341,46 @@ void add_flags(CLI::App& app, Flags& f) {
                  "B*T+1 tokens advancing by B*T, shard after shard), or T+1-token windows of "
                  "every shard in a permutation drawn per epoch from --seed")
       ->capture_default_str();
+  app.add_option("--lr-decay-steps", f.lr_decay_steps,
+                 "steps over which cosine/linear decay to --lr-min, then held (0: --steps)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--log-every", f.log_every, "steps between step lines (and the first and last)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--initial-scale-power", f.initial_scale_power,
+                 "fp16 dynamic loss scale: the first scale is 2^this")
+      ->check(CLI::Range(0, 127))
+      ->capture_default_str();
+  app.add_option("--loss-scale-window", f.loss_scale_window,
+                 "fp16 dynamic loss scale: steps without overflow before the scale doubles")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--hysteresis", f.hysteresis,
+                 "fp16 dynamic loss scale: overflows tolerated before the scale is halved")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--consecutive-hysteresis", f.consecutive_hysteresis,
+               "fp16: refill the hysteresis after every step without overflow");
+  app.add_option("--min-loss-scale", f.min_loss_scale, "fp16: the scale never goes below this")
+      ->check(CLI::Range(1e-30, 1e38))
+      ->capture_default_str();
+  app.add_option("--nvme-block-size", f.nvme_block_size,
+                 "SIZE: bytes per NVMe request (a multiple of 4 KiB; DeepSpeed's aio.block_size)")
+      ->transform(CLI::AsSizeValue(true))
+      ->capture_default_str();
+  app.add_option("--nvme-queue-depth", f.nvme_queue_depth,
+                 "NVMe requests in flight per swap store (DeepSpeed's aio.queue_depth)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--nvme-buffer-count", f.nvme_buffer_count,
+                 "pinned staging buffers of the optimizer state read from / written to NVMe "
+                 "(DeepSpeed's offload_optimizer.buffer_count)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--config", f.config,
+                 "FILE: a DeepSpeed JSON config; flags given beside it win (docs/training.md "
+                 "lists each key with its flag)");
   app.add_option("--peak-flops", f.peak_flops,
                  "FLOP/s of one rank's device for the MFU column (0: its matmul rate, measured "
                  "at start)")

@@ -49,8 +49,21 @@ struct Flags {
   float lr_min = 0.0f;
   std::string data = "synthetic:addition", val_data;
   std::string data_order = "sequential";
-  int64_t val_batches = 0;  // 0: 8 for the synthetic task, 20 for token data (llm.c's)
-  double peak_flops = 0.0;  // per rank; 0: the device's measured matmul rate
+  int64_t val_batches = 0;     // 0: 8 for the synthetic task, 20 for token data (llm.c's)
+  double peak_flops = 0.0;     // per rank; 0: the device's measured matmul rate
+  int64_t lr_decay_steps = 0;  // 0: --steps
+  int64_t log_every = 10;
+  // fp16 dynamic loss scaling (DeepSpeed's fp16 section; engine/loss_scaler.h)
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+  // NVMe I/O (DeepSpeed's aio section and offload buffer_count)
+  uint64_t nvme_block_size = 1 << 20;
+  int nvme_queue_depth = 32;
+  int nvme_buffer_count = 3;
+  std::string config;  // a DeepSpeed JSON config (ds_config.h)
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
 };

@@ -20,8 +20,8 @@ Status check_schedule(const LrSchedule& s) {
                       " (use a floor from 0 to the peak rate)");
   }
   if (s.warmup > s.steps) {
-    return make_error(ErrorCode::kConfig, "--warmup ", s.warmup, " is longer than --steps ",
-                      s.steps, " (use 0 to --steps)");
+    return make_error(ErrorCode::kConfig, "--warmup ", s.warmup, " is longer than the schedule's ",
+                      s.steps, " steps (--steps, or --lr-decay-steps; use a shorter warm-up)");
   }
   return ok_status();
 }

@@ -33,6 +33,7 @@
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "data.h"
+#include "ds_config.h"
 #include "engine/memory_budget.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/planned_step.h"
@@ -83,6 +84,14 @@ int main(int argc, char** argv) {
     // One line, as every other refusal (CLI11's own adds a second one).
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return e.get_exit_code();
+  }
+  // --config: a DeepSpeed JSON config under the flags given beside it.
+  train_gpt::ConfigDeferred deferred;
+  if (!f.config.empty()) {
+    auto given = [&app](const std::string& flag) { return app.count(flag) > 0; };
+    if (Status st = train_gpt::apply_config(f.config, f, deferred, given); !st.ok()) {
+      return fail(st);
+    }
   }
   if (Status st = check_flags(f); !st.ok()) return fail(st);
 
@@ -162,6 +171,7 @@ int main(int argc, char** argv) {
     });
     if (!st.ok()) return fail(st.with_context("--init-from"));
   }
+  train_gpt::resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0));
   // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
   // below L so that something moves).
   const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
@@ -255,11 +265,19 @@ int main(int argc, char** argv) {
   // the whole block, or this rank's shard of it at ZeRO stages 1-3.
   const int64_t nb = gpt.num_blocks();
   const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
+  if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
+                                             *std::max_element(numel.begin(), numel.end()));
+      !st.ok()) {
+    return die(st);
+  }
   std::unique_ptr<nvme::SwapStore> store;
   const bool nvme_acts = f.offload_activations == "nvme";
   if (f.offload_optimizer == "nvme" || f.offload_param == "nvme" || nvme_acts) {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
+    so.block_bytes = f.nvme_block_size;
+    so.extent_bytes = std::max<uint64_t>(so.extent_bytes, f.nvme_block_size);
+    so.queue.queue_depth = static_cast<uint32_t>(f.nvme_queue_depth);
     // This rank's partitions (its shards from stage 1), 12 bytes per element, and its 16-bit
     // parameter shards, plus slack for whole extents.
     uint64_t elements = 0;
@@ -285,7 +303,8 @@ int main(int argc, char** argv) {
   engine::OffloadedOptimizerOptions oo;
   oo.nvme_fraction = f.offload_optimizer == "nvme" ? f.nvme_fraction : 0.0;
   oo.store = store.get();
-  oo.staging_slots = f.schedule == "planned" ? 1 : 3;  // the plan stages through its own buffers
+  // The plan stages through its own buffers; the serial step through the optimizer's.
+  oo.staging_slots = f.schedule == "planned" ? 1 : f.nvme_buffer_count;
   oo.key_base = static_cast<uint64_t>(rank) << 32;
   if (f.host_memory_limit > 0) {  // the optimizer's share first, before its arena is allocated
     engine::PinnedNeeds pn;
@@ -322,6 +341,11 @@ int main(int argc, char** argv) {
   if (f.loss_scale != "dynamic") {  // checked by check_flags
     step_opts.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);
   }
+  step_opts.loss_scaling.initial_scale_power = f.initial_scale_power;
+  step_opts.loss_scaling.loss_scale_window = f.loss_scale_window;
+  step_opts.loss_scaling.hysteresis = f.hysteresis;
+  step_opts.loss_scaling.consecutive_hysteresis = f.consecutive_hysteresis;
+  step_opts.loss_scaling.min_loss_scale = f.min_loss_scale;
   std::unique_ptr<engine::SerialStep> serial;
   std::unique_ptr<engine::PlannedStep> planned;
   std::unique_ptr<engine::ZeroStep> zstep;
@@ -335,6 +359,7 @@ int main(int argc, char** argv) {
     zo.executor.cpu_workers = std::min(2, host_threads);
     zo.executor.trace = true;
     zo.prefetch_depth = f.prefetch_depth;
+    zo.staging_slots = f.nvme_buffer_count;
     zo.persistence_threshold = f.persistence_threshold;
     zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
     zo.device_optimizer = f.offload_optimizer == "none";
@@ -362,6 +387,7 @@ int main(int argc, char** argv) {
     po.step = step_opts;
     po.executor.cpu_threads = host_threads;
     po.executor.trace = true;
+    po.staging_slots = f.nvme_buffer_count;
     po.device_optimizer = f.offload_optimizer == "none";
     po.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
     po.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
@@ -379,6 +405,10 @@ int main(int argc, char** argv) {
                 cfg.describe().c_str(), static_cast<long long>(cfg.num_params()),
                 dev.name().c_str(), static_cast<long long>(f.batch), static_cast<long long>(T),
                 static_cast<long long>(gpt.checkpoint_interval()));
+    if (!f.config.empty()) {
+      std::printf("config: %s, in effect: %s\n", f.config.c_str(),
+                  train_gpt::effective_config(f).dump().c_str());
+    }
     std::printf("data: %s%s\n", source.describe().c_str(),
                 task ? "" : (", order " + f.data_order).c_str());
     if (zero) {
@@ -615,7 +645,7 @@ int main(int argc, char** argv) {
                            {"lr", lr},     {"ms", ms},     {"tokens_per_s", tok_s}};
     if (mfu > 0.0) line["mfu"] = mfu;
     metric(line);
-    if (lead && (step == 1 || step % 10 == 0 || eval || step == f.steps)) {
+    if (lead && (step == 1 || step % f.log_every == 0 || eval || step == f.steps)) {
       const gpu::MemoryInfo mi = dev.memory_info();
       progress.clear();
       std::printf("step %5lld/%lld | loss %.4f | norm %.3f | lr %.2e | %.1f ms | %.0f tok/s",
