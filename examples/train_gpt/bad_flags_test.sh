@@ -26,7 +26,7 @@ cfg stage_type '{"zero_optimization": {"stage": "three"}}'
 cfg stage5 '{"zero_optimization": {"stage": 5}}'
 cfg device '{"zero_optimization": {"offload_optimizer": {"device": "disk"}}}'
 cfg ratio '{"zero_optimization": {"offload_optimizer": {"ratio": 1.5}}}'
-cfg accum '{"gradient_accumulation_steps": 4}'
+cfg accum '{"gradient_accumulation_steps": 0}'
 cfg pin '{"zero_optimization": {"offload_param": {"pin_memory": false}}}'
 cfg sched '{"scheduler": {"type": "OneCycle"}}'
 cfg both '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}'
@@ -109,7 +109,9 @@ cases=(
   "--config $s/stage5.json|zero_optimization.stage = 5 is not accepted"
   "--config $s/device.json|zero_optimization.offload_optimizer.device = \"disk\" is not accepted"
   "--config $s/ratio.json|zero_optimization.offload_optimizer.ratio = 1.5 is not accepted (a number from 0 to 1)"
-  "--config $s/accum.json|gradient_accumulation_steps = 4 is not accepted (only 1"
+  "--config $s/accum.json|gradient_accumulation_steps = 0 is not accepted (an integer from 1 to 1024)"
+  "--grad-accum 2 --delayed-update|--grad-accum 2 does not go with --delayed-update"
+  "--grad-accum 0|--grad-accum: Value 0 not in range"
   "--config $s/pin.json|zero_optimization.offload_param.pin_memory = false is not accepted (only true"
   "--config $s/sched.json|scheduler.type = \"OneCycle\" is not accepted"
   "--config $s/both.json|fp16.enabled and bf16.enabled are both true"

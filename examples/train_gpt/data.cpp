@@ -71,9 +71,9 @@ Result<TrainData> TrainData::open(const DataSource& src, const Flags& f, int64_t
   return d;
 }
 
-Status TrainData::train_batch(int64_t step, int32_t* tokens, int32_t* targets) {
+Status TrainData::train_batch(int64_t index, int32_t* tokens, int32_t* targets) {
   if (src_.task) {
-    src_.task->make_batch(rows_, seed_, /*stream=*/0, step, tokens, targets);
+    src_.task->make_batch(rows_, seed_, /*stream=*/0, index, tokens, targets);
     return ok_status();
   }
   return train_->next(tokens, targets).with_context("--data");

@@ -33,9 +33,9 @@ class TrainData {
   static Result<TrainData> open(const DataSource& src, const Flags& f, int64_t rows, int64_t seq,
                                 int64_t vocab);
   const model::AdditionTask* task() const { return src_.task ? &*src_.task : nullptr; }
-  // The global batch of `step` (1-based; steps are taken in order): rows x seq tokens and
-  // targets (-1: not scored).
-  Status train_batch(int64_t step, int32_t* tokens, int32_t* targets);
+  // The global batch number `index` (1-based, taken in order; with gradient accumulation a step
+  // takes several): rows x seq tokens and targets (-1: not scored).
+  Status train_batch(int64_t index, int32_t* tokens, int32_t* targets);
   // Validation: `batches()` batches of B rows (the same on every rank); none without a source.
   int64_t val_batches() const { return val_batches_; }
   Status val_batch(int64_t i, int32_t* tokens, int32_t* targets);

@@ -229,8 +229,7 @@ const std::map<std::string, Handler>& handlers() {
     t["train_batch_size"] = [](const json& v, Ctx& c) {
       return read_int(v, c, 1, int64_t{1} << 40, c.d.train_batch_size);
     };
-    t["gradient_accumulation_steps"] =
-        fixed(1, "gradient accumulation is not in strata yet: raise the micro-batch or the ranks");
+    t["gradient_accumulation_steps"] = int_flag("--grad-accum", &Flags::grad_accum, 1, 1024);
     t["steps_per_print"] = int_flag("--log-every", &Flags::log_every, 1, int64_t{1} << 40);
     t["wall_clock_breakdown"] = fixed(false, "use --trace for a timeline of every task");
     t["optimizer.type"] = [](const json& v, Ctx& c) -> Status {
@@ -438,11 +437,12 @@ void resolve_model_keys(const ConfigDeferred& d, Flags& f, int64_t layers, int64
 
 Status check_rank_keys(const ConfigDeferred& d, const Flags& f, int ranks,
                        int64_t largest_partition) {
-  if (d.train_batch_size > 0 && d.train_batch_size != f.batch * ranks) {
+  if (d.train_batch_size > 0 && d.train_batch_size != f.batch * f.grad_accum * ranks) {
     return make_error(ErrorCode::kConfig, "--config: train_batch_size = ", d.train_batch_size,
                       " is not train_micro_batch_size_per_gpu (", f.batch,
-                      ") x gradient_accumulation_steps (1) x ranks (", ranks,
-                      ") = ", f.batch * ranks, " (make them agree, or leave train_batch_size out)");
+                      ") x gradient_accumulation_steps (", f.grad_accum, ") x ranks (", ranks,
+                      ") = ", f.batch * f.grad_accum * ranks,
+                      " (make them agree, or leave train_batch_size out)");
   }
   if (d.sub_group_size > 0 && d.sub_group_size < largest_partition) {
     return make_error(ErrorCode::kConfig,
@@ -456,7 +456,7 @@ Status check_rank_keys(const ConfigDeferred& d, const Flags& f, int ranks,
 json effective_config(const Flags& f) {
   json j;
   j["train_micro_batch_size_per_gpu"] = f.batch;
-  j["gradient_accumulation_steps"] = 1;
+  j["gradient_accumulation_steps"] = f.grad_accum;
   j["gradient_clipping"] = num(f.grad_clip);
   j["steps_per_print"] = f.log_every;
   if (f.precision == "fp16") {

@@ -71,6 +71,10 @@ Status check_flags(const Flags& f) {
                       "--delayed-update needs --schedule planned (the serial step is the "
                       "reference without it)");
   }
+  if (f.grad_accum > 1 && f.delayed_update) {
+    return make_error(ErrorCode::kConfig, "--grad-accum ", f.grad_accum,
+                      " does not go with --delayed-update (use one or the other)");
+  }
   if (f.gpu_optimizer_fraction > 0.0 && f.offload_optimizer == "none") {
     return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
                       " needs --offload-optimizer cpu or nvme (none keeps all of the state on "
@@ -340,6 +344,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "sequential|shuffled: token data in llm.c's order (consecutive windows of "
                  "B*T+1 tokens advancing by B*T, shard after shard), or T+1-token windows of "
                  "every shard in a permutation drawn per epoch from --seed")
+      ->capture_default_str();
+  app.add_option("--grad-accum", f.grad_accum,
+                 "micro-batches of --batch per step whose gradients add up before one update "
+                 "(DeepSpeed's gradient_accumulation_steps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
   app.add_option("--lr-decay-steps", f.lr_decay_steps,
                  "steps over which cosine/linear decay to --lr-min, then held (0: --steps)")

@@ -52,6 +52,7 @@ struct Flags {
   int64_t val_batches = 0;     // 0: 8 for the synthetic task, 20 for token data (llm.c's)
   double peak_flops = 0.0;     // per rank; 0: the device's measured matmul rate
   int64_t lr_decay_steps = 0;  // 0: --steps
+  int64_t grad_accum = 1;      // micro-batches per step
   int64_t log_every = 10;
   // fp16 dynamic loss scaling (DeepSpeed's fp16 section; engine/loss_scaler.h)
   int initial_scale_power = 16;

@@ -450,7 +450,8 @@ int main(int argc, char** argv) {
   }
 
   const int64_t B = f.batch;
-  std::vector<int32_t> tokens(B * T), targets(B * T);
+  const int64_t K = f.grad_accum;  // micro-batches per step
+  std::vector<int32_t> tokens(K * B * T), targets(K * B * T);
   std::vector<int32_t> global_tokens(B * T * ranks), global_targets(B * T * ranks);
   std::vector<float> logits;
   // --save-model, --export-safetensors: the current parameters (a pending update applied;
@@ -548,7 +549,7 @@ int main(int argc, char** argv) {
   auto summary = [&]() {
     if (!lead) return;
     const double s = std::chrono::duration<double>(Clock::now() - t_train).count();
-    const double tokens_done = static_cast<double>(steps_done * B * T * ranks);
+    const double tokens_done = static_cast<double>(steps_done * K * B * T * ranks);
     const gpu::MemoryInfo mi = dev.memory_info();
     progress.clear();
     std::printf(
@@ -571,26 +572,33 @@ int main(int argc, char** argv) {
           std::string(dtype_name(cfg.dtype)).c_str(), peak);
     }
   }
-  const double step_flops = train_gpt::flops_per_token(cfg, T) * static_cast<double>(B * T * ranks);
+  const double step_flops =
+      train_gpt::flops_per_token(cfg, T) * static_cast<double>(K * B * T * ranks);
   const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
 
   double acc_token = 0.0;
   for (int64_t step = 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
-    // The global batch of this step; this rank trains on rows [rank*B, (rank+1)*B).
-    if (Status st = data.train_batch(step, global_tokens.data(), global_targets.data()); !st.ok()) {
-      return die(st);
+    // The K global batches of this step (one per micro-batch); of each, this rank trains on rows
+    // [rank*B, (rank+1)*B).
+    for (int64_t k = 0; k < K; ++k) {
+      if (Status st =
+              data.train_batch((step - 1) * K + k + 1, global_tokens.data(), global_targets.data());
+          !st.ok()) {
+        return die(st);
+      }
+      std::copy_n(global_tokens.begin() + rank * B * T, B * T, tokens.begin() + k * B * T);
+      std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin() + k * B * T);
     }
     const auto lr = static_cast<float>(train_gpt::lr_at(schedule, step));
     if (zstep) zstep->set_lr(lr);
     if (planned) planned->set_lr(lr);
     if (serial) serial->set_lr(lr);
-    std::copy_n(global_tokens.begin() + rank * B * T, B * T, tokens.begin());
-    std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin());
     world.reset_stats();  // per-step bytes by collective kind (printed with --trace)
-    auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step)
-                  : planned ? planned->run(tokens.data(), targets.data(), step)
-                            : serial->run(tokens.data(), targets.data(), step);
+    const int micro = static_cast<int>(K);
+    auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step, micro)
+                  : planned ? planned->run(tokens.data(), targets.data(), step, micro)
+                            : serial->run(tokens.data(), targets.data(), step, micro);
     if (!result.ok()) return die(result.status());
     const float loss = result->loss;
     const double norm = result->grad_norm;
@@ -639,7 +647,7 @@ int main(int argc, char** argv) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool eval = data.val_batches() > 0 && (step % f.val_every == 0 || step == f.steps);
     steps_done = step;
-    const double tok_s = static_cast<double>(B * T * ranks) / (ms / 1e3);
+    const double tok_s = static_cast<double>(K * B * T * ranks) / (ms / 1e3);
     const double mfu = peak > 0.0 ? step_flops / (ms / 1e3) / (peak * ranks) : 0.0;
     nlohmann::json line = {{"step", step}, {"loss", loss}, {"norm", norm},
                            {"lr", lr},     {"ms", ms},     {"tokens_per_s", tok_s}};

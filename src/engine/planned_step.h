@@ -60,10 +60,12 @@ class PlannedStep {
   static Result<std::unique_ptr<PlannedStep>> create(model::GptModel& model,
                                                      OffloadedOptimizer& optimizer,
                                                      const PlannedStepOptions& options);
-  // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
-  // Rotated, the update of this step is applied by the next run() or flush().
-  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step) {
-    return step_->run(tokens, targets, step);
+  // One training step on micro_batches micro-batches (tokens/targets: host int32
+  // [micro_batches*B*T]; their gradients add up, ZeroStep::run); `step` from 1. Rotated, the
+  // update of this step is applied by the next run() or flush().
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step,
+                         int micro_batches = 1) {
+    return step_->run(tokens, targets, step, micro_batches);
   }
   // Applies a pending update, so that the model's parameters and the optimizer state (copied
   // back to the host from the device optimizer) are those after the last run(): call it before

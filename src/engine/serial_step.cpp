@@ -37,14 +37,25 @@ Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
   return s;
 }
 
-Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
+Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets, int64_t step,
+                                   int micro_batches) {
   model::GptModel& m = model_;
+  if (micro_batches < 1) {
+    return make_error(ErrorCode::kConfig, "SerialStep::run: ", micro_batches,
+                      " micro-batches are not accepted (at least 1)");
+  }
   STRATA_RETURN_IF_ERROR(m.zero_grad());
   StepResult r;
   r.loss_scale = scaling_.loss_scale();
   m.set_loss_scale(scaling_.loss_scale());
-  STRATA_ASSIGN_OR_RETURN(r.loss, m.forward(tokens, targets));
-  STRATA_RETURN_IF_ERROR(m.backward());
+  const size_t bt = static_cast<size_t>(m.shape().batch * m.shape().seq);
+  double loss_sum = 0.0;
+  for (int k = 0; k < micro_batches; ++k) {
+    STRATA_ASSIGN_OR_RETURN(const float loss, m.forward(tokens + k * bt, targets + k * bt));
+    STRATA_RETURN_IF_ERROR(m.backward());
+    loss_sum += static_cast<double>(loss);
+  }
+  r.loss = static_cast<float>(loss_sum / micro_batches);
   double sum = 0.0;
   bool finite = true;
   for (int64_t b = 0; b < m.num_blocks(); ++b) {
@@ -54,7 +65,8 @@ Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets
     sum += s.sum_squares;
     finite = finite && !s.has_nonfinite;
   }
-  STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d, scaling_.decide(sum, finite, step));
+  STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
+                          scaling_.decide(sum, finite, step, micro_batches));
   r.grad_norm = d.norm;
   r.skipped = !d.apply;
   if (!d.apply) return r;  // fp16 overflow: no parameter, no moment changes

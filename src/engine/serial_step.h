@@ -23,8 +23,11 @@ class SerialStep {
   static Result<std::unique_ptr<SerialStep>> create(model::GptModel& model,
                                                     OffloadedOptimizer& optimizer,
                                                     const OffloadStepOptions& options);
-  // One training step on a micro-batch (tokens/targets: host int32 [B*T]); `step` from 1.
-  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+  // One training step on micro_batches micro-batches (tokens/targets: host int32
+  // [micro_batches*B*T]): forward and backward of each, the gradients adding up in the model's
+  // blocks, then one update with their mean; `step` from 1.
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step,
+                         int micro_batches = 1);
   // The learning rate of the next run()'s update (applied within that run).
   void set_lr(float lr) { opt_.adam().set_lr(lr); }
 

@@ -1,6 +1,9 @@
 // ZeroStep::build_plan, the gradients: after the op that completes a block's gradient, its
 // transfer to pinned memory, its reduction (comm) and its check (cpu), and (not rotated) the
-// block's update; after the last check, the statistics exchange and the norm.
+// block's update; after the last check, the statistics exchange and the norm. With gradient
+// accumulation, stages 0-1 move and reduce the gradients after the last micro-batch only;
+// stages 2-3 reduce every micro-batch's and add the shard into the rank's; the checks and the
+// norm run after the last.
 #include <cstring>
 #include <string>
 
@@ -14,6 +17,13 @@ using sched::TaskContext;
 using sched::TaskId;
 
 namespace {
+// dst[i] += src[i] for n elements of `dt` (the sum rounded to `dt`, as the device's adds).
+void add_into(void* dst, const void* src, DType dt, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    store_from_f32(dst, dt, i, load_as_f32(dst, dt, i) + load_as_f32(src, dt, i));
+  }
+}
+
 // +Inf as one element of `dt` at `at`.
 void write_inf(void* at, DType dt) {
   const uint32_t f32 = 0x7F800000u;
@@ -37,8 +47,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const BufferId dg = pb.dgrad[size_t(gb)];
   const TaskId down =
       plan.add("grads down " + pb.name(gb), Lane::kD2H,
-               [this, &m, gb, gf, dg, bytes](const TaskContext& c) -> Status {
-                 if (flushing_) return ok_status();
+               [this, &m, gb, gf, dg, bytes, stage](const TaskContext& c) -> Status {
+                 if (flushing_ || (stage <= 1 && !last_micro())) return ok_status();
                  moved(kD2H, bytes);
                  const void* src = dg >= 0 ? c.buffer(dg) : m.grad_block(gb);
                  return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
@@ -58,7 +68,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const TaskId reduce =
       plan.add("reduce " + pb.name(gb), Lane::kComm,
                [this, gf, gs, gb, c16, real, dt, es, stage, rank](const TaskContext& c) -> Status {
-                 if (flushing_) return ok_status();
+                 if (flushing_ || (stage <= 1 && !last_micro())) return ok_status();
                  auto* full = static_cast<std::byte*>(c.buffer(gf));
                  if (gb == 0 && step_ == options_.inject_inf_step) write_inf(full, dt);
                  const size_t total = c16 * static_cast<size_t>(ranks_);
@@ -66,11 +76,15 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  comm::CollectiveCall call;
                  call.kind = comm::CollectiveKind::kReduceScatter;
                  call.send = full;
-                 call.recv = gs >= 0 ? c.buffer(gs) : full + static_cast<size_t>(rank) * c16 * es;
+                 std::byte* own = full + static_cast<size_t>(rank) * c16 * es;
+                 // A later micro-batch's shard goes to its place in `full`, then into gs.
+                 const bool add = gs >= 0 && micro_ > 0;
+                 call.recv = gs >= 0 && !add ? c.buffer(gs) : own;
                  call.count = c16;
                  call.dtype = dt;
                  count_traffic(call, &ZeroTraffic::grad_reduce_scatter);
                  STRATA_RETURN_IF_ERROR(comm_.start(call).wait());
+                 if (add) add_into(c.buffer(gs), own, dt, c16);
                  if (stage != 0) return ok_status();
                  comm::CollectiveCall gather = call;  // stage 0: the other half of the all-reduce
                  gather.kind = comm::CollectiveKind::kAllGather;
@@ -83,6 +97,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   plan.reads(reduce, gf);
   plan.writes(reduce, gf);
   if (gs >= 0) {
+    plan.reads(reduce, gs);  // a later micro-batch adds into it
     plan.writes(reduce, gs);
     plan.release(reduce, gf);
   }
@@ -92,7 +107,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   pb.checks[size_t(gb)] =
       plan.add("check " + pb.name(gb), Lane::kCpu,
                [this, src, gb, c16, dt, es, stage, rank, nbk](const TaskContext& c) -> Status {
-                 if (flushing_) return ok_status();
+                 if (flushing_ || !last_micro()) return ok_status();
                  const auto* base = static_cast<const std::byte*>(c.buffer(src));
                  for (int r = 0; r < ranks_; ++r) {
                    if (stage != 0 && r != rank) continue;
@@ -123,7 +138,7 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
     const TaskId exchange = plan.add(
         "exchange statistics", Lane::kComm,
         [this, nbk = pb.nb](const TaskContext&) -> Status {
-          if (flushing_) return ok_status();
+          if (flushing_ || !last_micro()) return ok_status();
           // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
           const size_t words = nbk * 2 * sizeof(double) / 2;
           comm::CollectiveCall call;
@@ -141,7 +156,7 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
   plan.add(
       "norm", Lane::kCpu,
       [this, nbk = pb.nb](const TaskContext&) {
-        if (flushing_) return ok_status();
+        if (flushing_ || !last_micro()) return ok_status();
         double sum = 0.0;
         bool finite = true;
         for (size_t b = 0; b < nbk; ++b) {

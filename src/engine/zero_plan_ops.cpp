@@ -55,8 +55,10 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
   };
   const int64_t L = pb.layers;
   std::vector<PlanBuild::Op>& ops = pb.ops;
-  ops.push_back({"zero grads", [&m, stage](gpu::Stream& s, const TaskContext&) -> Status {
-                   if (stage >= 2) return ok_status();
+  // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the others
+  // add to them).
+  ops.push_back({"zero grads", [this, &m, stage](gpu::Stream& s, const TaskContext&) -> Status {
+                   if (stage >= 2 || micro_ > 0) return ok_status();
                    for (int64_t b = 0; b < m.num_blocks(); ++b) {
                      STRATA_RETURN_IF_ERROR(s.memset(
                          m.grad_block(b), 0,

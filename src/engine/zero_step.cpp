@@ -527,16 +527,22 @@ ZeroTraffic ZeroStep::expected_traffic() const {
   return t;
 }
 
-Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, int64_t step) {
+Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, int64_t step,
+                                 int micro_batches) {
   if (tokens == nullptr || targets == nullptr) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run needs tokens and targets");
   }
   if (step < 1) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run: step ", step, " is not accepted (>= 1)");
   }
-  STRATA_RETURN_IF_ERROR(model_.check_batch(tokens, targets));
-  std::copy(tokens, tokens + tokens_.size(), tokens_.begin());
-  std::copy(targets, targets + targets_.size(), targets_.begin());
+  if (micro_batches < 1 || (micro_batches > 1 && options_.delayed_update_warmup >= 0)) {
+    return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
+                      " micro-batches are not accepted (at least 1; 1 with the delayed update)");
+  }
+  const size_t bt = tokens_.size();
+  for (int k = 0; k < micro_batches; ++k) {
+    STRATA_RETURN_IF_ERROR(model_.check_batch(tokens + k * bt, targets + k * bt));
+  }
   // Delayed update, warm-up (steps up to warmup + 1): the previous update is applied whole first,
   // so the step sees it.
   if (options_.delayed_update_warmup >= 0 && step <= options_.delayed_update_warmup + 1) {
@@ -552,15 +558,32 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     update_grad_scale_ = static_cast<float>(1.0 / static_cast<double>(ranks_));  // decide()'s
     if (lr_ >= 0.0f) opt_.adam().set_lr(lr_);
   }
+  const double accumulated = static_cast<double>(ranks_) * micro_batches;
+  if (!rotate_) update_grad_scale_ = static_cast<float>(1.0 / accumulated);
+  const int64_t this_update = update_step_;
   flushing_ = false;
   StepResult r;
   r.loss_scale = scaling_.loss_scale();
   model_.set_loss_scale(scaling_.loss_scale());
   counting_ = ZeroTraffic{};
   for (auto& c : lane_counting_) c.store(0, std::memory_order_relaxed);
-  STRATA_RETURN_IF_ERROR(executor_->replay().with_context("step " + std::to_string(step)));
+  // One replay per micro-batch: the rotated update with the first, the unrotated one with the
+  // last (where the gradients are complete).
+  double loss_sum = 0.0;
+  for (int k = 0; k < micro_batches; ++k) {
+    micro_ = k;
+    micros_ = micro_batches;
+    update_step_ = (rotate_ ? k == 0 : last_micro()) ? this_update : 0;
+    std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());
+    std::copy(targets + k * bt, targets + (k + 1) * bt, targets_.begin());
+    const Status st = executor_->replay();
+    micro_ = 0;
+    micros_ = 1;
+    STRATA_RETURN_IF_ERROR(st.with_context("step " + std::to_string(step)));
+    loss_sum += static_cast<double>(model_.mean_loss());
+  }
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
-  const float local = model_.mean_loss();
+  const float local = static_cast<float>(loss_sum / micro_batches);
   float total = local;
   if (ranks_ > 1) {
     comm::CollectiveCall call;
@@ -576,7 +599,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   lane_bytes_ = ZeroLaneBytes{lane_counting_[0].load(), lane_counting_[1].load(),
                               lane_counting_[2].load(), lane_counting_[3].load()};
   STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
-                          scaling_.decide(sum_, finite_, step, static_cast<double>(ranks_)));
+                          scaling_.decide(sum_, finite_, step, accumulated));
   if (rotate_) {
     pending_adam_step_ = d.apply ? d.adam_step : 0;
     pending_grad_scale_ = d.grad_scale;

@@ -218,9 +218,16 @@ class ZeroStep {
                                                   OffloadedOptimizer& optimizer,
                                                   comm::Communicator& comm,
                                                   const ZeroStepOptions& options);
-  // One step on this rank's micro-batch (host int32 [B*T]); collective. The loss is the mean
-  // over the ranks; the norm is of the averaged gradient.
-  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step);
+  // One step on this rank's micro-batches (host int32 [micro_batches*B*T], micro-batch k at
+  // k*B*T); collective. With more than one micro-batch (gradient accumulation), the plan is
+  // replayed once per micro-batch: at stages 0-1 the gradients add up in the model's blocks and
+  // go down and are reduced after the last; at stages 2-3 each micro-batch's reduced shard is
+  // added into the rank's gradient shard on the host (in the model's precision, as the device
+  // adds them at 0-1). The update (rotated: the previous step's) runs once; the checks, the norm
+  // and the decision follow the last micro-batch. The loss is the mean over micro-batches and
+  // ranks; the norm is of the averaged gradient. Not with the delayed update.
+  Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step,
+                         int micro_batches = 1);
   // Applies a pending update; then the model's parameter blocks (those on the device) hold the
   // whole current parameters on every rank. Collective.
   Status flush();
@@ -339,6 +346,8 @@ class ZeroStep {
   float pending_grad_scale_ = 1.0f;
   float lr_ = -1.0f, pending_lr_ = -1.0f;  // set_lr(); negative: the optimizer's own
   bool flushing_ = false;
+  int micro_ = 0, micros_ = 1;  // the micro-batch being replayed, of how many
+  bool last_micro() const { return micro_ + 1 == micros_; }
   bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
   StepScaling scaling_;
   // Gradient statistics, [rank][block][sum of squares, non-finite], all-gathered as raw bits.

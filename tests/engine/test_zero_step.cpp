@@ -70,6 +70,7 @@ struct ZCase {
   bool expect_error = false;  // ZeroStep::create must refuse the case (ZRun::error says why)
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
+  int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
   // Called before each step; then a failing step ends the run with ZRun::error (no failure).
   std::function<void(int64_t step)> before_step;
 };
@@ -199,7 +200,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     run.checkpoint_bytes = static_cast<int64_t>(m.checkpoint_bytes());
   }
   // One rank's share of the global batch (a one-rank run takes the whole of it).
-  const int64_t global_rows = c.batch * comm.size();
+  const int64_t global_rows = c.batch * c.micro * comm.size();
   std::vector<int32_t> tokens, targets;
   // The reference loop of the delayed update: the model's parameters after each serial step
   // (snapshots[k]: after k updates), put back one step stale once past the warm-up.
@@ -214,7 +215,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   };
   if (c.serial && c.delayed >= 0) snapshot();
   for (int64_t step = 1; step <= c.steps; ++step) {
-    batch_rows(task, global_rows, step, comm.rank() * c.batch, c.batch, tokens, targets);
+    batch_rows(task, global_rows, step, comm.rank() * c.batch * c.micro, c.batch * c.micro, tokens,
+               targets);
     comm.reset_stats();
     if (c.serial && c.delayed >= 0 && step > c.delayed + 1) {
       for (int64_t b = 0; b < m.num_blocks(); ++b) {
@@ -229,8 +231,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     } else {
       zero->set_lr(lr);
     }
-    auto r = c.serial ? serial->run(tokens.data(), targets.data(), step)
-                      : zero->run(tokens.data(), targets.data(), step);
+    auto r = c.serial ? serial->run(tokens.data(), targets.data(), step, c.micro)
+                      : zero->run(tokens.data(), targets.data(), step, c.micro);
     if (c.serial && c.delayed >= 0) snapshot();
     if (!r.ok() && c.before_step) {
       run.error = r.status().to_string();
@@ -762,6 +764,58 @@ TEST(ZeroStep, RankCountsAgreeWithinFp32Rounding) {
       }
     }
     EXPECT_LT(worst, 1e-4);
+  }
+}
+
+// Gradient accumulation: two micro-batches of B rows per rank against one batch of 2B rows, at
+// every stage, with the update rotated (clipping) and not (fp32; the same bounds as above: the
+// gradient sums differ in order only). With one rank at stages 0-1 the gradients add up on the
+// device as in the serial step: the same bits as its two micro-batches.
+TEST(ZeroStep, GradientAccumulationAgreesWithOneLargerBatch) {
+  comm::Communicator& comm = world();
+  auto local = comm::create_local_comm();
+  for (float clip : {1.0f, 0.0f}) {
+    ZCase big;
+    big.dtype = DType::kF32;
+    big.grad_clip = clip;
+    big.batch = 2 * kMicroBatch;
+    big.steps = 10;
+    const ZRun ref = train(comm, big, nullptr);
+    for (int stage = 0; stage <= 3; ++stage) {
+      ZCase c;
+      c.dtype = DType::kF32;
+      c.grad_clip = clip;
+      c.stage = stage;
+      c.micro = 2;
+      c.steps = 10;
+      SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip) + ", 2 micro-batches");
+      const ZRun z = train(comm, c, nullptr);
+      ASSERT_EQ(z.losses.size(), ref.losses.size());
+      for (size_t s = 0; s < z.losses.size(); ++s) {
+        EXPECT_NEAR(z.losses[s], ref.losses[s], 1e-4 * std::fabs(ref.losses[s]))
+            << "step " << s + 1;
+        EXPECT_NEAR(z.norms[s], ref.norms[s], 1e-4 * ref.norms[s]) << "step " << s + 1;
+      }
+      double worst = 0;
+      for (size_t b = 0; b < z.params.size(); ++b) {
+        for (size_t i = 0; i < z.params[b].size(); ++i) {
+          worst = std::max(worst, double(std::fabs(z.params[b][i] - ref.params[b][i])));
+        }
+      }
+      EXPECT_LT(worst, 1e-4);
+    }
+  }
+  if (comm.rank() != 0) return;
+  ZCase serial;
+  serial.serial = true;
+  serial.micro = 2;
+  const ZRun s = train(*local, serial, nullptr);
+  for (int stage : {0, 1}) {
+    ZCase c;
+    c.stage = stage;
+    c.micro = 2;
+    SCOPED_TRACE(describe(c) + ", 2 micro-batches against the serial step");
+    expect_same_bits(s, train(*local, c, nullptr));
   }
 }
 
