@@ -652,6 +652,9 @@ int main(int argc, char** argv) {
     nlohmann::json line = {{"step", step}, {"loss", loss}, {"norm", norm},
                            {"lr", lr},     {"ms", ms},     {"tokens_per_s", tok_s}};
     if (mfu > 0.0) line["mfu"] = mfu;
+    // Wall-clock seconds since training started, at the end of this step's work (before the
+    // line below): the step's time with everything the trainer does around the engine.
+    line["elapsed_s"] = std::chrono::duration<double>(Clock::now() - t_train).count();
     metric(line);
     if (lead && (step == 1 || step % f.log_every == 0 || eval || step == f.steps)) {
       const gpu::MemoryInfo mi = dev.memory_info();
