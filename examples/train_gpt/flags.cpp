@@ -165,6 +165,8 @@ Status check_flags(const Flags& f) {
 }
 
 void add_flags(CLI::App& app, Flags& f) {
+  // A flag given twice takes its last value (a command line can be extended to override).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--device", f.device, "auto|cpu|cuda")->capture_default_str();
   app.add_option("--precision", f.precision,
                  "bf16|fp16|fp32: parameters, gradients and activations (fp16 scales the loss)")
