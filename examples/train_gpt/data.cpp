@@ -88,6 +88,10 @@ Status TrainData::val_batch(int64_t i, int32_t* tokens, int32_t* targets) {
   return val_->next(tokens, targets).with_context("--val-data");
 }
 
+Status TrainData::seek(const model::LoaderPosition& pos) {
+  return train_ ? train_->seek(pos) : ok_status();
+}
+
 std::optional<model::LoaderPosition> TrainData::position() const {
   if (!train_) return std::nullopt;
   return train_->position();

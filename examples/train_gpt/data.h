@@ -41,6 +41,8 @@ class TrainData {
   Status val_batch(int64_t i, int32_t* tokens, int32_t* targets);
   // The training loader's position (token data).
   std::optional<model::LoaderPosition> position() const;
+  // Resuming: the training loader at `pos` (token data; the synthetic task needs nothing).
+  Status seek(const model::LoaderPosition& pos);
 
  private:
   DataSource src_;

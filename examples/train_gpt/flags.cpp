@@ -71,6 +71,24 @@ Status check_flags(const Flags& f) {
                       "--delayed-update needs --schedule planned (the serial step is the "
                       "reference without it)");
   }
+  if (f.checkpoint_every > 0 && f.checkpoint_dir.empty()) {
+    return make_error(ErrorCode::kConfig, "--checkpoint-every ", f.checkpoint_every,
+                      " needs --checkpoint-dir DIR");
+  }
+  if (f.checkpoint_every > 0 && f.delayed_update) {
+    return make_error(
+        ErrorCode::kConfig, "--checkpoint-every ", f.checkpoint_every,
+        " does not go with --delayed-update yet (its stale parameters are not saved)");
+  }
+  if (!f.checkpoint_dir.empty() && std::filesystem::exists(f.checkpoint_dir) &&
+      !std::filesystem::is_directory(f.checkpoint_dir)) {
+    return make_error(ErrorCode::kConfig, "--checkpoint-dir ", f.checkpoint_dir,
+                      " is not a directory");
+  }
+  if (!f.resume.empty() && !f.init_from.empty()) {
+    return make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
+                      " both set the parameters (give one)");
+  }
   if (f.grad_accum > 1 && f.delayed_update) {
     return make_error(ErrorCode::kConfig, "--grad-accum ", f.grad_accum,
                       " does not go with --delayed-update (use one or the other)");
@@ -258,8 +276,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--comm-backend", f.comm_backend,
                  "auto|mpi|local: the communicator (auto: mpi under mpirun, else local)")
       ->capture_default_str();
-  app.add_option("--steps", f.steps, "most training steps")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+  app.add_option("--steps", f.steps, "the step to train to (0: none, e.g. to export a checkpoint)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--digits", f.digits, "digits per operand (1..9)")
       ->check(CLI::Range(1, 9))
@@ -389,6 +407,21 @@ void add_flags(CLI::App& app, Flags& f) {
                  "(DeepSpeed's offload_optimizer.buffer_count)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "DIR: where --checkpoint-every writes checkpoints (step_N directories: every "
+                 "rank's optimizer state, NVMe partitions included, the 16-bit parameters, the "
+                 "loss scaler and data position, a manifest with checksums; crash-safe)");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", f.keep_checkpoints,
+                 "complete checkpoints kept (older ones removed once a new one is done; 0: all)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--resume", f.resume,
+                 "[DIR]: continue from the newest complete checkpoint in DIR (or DIR itself; "
+                 "without DIR: --checkpoint-dir), bit for bit; --steps counts from the start")
+      ->expected(0, 1);
   app.add_option("--config", f.config,
                  "FILE: a DeepSpeed JSON config; flags given beside it win (docs/training.md "
                  "lists each key with its flag)");

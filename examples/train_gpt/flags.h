@@ -65,6 +65,10 @@ struct Flags {
   int nvme_queue_depth = 32;
   int nvme_buffer_count = 3;
   std::string config;  // a DeepSpeed JSON config (ds_config.h)
+  // Checkpoints (engine/checkpoint.h)
+  std::string checkpoint_dir, resume;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 2;
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
 };

@@ -34,6 +34,7 @@
 #include "cpu/pinned_memory.h"
 #include "data.h"
 #include "ds_config.h"
+#include "engine/checkpoint.h"
 #include "engine/memory_budget.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/planned_step.h"
@@ -147,6 +148,23 @@ int main(int argc, char** argv) {
   cfg.dtype = f.precision == "bf16"   ? DType::kBF16
               : f.precision == "fp16" ? DType::kF16
                                       : DType::kF32;
+  // --resume: the newest complete checkpoint; its 16-bit parameters (an llm.c model file) are
+  // read as --init-from's, its optimizer state replaces the masters below.
+  std::string resume_dir;
+  if (app.count("--resume") > 0) {
+    if (!f.init_from.empty()) {
+      return fail(make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
+                             " both set the parameters (give one)"));
+    }
+    if (f.resume.empty() && f.checkpoint_dir.empty()) {
+      return fail(
+          make_error(ErrorCode::kConfig, "--resume needs a DIR, or --checkpoint-dir to look in"));
+    }
+    auto found = engine::find_checkpoint(f.resume.empty() ? f.checkpoint_dir : f.resume);
+    if (!found.ok()) return fail(found.status());
+    resume_dir = *found;
+    f.init_from = resume_dir + "/params.bin";
+  }
   // --init-from: the file's shape, its values as every block's initial parameters.
   std::vector<std::vector<float>> initial;
   if (!f.init_from.empty()) {
@@ -200,6 +218,14 @@ int main(int argc, char** argv) {
     nvme_dirs = *dirs;
   }
 
+  if (!f.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.checkpoint_dir, ec);
+    if (ec) {
+      return fail(make_error(ErrorCode::kIo, "--checkpoint-dir ", f.checkpoint_dir,
+                             ": cannot create: ", ec.message()));
+    }
+  }
   // The communicator: MPI under mpirun (or with --comm-backend mpi), else one local rank.
   const bool use_mpi =
       f.comm_backend == "mpi" || (f.comm_backend == "auto" && comm::launched_by_mpirun());
@@ -218,6 +244,25 @@ int main(int argc, char** argv) {
   auto data_r = train_gpt::TrainData::open(source, f, f.batch * ranks, T, cfg.vocab);
   if (!data_r.ok()) return die(data_r.status());
   train_gpt::TrainData& data = data_r.value();
+  // The checkpoint to resume: its manifest against this run, this rank's files' checksums.
+  engine::CheckpointInfo resumed;
+  const int stage_now =
+      ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none" ? f.zero_stage : 0;
+  if (!resume_dir.empty()) {
+    engine::CheckpointInfo expect;
+    expect.ranks = ranks;
+    expect.stage = stage_now;
+    expect.model = cfg.describe();
+    auto v = engine::verify_checkpoint(resume_dir, rank, expect);
+    if (!v.ok()) return die(v.status().with_context("--resume"));
+    resumed = *v;
+    const auto extra = nlohmann::json::parse(resumed.extra_json);
+    if (extra.contains("data_epoch")) {
+      const model::LoaderPosition pos{extra["data_epoch"].get<int64_t>(),
+                                      extra["data_batch"].get<int64_t>()};
+      if (Status st = data.seek(pos); !st.ok()) return die(st.with_context("--resume"));
+    }
+  }
   const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   if (zero && f.schedule != "planned") {
     return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
@@ -336,6 +381,13 @@ int main(int argc, char** argv) {
   if (Status st = engine::ZeroStep::load_masters(gpt, opt, *parts, stage, rank, init); !st.ok()) {
     return die(st);
   }
+  // Resuming: the exact fp32 masters and moments (the 16-bit parameters are their rounding).
+  engine::StepScaling::State resumed_scaling;
+  if (!resume_dir.empty()) {
+    auto s = engine::load_checkpoint(resume_dir, rank, opt);
+    if (!s.ok()) return die(s.status().with_context("--resume"));
+    resumed_scaling = *s;
+  }
   engine::OffloadStepOptions step_opts;
   step_opts.grad_clip = f.grad_clip;
   if (f.loss_scale != "dynamic") {  // checked by check_flags
@@ -394,6 +446,15 @@ int main(int argc, char** argv) {
     auto r = engine::PlannedStep::create(gpt, opt, po);
     if (!r.ok()) return die(r.status());
     planned = std::move(r).value();
+  }
+  if (!resume_dir.empty()) {  // Adam's step count and the loss scaler, as they were
+    if (zstep) zstep->restore_scaling(resumed_scaling);
+    if (planned) planned->restore_scaling(resumed_scaling);
+    if (serial) serial->restore_scaling(resumed_scaling);
+    if (lead) {
+      std::printf("resume: from %s (step %lld)\n", resume_dir.c_str(),
+                  static_cast<long long>(resumed.step));
+    }
   }
   sched::TraceWriter trace;
   const sched::Executor* executor = zstep     ? &zstep->executor()
@@ -457,6 +518,22 @@ int main(int argc, char** argv) {
   // --save-model, --export-safetensors: the current parameters (a pending update applied;
   // every rank takes part in the gathers of a sharded model, in the writer's block order, and
   // rank 0 writes). False after an error (printed).
+  // The current parameters, block by block, to `write` on rank 0 (every rank takes part in the
+  // gathers of a sharded model, in the writer's block order: the shared block first or last).
+  using Writer = std::function<Status(const model::BlockSource&)>;
+  auto write_blocks = [&](bool shared_first, const Writer& write) -> Status {
+    auto block = [&](int64_t b, float* host) {
+      return zstep ? zstep->gather_params(b, host) : gpt.download_params(b, host);
+    };
+    if (lead) return write(block);
+    std::vector<float> scratch;
+    for (int64_t k = 0; k <= cfg.layers; ++k) {
+      const int64_t b = shared_first ? (k == 0 ? cfg.layers : k - 1) : k;
+      scratch.resize(static_cast<size_t>(gpt.block_numel(b)));
+      STRATA_RETURN_IF_ERROR(block(b, scratch.data()));
+    }
+    return ok_status();
+  };
   auto save_model = [&]() -> bool {
     if (f.save_model.empty() && f.export_safetensors.empty()) return true;
     if (planned) {
@@ -465,25 +542,11 @@ int main(int argc, char** argv) {
     if (zstep) {
       if (Status st = zstep->flush(); !st.ok()) return die(st) == 0;
     }
-    auto block = [&](int64_t b, float* host) {
-      return zstep ? zstep->gather_params(b, host) : gpt.download_params(b, host);
-    };
     const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-    using Writer = std::function<Status(const model::BlockSource&)>;
     auto save = [&](const std::string& path, const char* flag, bool shared_first,
                     const Writer& write) -> bool {
       if (path.empty()) return true;
-      Status st;
-      if (lead) {
-        st = write(block);
-      } else {
-        std::vector<float> scratch;
-        for (int64_t k = 0; k <= cfg.layers && st.ok(); ++k) {
-          const int64_t b = shared_first ? (k == 0 ? cfg.layers : k - 1) : k;
-          scratch.resize(static_cast<size_t>(gpt.block_numel(b)));
-          st = block(b, scratch.data());
-        }
-      }
+      const Status st = write_blocks(shared_first, write);
       if (!st.ok()) return die(st.with_context(flag)) == 0;
       if (lead) std::printf("train_gpt: %s %s written\n", flag, path.c_str());
       return true;
@@ -577,7 +640,30 @@ int main(int argc, char** argv) {
   const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
 
   double acc_token = 0.0;
-  for (int64_t step = 1; step <= f.steps; ++step) {
+  // --checkpoint-every: the state after `step` (a pending update applied first), the 16-bit
+  // parameters as an llm.c model file (fp32 for fp16 models, whose values bf16 would round).
+  auto checkpoint = [&](int64_t step) -> Status {
+    if (planned) STRATA_RETURN_IF_ERROR(planned->flush());
+    if (zstep) STRATA_RETURN_IF_ERROR(zstep->flush());
+    nlohmann::json extra = {{"seed", f.seed}, {"config", train_gpt::effective_config(f)}};
+    if (const auto pos = data.position()) {
+      extra["data_epoch"] = pos->epoch;
+      extra["data_batch"] = pos->batch;
+    }
+    const engine::CheckpointInfo info{step, ranks, stage_now, cfg.describe(), extra.dump()};
+    const engine::StepScaling::State scaling = zstep     ? zstep->scaling_state()
+                                               : planned ? planned->scaling_state()
+                                                         : serial->scaling_state();
+    const DType kept = cfg.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    return engine::save_checkpoint(f.checkpoint_dir, f.keep_checkpoints, world, info, opt, scaling,
+                                   [&](const std::string& dir) {
+                                     return write_blocks(false, [&](const model::BlockSource& src) {
+                                       return model::write_model_file(dir + "/params.bin", cfg,
+                                                                      kept, src);
+                                     });
+                                   });
+  };
+  for (int64_t step = resumed.step + 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
     // The K global batches of this step (one per micro-batch); of each, this rank trains on rows
     // [rank*B, (rank+1)*B).
@@ -672,6 +758,16 @@ int main(int argc, char** argv) {
       std::printf("\n");
     } else if (lead) {
       progress.update(step, f.steps, std::chrono::duration<double>(Clock::now() - t_train).count());
+    }
+    if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0) {
+      const auto t = Clock::now();
+      if (Status st = checkpoint(step); !st.ok()) return die(st.with_context("--checkpoint-dir"));
+      if (lead) {
+        progress.clear();
+        std::printf("checkpoint: step %lld saved under %s in %.2f s\n",
+                    static_cast<long long>(step), f.checkpoint_dir.c_str(),
+                    std::chrono::duration<double>(Clock::now() - t).count());
+      }
     }
     if (eval) {
       // The planned and ZeRO steps apply a step's update in the next one: apply it now (ZeRO

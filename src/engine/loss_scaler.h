@@ -41,6 +41,21 @@ class LossScaler {
   bool update(bool overflow);
   int64_t skipped_steps() const { return skipped_; }
 
+  // The scaler's counters, for checkpoints: restoring them continues the same sequence.
+  struct State {
+    double scale = 1.0;
+    int hysteresis_left = 0;
+    int64_t iter = 0, last_overflow_iter = -1, skipped = 0;
+  };
+  State state() const { return {scale_, hysteresis_left_, iter_, last_overflow_iter_, skipped_}; }
+  void restore(const State& s) {
+    scale_ = s.scale;
+    hysteresis_left_ = s.hysteresis_left;
+    iter_ = s.iter;
+    last_overflow_iter_ = s.last_overflow_iter;
+    skipped_ = s.skipped;
+  }
+
  private:
   explicit LossScaler(const LossScalerOptions& options) : options_(options) {}
 

@@ -59,6 +59,17 @@ class StepScaling {
   Result<Decision> decide(double sum_squares, bool finite, int64_t step, double ranks = 1.0);
   int64_t applied() const { return applied_; }
 
+  // Adam's step count and the loss scaler's counters, for checkpoints.
+  struct State {
+    int64_t applied = 0;
+    LossScaler::State scaler;  // fp16 models only
+  };
+  State state() const { return {applied_, scaler_ ? scaler_->state() : LossScaler::State{}}; }
+  void restore(const State& s) {
+    applied_ = s.applied;
+    if (scaler_) scaler_->restore(s.scaler);
+  }
+
  private:
   std::optional<LossScaler> scaler_;
   float grad_clip_ = 0.0f;

@@ -73,6 +73,8 @@ class PlannedStep {
   Status flush() { return step_->flush(); }
   // The learning rate of the next run()'s update (ZeroStep::set_lr).
   void set_lr(float lr) { step_->set_lr(lr); }
+  StepScaling::State scaling_state() const { return step_->scaling_state(); }
+  void restore_scaling(const StepScaling::State& s) { step_->restore_scaling(s); }
 
   const sched::Executor& executor() const { return step_->executor(); }
 

@@ -30,6 +30,8 @@ class SerialStep {
                          int micro_batches = 1);
   // The learning rate of the next run()'s update (applied within that run).
   void set_lr(float lr) { opt_.adam().set_lr(lr); }
+  StepScaling::State scaling_state() const { return scaling_.state(); }
+  void restore_scaling(const StepScaling::State& s) { scaling_.restore(s); }
 
  private:
   SerialStep(model::GptModel& model, OffloadedOptimizer& optimizer,

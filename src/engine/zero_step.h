@@ -234,6 +234,10 @@ class ZeroStep {
   // The learning rate of the next run()'s update (an LR schedule: the update of step n uses the
   // rate set before run(n), whenever it is applied). Unset: the optimizer's own.
   void set_lr(float lr) { lr_ = lr; }
+  // Adam's step count and the loss scaler (checkpoints: take it after flush(), restore it before
+  // the first run()).
+  StepScaling::State scaling_state() const { return scaling_.state(); }
+  void restore_scaling(const StepScaling::State& s) { scaling_.restore(s); }
   // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
   // each sharded block into a scratch device buffer in turn (after flush()); then the model's
   // logits_to_host() reads the logits. Collective.
