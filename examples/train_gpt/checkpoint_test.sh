@@ -8,7 +8,9 @@
 #      loadable checkpoint, and the run resumed from it prints the uninterrupted run's lines;
 #   3. a byte flipped in any file of a checkpoint, a truncated file, a missing DONE marker,
 #      another rank count, stage or model are refused naming the file or both values;
-#   4. --keep-checkpoints keeps the newest complete ones; --steps 0 exports a checkpoint.
+#   4. --keep-checkpoints keeps the newest complete ones; --steps 0 exports a checkpoint;
+#   5. a save onto a full disk (a small tmpfs; skipped where one cannot be mounted) stops the run
+#      and leaves the previous checkpoint complete.
 # Usage: checkpoint_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -62,7 +64,8 @@ for k in 1 2 3 4 6 8 10 13 16 20 25 30; do
   cp -r "$base" "$ck"
   rc=0
   (STRATA_TEST_CHECKPOINT_KILL=$k "$train" "${common[@]}" "${extra[@]}" --steps 14 --resume "$ck" \
-    --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 1 >/dev/null 2>&1) 2>/dev/null ||
+    --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 1 >/dev/null 2>&1
+    exit $?) 2>/dev/null ||
     rc=$?
   [ "$rc" -eq 137 ] && killed=$((killed + 1))
   "$train" "${common[@]}" "${extra[@]}" --steps 20 --resume "$ck" 2>"$scratch/err.txt" |
@@ -125,3 +128,23 @@ ls "$scratch/ck1" | grep -qx step_00000005 && ls "$scratch/ck1" | grep -qx step_
   --export-safetensors "$scratch/out.safetensors" >/dev/null
 [ -s "$scratch/out.safetensors" ] || fail "--steps 0 --export-safetensors wrote nothing"
 echo "train_gpt: checkpoints kept as asked; a checkpoint exports without training"
+
+# 5. A full disk: a tmpfs with room for one checkpoint and not two. The second save fails, the
+# run stops with the error, and the first checkpoint is still complete and resumes bit for bit.
+full="$scratch/full"
+mkdir -p "$full"
+if ! mount -t tmpfs -o size=900k tmpfs "$full" 2>/dev/null; then
+  echo "train_gpt: full-disk case skipped: cannot mount a small tmpfs here (needs root)"
+  exit 0
+fi
+trap 'umount "$full" 2>/dev/null || true' EXIT
+if "$train" "${common[@]}" "${extra[@]}" --steps 9 --checkpoint-dir "$full" --checkpoint-every 3 \
+  --keep-checkpoints 1 >/dev/null 2>"$scratch/err.txt"; then
+  fail "two checkpoints fitted in 900 KiB; the full-disk case tests nothing"
+fi
+grep -q "No space left" "$scratch/err.txt" || fail "full disk: $(cat "$scratch/err.txt")"
+[ "$(ls "$full")" = step_00000003 ] || fail "full disk left: $(ls "$full")"
+"$train" "${common[@]}" "${extra[@]}" --steps 20 --resume "$full" | strip >"$scratch/full.txt"
+diff -u <(tail -n 17 "$scratch/straight1.txt") "$scratch/full.txt" ||
+  fail "full disk: the run resumed from the first checkpoint differs"
+echo "train_gpt: a save that finds the disk full stops the run; the previous checkpoint resumes"
