@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -354,7 +355,8 @@ Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
   for (const auto& [name, want] : m["files"].items()) {
     const bool other_rank = name.find("-rank") != std::string::npos &&
                             name.find("-rank" + std::to_string(rank) + ".") == std::string::npos;
-    if (other_rank) continue;
+    // The optimizer file is checked by load_checkpoint as it reads it (one pass, not two).
+    if (other_rank || name == "optimizer-rank" + std::to_string(rank) + ".bin") continue;
     STRATA_ASSIGN_OR_RETURN(const json have, hash_file(dir + "/" + name));
     if (have != want) {
       return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/", name, ": ",
@@ -369,15 +371,34 @@ Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
 
 Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
                                            OffloadedOptimizer& opt) {
-  const std::string path = dir + "/optimizer-rank" + std::to_string(rank) + ".bin";
+  const std::string name = "optimizer-rank" + std::to_string(rank) + ".bin";
+  const std::string path = dir + "/" + name;
+  std::ifstream mi(dir + "/manifest.json");
+  const json manifest = json::parse(mi, nullptr, /*allow_exceptions=*/false);
+  if (manifest.is_discarded() || !manifest.contains("files") || !manifest["files"].contains(name)) {
+    return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/manifest.json: no entry for ",
+                      name);
+  }
   std::ifstream in(path, std::ios::binary);
   auto corrupt = [&path](const std::string& what) {
     return make_error(ErrorCode::kCorrupt, "checkpoint ", path, ": ", what);
   };
+  // Hashed as it is read; checked against the manifest at the end.
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
+                                                                &XXH3_freeState);
+  XXH3_64bits_reset(hash.get());
+  uint64_t bytes = 0;
+  auto read = [&](void* to, size_t n) {
+    in.read(static_cast<char*>(to), static_cast<std::streamsize>(n));
+    const auto got = static_cast<size_t>(in.gcount());
+    XXH3_64bits_update(hash.get(), to, got);
+    bytes += got;
+    return got == n;
+  };
   char magic[8] = {};
   int64_t head[2] = {};
-  in.read(magic, sizeof(magic));
-  in.read(reinterpret_cast<char*>(head), sizeof(head));
+  read(magic, sizeof(magic));
+  read(head, sizeof(head));
   if (!in || std::memcmp(magic, kMagic, sizeof(magic)) != 0 || head[0] != kVersion) {
     return corrupt("not a strata optimizer file of version " + std::to_string(kVersion));
   }
@@ -388,15 +409,24 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
   std::vector<float> st;
   for (size_t p = 0; p < opt.num_partitions(); ++p) {
     int64_t n = 0;
-    in.read(reinterpret_cast<char*>(&n), sizeof(n));
-    if (!in || n != opt.numel(p)) {
+    if (!read(&n, sizeof(n)) || n != opt.numel(p)) {
       return corrupt("partition " + std::to_string(p) + " holds " + std::to_string(n) +
                      " elements; this run's has " + std::to_string(opt.numel(p)));
     }
     st.resize(3 * static_cast<size_t>(n));
-    in.read(reinterpret_cast<char*>(st.data()), static_cast<std::streamsize>(st.size() * 4));
-    if (!in) return corrupt("truncated in partition " + std::to_string(p));
+    if (!read(st.data(), st.size() * 4)) {
+      return corrupt("truncated in partition " + std::to_string(p));
+    }
     STRATA_RETURN_IF_ERROR(opt.load(p, st.data(), st.data() + n, st.data() + 2 * n));
+  }
+  char extra = 0;
+  read(&extra, 1);  // the end of the file, counted if it is not
+  const json have = {{"bytes", bytes}, {"xxh3", HashedFile::hex(XXH3_64bits_digest(hash.get()))}};
+  const json& want = manifest["files"][name];
+  if (have != want) {
+    return corrupt(std::to_string(bytes) + " bytes with xxh3 " + have["xxh3"].get<std::string>() +
+                   ", the manifest says " + std::to_string(want.value("bytes", uint64_t{0})) +
+                   " bytes with xxh3 " + want.value("xxh3", std::string("?")));
   }
   const std::string spath = dir + "/state-rank" + std::to_string(rank) + ".json";
   std::ifstream sin(spath);

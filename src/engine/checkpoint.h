@@ -50,12 +50,14 @@ Status save_checkpoint(const std::string& root, int keep, comm::Communicator& co
 Result<std::string> find_checkpoint(const std::string& path);
 
 // Reads and checks dir/manifest.json against `expect` (ranks, stage, model; step and extra are
-// filled in from the manifest) and the checksums of this rank's files and the shared ones.
+// filled in from the manifest) and the checksums of this rank's files and the shared ones (but
+// the optimizer file, which load_checkpoint checks as it reads it).
 Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
                                          const CheckpointInfo& expect);
 
-// Loads this rank's optimizer state (every partition, sizes checked) and returns its scaling
-// state. Call after verify_checkpoint.
+// Loads this rank's optimizer state (every partition, sizes checked, the file's checksum checked
+// as it is read: on a mismatch the optimizer holds damaged values and the error names the file)
+// and returns its scaling state. Call after verify_checkpoint.
 Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
                                            OffloadedOptimizer& opt);
 

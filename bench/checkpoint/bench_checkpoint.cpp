@@ -1,0 +1,245 @@
+// bench_checkpoint: saving and loading a checkpoint (engine/checkpoint.h) of a GPT whose
+// optimizer state is half on NVMe (the swap store in --dir), against the disk's own rate for the
+// same bytes (one file written in 1 MiB requests and synced, then read back, in the same
+// directory, beside each repeat: the ratios are per repeat, medians reported), and the exposed cost
+// of checkpointing: the planned step's time with a checkpoint after every step against none
+// (alternating, medians). The page cache is dropped for the files (posix_fadvise) before every
+// read, so reads come from the disk. A save also reads the NVMe half of the optimizer state through
+// the swap store, from the same disk. Prints a table, then one JSON line: bench, save_gbps,
+// load_gbps, disk_gbps (write), disk_read_gbps, save_over_disk, load_over_disk,
+// exposed_save_fraction.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "comm/local_comm.h"
+#include "engine/checkpoint.h"
+#include "engine/planned_step.h"
+#include "gpu/cpu_device.h"
+#include "model/init.h"
+#include "model/model_file.h"
+#include "nvme/swap_store.h"
+
+using namespace strata;
+using bench::Clock;
+using bench::median;
+using bench::seconds_since;
+namespace fs = std::filesystem;
+
+namespace {
+
+STRATA_BENCH_CHECKS("bench_checkpoint")
+
+// Drops the page cache of every file under `path`.
+void drop_cache(const fs::path& path) {
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+uint64_t bytes_under(const fs::path& path) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+// The disk's rate for `bytes`: written in 1 MiB requests and synced, then read back uncached.
+std::pair<double, double> disk_rate(const fs::path& dir, uint64_t bytes) {
+  const fs::path file = dir / "disk-rate.bin";
+  std::vector<char> buf(1 << 20, 'x');
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) bench::die("bench_checkpoint", make_error(ErrorCode::kIo, "cannot create ", file));
+  auto t0 = Clock::now();
+  for (uint64_t done = 0; done < bytes; done += buf.size()) {
+    if (::write(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) {
+      bench::die("bench_checkpoint", make_error(ErrorCode::kIo, "write failed: ", file));
+    }
+  }
+  ::fsync(fd);
+  const double write_s = seconds_since(t0);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  t0 = Clock::now();
+  while (::read(fd, buf.data(), buf.size()) > 0) {
+  }
+  const double read_s = seconds_since(t0);
+  ::close(fd);
+  fs::remove(file);
+  return {static_cast<double>(bytes) / write_s / 1e9, static_cast<double>(bytes) / read_s / 1e9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_checkpoint: checkpoint save/load against the disk, and its exposed cost"};
+  bool quick = false;
+  int64_t layers = 8, channels = 512;
+  int repeats = 5;
+  std::string dir = ".";
+  app.add_flag("--quick", quick, "smaller model, fewer repeats");
+  app.add_option("--layers", layers, "L")->capture_default_str();
+  app.add_option("--channels", channels, "C")->capture_default_str();
+  app.add_option("--repeats", repeats, "repeats (medians)")->capture_default_str();
+  app.add_option("--dir", dir, "a directory on the disk to measure (swap files and checkpoints)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    layers = std::min<int64_t>(layers, 4);
+    channels = std::min<int64_t>(channels, 256);
+    repeats = std::min(repeats, 3);
+  }
+  const fs::path work = fs::path(dir) / ("bench-checkpoint-" + std::to_string(::getpid()));
+  fs::create_directories(work / "swap");
+
+  gpu::DeviceOptions dopt;
+  dopt.memory_limit_bytes = size_t{4} << 30;
+  auto dev = check(gpu::create_cpu_device(dopt));
+  model::GptConfig cfg;
+  cfg.vocab = 256;
+  cfg.max_seq = 16;
+  cfg.layers = layers;
+  cfg.channels = channels;
+  cfg.heads = 8;
+  cfg.dtype = DType::kBF16;
+  auto gpt = check(model::GptModel::create(*dev, cfg, model::RunShape{1, 16, 0}));
+  check(gpt->init_params(3));
+  const auto blocks = engine::partition_blocks(*gpt);
+  std::vector<int64_t> numel;
+  uint64_t elements = 0;
+  for (int64_t b : blocks) {
+    numel.push_back(gpt->block_numel(b));
+    elements += static_cast<uint64_t>(numel.back());
+  }
+  nvme::SwapStoreOptions so;
+  so.dirs = {(work / "swap").string()};
+  so.capacity_bytes = 12 * elements + (8ull << 20) * blocks.size();
+  auto store = check(nvme::SwapStore::open(so));
+  engine::OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = 0.5;
+  oo.store = store.get();
+  oo.staging_slots = 1;
+  cpu::AdamHyper hyper;
+  hyper.lr = 1e-4f;
+  auto opt = check(engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo));
+  for (size_t p = 0; p < blocks.size(); ++p) {
+    const std::vector<float> v = model::init_block(cfg, blocks[p], 3);
+    check(opt.load(p, v.data(), nullptr, nullptr));
+  }
+  engine::PlannedStepOptions po;
+  po.executor.cpu_threads = 1;
+  auto step = check(engine::PlannedStep::create(*gpt, opt, po));
+  auto comm = comm::create_local_comm();
+  std::vector<int32_t> tokens(16), targets(16);
+  for (int i = 0; i < 16; ++i) {
+    tokens[size_t(i)] = (i * 7) % 256;
+    targets[size_t(i)] = (i * 7 + 7) % 256;
+  }
+  int64_t step_no = 0;
+  auto run_step = [&] { check(step->run(tokens.data(), targets.data(), ++step_no).status()); };
+  const fs::path root = work / "checkpoints";
+  auto save = [&] {
+    check(step->flush());
+    const engine::CheckpointInfo info{step_no, 1, 0, cfg.describe(), "{}"};
+    check(engine::save_checkpoint(
+        root.string(), 1, *comm, info, opt, step->scaling_state(), [&](const std::string& d) {
+          return model::write_model_file(
+              d + "/params.bin", cfg, DType::kBF16,
+              [&](int64_t b, float* host) { return gpt->download_params(b, host); });
+        }));
+  };
+  run_step();  // warm-up
+  // Save and load, each from an uncached disk.
+  // The disk is measured beside each repeat (before it on odd repeats, after on even ones); the
+  // ratios are per repeat, their medians reported.
+  std::vector<double> save_s, load_s, disk_w_all, disk_r_all, save_ratio, load_ratio;
+  uint64_t ckpt_bytes = 0;
+  for (int r = 0; r < repeats; ++r) {
+    double dw = 0, dr = 0;
+    if (r % 2 == 1) std::tie(dw, dr) = disk_rate(work, ckpt_bytes);
+    run_step();
+    drop_cache(work);
+    auto t0 = Clock::now();
+    save();
+    save_s.push_back(seconds_since(t0));
+    const std::string latest = check(engine::find_checkpoint(root.string()));
+    ckpt_bytes = bytes_under(latest);
+    drop_cache(work);
+    t0 = Clock::now();
+    engine::CheckpointInfo expect{0, 1, 0, cfg.describe(), ""};
+    check(engine::verify_checkpoint(latest, 0, expect).status());
+    check(engine::load_checkpoint(latest, 0, opt).status());
+    load_s.push_back(seconds_since(t0));
+    if (r % 2 == 0) std::tie(dw, dr) = disk_rate(work, ckpt_bytes);
+    disk_w_all.push_back(dw);
+    disk_r_all.push_back(dr);
+    save_ratio.push_back(static_cast<double>(ckpt_bytes) / save_s.back() / 1e9 / dw);
+    load_ratio.push_back(static_cast<double>(ckpt_bytes) / load_s.back() / 1e9 / dr);
+  }
+  // The exposed cost: steps with a checkpoint after each, against none (ABBA).
+  std::vector<double> plain, with;
+  for (int r = 0; r < 2 * repeats; ++r) {
+    const bool ck = (r % 4 == 1 || r % 4 == 2);
+    const auto t0 = Clock::now();
+    run_step();
+    if (ck) save();
+    (ck ? with : plain).push_back(seconds_since(t0));
+  }
+  const double disk_w = median(disk_w_all), disk_r = median(disk_r_all);
+  const double save_gbps = static_cast<double>(ckpt_bytes) / median(save_s) / 1e9;
+  const double load_gbps = static_cast<double>(ckpt_bytes) / median(load_s) / 1e9;
+  const double exposed = (median(with) - median(plain)) / median(with);
+  std::printf("GPT L=%lld C=%lld, %lld params, bf16; optimizer state %.1f MB, half on NVMe in %s\n",
+              static_cast<long long>(layers), static_cast<long long>(channels),
+              static_cast<long long>(cfg.num_params()), 12.0 * double(elements) / 1e6,
+              (work / "swap").c_str());
+  std::printf("%-26s %10s %10s %10s\n", "", "seconds", "GB/s", "of disk");
+  std::printf("%-26s %10.3f %10.3f %10.2f\n", "save (checkpoint bytes)", median(save_s), save_gbps,
+              median(save_ratio));
+  std::printf("%-26s %10.3f %10.3f %10.2f\n", "load (verify + load)", median(load_s), load_gbps,
+              median(load_ratio));
+  auto range = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%.2f-%.2f", v.front(), v.back());
+    return std::string(buf);
+  };
+  std::printf("%-26s %10s %10s %10s\n", "  per-repeat range", "", "", range(save_ratio).c_str());
+  std::printf("%-26s %10s %10s %10s (load)\n", "", "", "", range(load_ratio).c_str());
+  std::printf("%-26s %10s %10.3f\n", "disk write (same bytes)", "", disk_w);
+  std::printf("%-26s %10s %10.3f\n", "disk read (same bytes)", "", disk_r);
+  std::printf(
+      "step %.1f ms, with a checkpoint after it %.1f ms: %.1f%% of a checkpointed step is "
+      "the save (%llu checkpoint bytes)\n",
+      1e3 * median(plain), 1e3 * median(with), 100.0 * exposed,
+      static_cast<unsigned long long>(ckpt_bytes));
+  fs::remove_all(work);
+  nlohmann::json out = {{"bench", "checkpoint"},
+                        {"save_gbps", save_gbps},
+                        {"load_gbps", load_gbps},
+                        {"disk_gbps", disk_w},
+                        {"disk_read_gbps", disk_r},
+                        {"save_over_disk", median(save_ratio)},
+                        {"load_over_disk", median(load_ratio)},
+                        {"exposed_save_fraction", exposed},
+                        {"checkpoint_bytes", ckpt_bytes}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
