@@ -1,0 +1,123 @@
+#include "model_setup.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/checkpoint.h"
+#include "model/gpt.h"
+#include "model/model_file.h"
+
+namespace strata::train_gpt {
+
+Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& source,
+                               const ConfigDeferred& deferred) {
+  ModelSetup m;
+  // The synthetic task fixes T and needs its vocabulary; token data is GPT-2's (V 50257), with
+  // T the model's context unless --seq-len asks for less.
+  const model::AdditionTask* task = source.task ? &*source.task : nullptr;
+  constexpr int64_t kAddVocab = model::AdditionTask::kVocab;
+  // --model: a preset shape; the shape flags given beside it win.
+  if (!f.model_preset.empty()) {
+    struct Preset {
+      const char* name;
+      int64_t layers, heads, channels, seq;
+    };
+    const Preset presets[] = {{"gpt2-124m", 12, 12, 768, 1024},  {"gpt2-350m", 24, 16, 1024, 1024},
+                              {"gpt2-774m", 36, 20, 1280, 1024}, {"gpt2-1.5b", 48, 25, 1600, 1024},
+                              {"gpt-7b", 32, 32, 4096, 2048},    {"gpt-13b", 40, 40, 5120, 2048}};
+    const Preset* p = nullptr;
+    for (const Preset& q : presets) p = f.model_preset == q.name ? &q : p;
+    if (p == nullptr) {
+      return (make_error(ErrorCode::kConfig, "--model '", f.model_preset,
+                         "' is not accepted (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, "
+                         "gpt-7b, gpt-13b)"));
+    }
+    if (app.count("--layers") == 0) f.layers = p->layers;
+    if (app.count("--heads") == 0) f.heads = p->heads;
+    if (app.count("--channels") == 0) f.channels = p->channels;
+    if (f.seq_len == 0) f.seq_len = p->seq;
+    if (f.vocab == 0) f.vocab = 50257;
+  }
+  if (f.channels % f.heads != 0) {
+    return (make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
+                       f.channels, " (use a head count that divides the channel count)"));
+  }
+  if (task && f.seq_len != 0 && f.seq_len < task->seq()) {
+    return (make_error(ErrorCode::kConfig, "--seq-len ", f.seq_len,
+                       " is shorter than the data's sequences (", task->seq(),
+                       " tokens for synthetic:addition with --digits ", f.digits, ")"));
+  }
+  if (task && f.vocab != 0 && f.vocab < kAddVocab) {
+    return (make_error(ErrorCode::kConfig, "--vocab ", f.vocab,
+                       " is smaller than the data's vocabulary (", kAddVocab,
+                       " tokens for synthetic:addition)"));
+  }
+  model::GptConfig& cfg = m.cfg;
+  cfg.vocab = f.vocab != 0 ? f.vocab : (task ? kAddVocab : 50257);
+  cfg.max_seq = f.seq_len != 0 ? f.seq_len : (task ? task->seq() : 1024);
+  cfg.layers = f.layers;
+  cfg.heads = f.heads;
+  cfg.channels = f.channels;
+  cfg.dtype = f.precision == "bf16"   ? DType::kBF16
+              : f.precision == "fp16" ? DType::kF16
+                                      : DType::kF32;
+  // --resume: the newest complete checkpoint; its 16-bit parameters (an llm.c model file) are
+  // read as --init-from's, its optimizer state replaces the masters below.
+  if (app.count("--resume") > 0) {
+    if (!f.init_from.empty()) {
+      return (make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
+                         " both set the parameters (give one)"));
+    }
+    if (f.resume.empty() && f.checkpoint_dir.empty()) {
+      return (
+          make_error(ErrorCode::kConfig, "--resume needs a DIR, or --checkpoint-dir to look in"));
+    }
+    auto found = engine::find_checkpoint(f.resume.empty() ? f.checkpoint_dir : f.resume);
+    if (!found.ok()) return found.status();
+    m.resume_dir = *found;
+    f.init_from = m.resume_dir + "/params.bin";
+  }
+  // --init-from: the file's shape, its values as every block's initial parameters.
+  if (!f.init_from.empty()) {
+    auto fc = model::read_model_file_config(f.init_from);
+    if (!fc.ok()) return fc.status().with_context("--init-from");
+    if (task && (fc->vocab < kAddVocab || fc->max_seq < task->seq())) {
+      return (make_error(
+          ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (", fc->describe(),
+          ") does not fit the data (synthetic:addition: V=", kAddVocab, ", T=", task->seq(), ")"));
+    }
+    if (!task && f.seq_len > fc->max_seq) {
+      return (make_error(ErrorCode::kConfig, "--seq-len ", f.seq_len,
+                         " is longer than the context of --init-from ", f.init_from, " (",
+                         fc->describe(), ")"));
+    }
+    const DType dt = cfg.dtype;
+    cfg = *fc;
+    cfg.dtype = dt;
+    Status st = model::read_model_file(f.init_from, cfg, [&](int64_t, const float* v) {
+      m.initial.emplace_back(v, v + model::GptModel::block_numel(cfg, int64_t(m.initial.size())));
+      return ok_status();
+    });
+    if (!st.ok()) return st.with_context("--init-from");
+  }
+  resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0));
+  // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
+  // below L so that something moves).
+  const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
+                           : f.offload_activations == "none"
+                               ? 0
+                               : std::clamp<int64_t>(std::llround(std::sqrt(double(cfg.layers))), 1,
+                                                     std::max<int64_t>(1, cfg.layers - 1));
+  if (f.offload_activations != "none" && cfg.layers < 2) {
+    return (make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                       " needs --layers 2 or more (one layer is one segment, kept for its "
+                       "backward)"));
+  }
+  const int64_t T = task ? task->seq() : (f.seq_len != 0 ? f.seq_len : cfg.max_seq);
+  m.shape = model::RunShape{f.batch, T, interval};
+  STRATA_RETURN_IF_ERROR(cfg.validate());
+  STRATA_RETURN_IF_ERROR(m.shape.validate(cfg));
+  return m;
+}
+
+}  // namespace strata::train_gpt
