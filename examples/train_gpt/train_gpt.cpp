@@ -501,7 +501,8 @@ int main(int argc, char** argv) {
   // --metrics: rank 0 writes one JSON object per line, flushed as it goes.
   std::ofstream metrics;
   if (lead && !f.metrics.empty()) {
-    metrics.open(f.metrics, std::ios::trunc);
+    // A resumed run adds to the file of the run it continues.
+    metrics.open(f.metrics, resume_dir.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) {
       return die(make_error(ErrorCode::kIo, "--metrics ", f.metrics, ": cannot create the file"));
     }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -168,15 +169,28 @@ Status write_rank_files(const std::string& dir, int rank, OffloadedOptimizer& op
   STRATA_RETURN_IF_ERROR(f.write(kMagic, sizeof(kMagic)));
   const int64_t head[2] = {kVersion, parts};
   STRATA_RETURN_IF_ERROR(f.write(head, sizeof(head)));
-  std::vector<float> st;
-  for (size_t p = 0; p < opt.num_partitions(); ++p) {
+  // Partition p+1 is read (from NVMe, for the partitions there) while p is written: two buffers,
+  // the optimizer used by one thread at a time.
+  std::vector<float> buf[2];
+  auto read = [&opt, &buf](size_t p) {
     const int64_t n = opt.numel(p);
+    std::vector<float>& st = buf[p % 2];
     st.resize(3 * static_cast<size_t>(n));
-    STRATA_RETURN_IF_ERROR(opt.read_state(p, st.data(), st.data() + n, st.data() + 2 * n)
-                               .with_context("checkpoint: reading partition " + std::to_string(p)));
-    STRATA_RETURN_IF_ERROR(f.write(&n, sizeof(n)));
-    STRATA_RETURN_IF_ERROR(f.write(st.data(), st.size() * sizeof(float)));
+    return opt.read_state(p, st.data(), st.data() + n, st.data() + 2 * n)
+        .with_context("checkpoint: reading partition " + std::to_string(p));
+  };
+  Status pending = parts > 0 ? read(0) : ok_status();
+  for (size_t p = 0; p < opt.num_partitions(); ++p) {
+    STRATA_RETURN_IF_ERROR(pending);
+    std::future<Status> next;
+    if (p + 1 < opt.num_partitions()) next = std::async(std::launch::async, read, p + 1);
+    const int64_t n = opt.numel(p);
+    Status st = f.write(&n, sizeof(n));
+    if (st.ok()) st = f.write(buf[p % 2].data(), buf[p % 2].size() * sizeof(float));
+    pending = next.valid() ? next.get() : ok_status();
+    STRATA_RETURN_IF_ERROR(st);
   }
+  STRATA_RETURN_IF_ERROR(pending);
   STRATA_ASSIGN_OR_RETURN(entries[name], f.finish());
   const std::string state = "state-rank" + std::to_string(rank) + ".json";
   json e;
