@@ -464,8 +464,9 @@ int main(int argc, char** argv) {
                   return model::write_safetensors(f.export_safetensors, cfg, stored, src);
                 });
   };
-  // Held-out accuracy and loss: the mean cross-entropy over the non-ignored targets, on the host
-  // from the logits (float64 sums).
+  // Held-out loss: token data, the model's own (the mean cross-entropy computed on the device,
+  // averaged over the batches, all of whose targets count); the synthetic task, the mean over
+  // its answer tokens on the host from the logits (float64 sums), with the accuracy.
   double val_loss = 0.0;
   auto evaluate = [&]() -> Result<model::AdditionTask::Accuracy> {
     model::AdditionTask::Accuracy acc;
@@ -474,10 +475,16 @@ int main(int argc, char** argv) {
     int64_t counted = 0;
     for (int64_t i = 0; i < kBatches; ++i) {
       STRATA_RETURN_IF_ERROR(data.val_batch(i, tokens.data(), targets.data()));
+      const int32_t* scored = task ? nullptr : targets.data();
       if (zstep) {  // gathers the blocks a stage-3 model does not hold
-        STRATA_RETURN_IF_ERROR(zstep->forward_inference(tokens.data()));
+        STRATA_RETURN_IF_ERROR(zstep->forward_inference(tokens.data(), scored));
       } else {
-        STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), nullptr).status());
+        STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), scored).status());
+      }
+      if (!task) {
+        loss_sum += static_cast<double>(gpt.mean_loss());
+        ++counted;
+        continue;
       }
       STRATA_RETURN_IF_ERROR(gpt.logits_to_host(logits));
       if (task) {

@@ -377,11 +377,11 @@ Status ZeroStep::gather_into_model() {
   return ok_status();
 }
 
-Status ZeroStep::forward_inference(const int32_t* tokens) {
+Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets) {
   model::GptModel& m = model_;
   // Checked before the first gather (a collective): a rank that stopped here would leave the
   // others waiting.
-  STRATA_RETURN_IF_ERROR(m.check_batch(tokens, nullptr));
+  STRATA_RETURN_IF_ERROR(m.check_batch(tokens, targets));
   if (pending_adam_step_ != 0) {
     return make_error(ErrorCode::kConfig,
                       "ZeroStep::forward_inference: an update is pending: flush() first");
@@ -422,7 +422,7 @@ Status ZeroStep::forward_inference(const int32_t* tokens) {
   };
   gpu::Stream& s = m.stream();
   STRATA_ASSIGN_OR_RETURN(const void* shared, params(L, base + layer_bytes));
-  STRATA_RETURN_IF_ERROR(m.set_batch(s, tokens, nullptr));
+  STRATA_RETURN_IF_ERROR(m.set_batch(s, tokens, targets));
   STRATA_RETURN_IF_ERROR(m.embedding_forward(s, shared));
   for (int64_t l = 0; l < L; ++l) {
     STRATA_RETURN_IF_ERROR(s.synchronize());  // the scratch is free again

@@ -240,8 +240,9 @@ class ZeroStep {
   void restore_scaling(const StepScaling::State& s) { scaling_.restore(s); }
   // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
   // each sharded block into a scratch device buffer in turn (after flush()); then the model's
-  // logits_to_host() reads the logits. Collective.
-  Status forward_inference(const int32_t* tokens);
+  // logits_to_host() reads the logits, and with `targets` its mean_loss() the loss (computed on
+  // the device). Collective.
+  Status forward_inference(const int32_t* tokens, const int32_t* targets = nullptr);
   // Block b's whole current parameters as fp32 on the host (gathered when sharded; after
   // flush()). Collective when the block is sharded.
   Status gather_params(int64_t block, float* host);
