@@ -36,7 +36,7 @@ class TrainData {
   // The global batch number `index` (1-based, taken in order; with gradient accumulation a step
   // takes several): rows x seq tokens and targets (-1: not scored).
   Status train_batch(int64_t index, int32_t* tokens, int32_t* targets);
-  // Validation: `batches()` batches of B rows (the same on every rank); none without a source.
+  // Validation: val_batches() batches of B rows (the same on every rank); none without a source.
   int64_t val_batches() const { return val_batches_; }
   Status val_batch(int64_t i, int32_t* tokens, int32_t* targets);
   // The training loader's position (token data).

@@ -149,13 +149,14 @@ int main(int argc, char** argv) {
   if (!data_r.ok()) return die(data_r.status());
   train_gpt::TrainData& data = data_r.value();
   // The checkpoint to resume: its manifest against this run, this rank's files' checksums.
+  // ZeroStep for more than one rank, a stage above 0, or offloaded activations; the stage it runs.
+  const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
+  const int stage = zero ? f.zero_stage : 0;
   engine::CheckpointInfo resumed;
-  const int stage_now =
-      ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none" ? f.zero_stage : 0;
   if (!resume_dir.empty()) {
     engine::CheckpointInfo expect;
     expect.ranks = ranks;
-    expect.stage = stage_now;
+    expect.stage = stage;
     expect.model = cfg.describe();
     auto v = engine::verify_checkpoint(resume_dir, rank, expect);
     if (!v.ok()) return die(v.status().with_context("--resume"));
@@ -167,7 +168,6 @@ int main(int argc, char** argv) {
       if (Status st = data.seek(pos); !st.ok()) return die(st.with_context("--resume"));
     }
   }
-  const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   if (zero && f.schedule != "planned") {
     return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
                           " ranks need --schedule planned"));
@@ -189,7 +189,6 @@ int main(int argc, char** argv) {
   gpu::Device& dev = *dev_r.value();
   // The blocks are split over the ranks (engine/partition.h); the model holds on the device only
   // what the ZeRO stage keeps there (at stage 3: no sharded parameters; from 2: no gradients).
-  const int stage = zero ? f.zero_stage : 0;
   auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
   if (!parts.ok()) return die(parts.status());
   auto model_r = model::GptModel::create(
@@ -562,7 +561,7 @@ int main(int argc, char** argv) {
       extra["data_epoch"] = pos->epoch;
       extra["data_batch"] = pos->batch;
     }
-    const engine::CheckpointInfo info{step, ranks, stage_now, cfg.describe(), extra.dump()};
+    const engine::CheckpointInfo info{step, ranks, stage, cfg.describe(), extra.dump()};
     const engine::StepScaling::State scaling = zstep     ? zstep->scaling_state()
                                                : planned ? planned->scaling_state()
                                                          : serial->scaling_state();
