@@ -111,6 +111,10 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
                       "' is not accepted (use planned or serial)");
   }
+  if (f.plan && f.schedule != "planned") {
+    return make_error(ErrorCode::kConfig,
+                      "--plan needs --schedule planned (the serial step has no plan to show)");
+  }
   if (!f.trace.empty() && f.schedule != "planned") {
     return make_error(ErrorCode::kConfig,
                       "--trace needs --schedule planned (the serial step has "
@@ -242,6 +246,13 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--trace", f.trace,
                  "FILE: write a Chrome/Perfetto trace (JSON) of --trace-steps steps after the "
                  "first, and print each traced step's lane metrics");
+  app.add_flag("--plan", f.plan,
+               "print the memory plan per tier (device, pinned host, pageable host, NVMe), the "
+               "bytes per step on each lane and the predicted step time, then exit (nothing "
+               "large is allocated)");
+  app.add_flag("--calibrate", f.calibrate,
+               "measure this machine's rates for the step-time prediction again (compute, "
+               "link, disk, CPU Adam) instead of using the cached ones");
   app.add_option("--trace-steps", f.trace_steps, "steps in the trace")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();

@@ -69,6 +69,9 @@ struct Flags {
   std::string checkpoint_dir, resume;
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 2;
+  // The planner (engine/plan_report.h, engine/calibration.h)
+  bool plan = false;       // print the plan and the predicted step time, then exit
+  bool calibrate = false;  // measure this machine's rates again (else the cached ones)
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
 };

@@ -41,6 +41,11 @@ Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, g
                         "add up to at most 1");
     }
     const auto n = static_cast<size_t>(opt.numel(p));
+    if (opt.options().plan_only) {  // the planner: the room only
+      STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, device.allocate(3 * n * 4));
+      d.state_.push_back(std::move(buf));
+      continue;
+    }
     std::vector<float> host(3 * n);
     STRATA_RETURN_IF_ERROR(opt.read_state(p, host.data(), host.data() + n, host.data() + 2 * n));
     STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, device.allocate(host.size() * 4));

@@ -73,13 +73,18 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
   const int64_t max_nvme = sp.max_nvme_numel;
   const uint64_t host_bytes = sp.host_bytes;
   opt.numel_ = std::move(partition_numel);
-  if (max_nvme > 0 && options.store == nullptr) {
+  if (max_nvme > 0 && options.store == nullptr && !options.plan_only) {
     return make_error(ErrorCode::kConfig,
                       "optimizer state on NVMe needs a swap store (--nvme-path)");
   }
-  STRATA_ASSIGN_OR_RETURN(opt.host_arena_, pool.allocate(host_bytes));
+  opt.host_bytes_ = host_bytes;
   if (max_nvme > 0) {
     opt.slot_bytes_ = round_up(state_bytes_of(max_nvme), kPage);
+    opt.slot_count_ = options.staging_slots;
+  }
+  if (options.plan_only) return opt;
+  STRATA_ASSIGN_OR_RETURN(opt.host_arena_, pool.allocate(host_bytes));
+  if (max_nvme > 0) {
     std::vector<nvme::BufferRegion> regions;
     for (int s = 0; s < options.staging_slots; ++s) {
       STRATA_ASSIGN_OR_RETURN(auto buf, pool.allocate(opt.slot_bytes_));
@@ -120,8 +125,14 @@ cpu::AdamBuffers OffloadedOptimizer::buffers_at(std::byte* base, size_t i,
   return b;
 }
 
+Status OffloadedOptimizer::refuse_plan_only() const {
+  if (!options_.plan_only) return ok_status();
+  return make_error(ErrorCode::kConfig, "the optimizer was created for planning only (no state)");
+}
+
 Status OffloadedOptimizer::load(size_t i, const float* params, const float* exp_avg,
                                 const float* exp_avg_sq) {
+  STRATA_RETURN_IF_ERROR(refuse_plan_only());
   if (i >= numel_.size()) return make_error(ErrorCode::kConfig, "partition ", i, " out of range");
   const size_t bytes = 4 * static_cast<size_t>(numel_[i]);
   std::byte* base = on_nvme_[i] ? slots_[0].bytes() : host_arena_.bytes() + host_offset_[i];
@@ -140,6 +151,7 @@ Status OffloadedOptimizer::load(size_t i, const float* params, const float* exp_
 }
 
 Status OffloadedOptimizer::read_state(size_t i, float* params, float* exp_avg, float* exp_avg_sq) {
+  STRATA_RETURN_IF_ERROR(refuse_plan_only());
   if (i >= numel_.size()) return make_error(ErrorCode::kConfig, "partition ", i, " out of range");
   const size_t bytes = 4 * static_cast<size_t>(numel_[i]);
   std::byte* base = on_nvme_[i] ? slots_[0].bytes() : host_arena_.bytes() + host_offset_[i];
@@ -197,6 +209,7 @@ Status OffloadedOptimizer::step_partition(size_t i, void* staging, const Partiti
 }
 
 Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu::AdamStep& step) {
+  STRATA_RETURN_IF_ERROR(refuse_plan_only());
   if (grads.size() != numel_.size()) {
     return make_error(ErrorCode::kConfig, "optimizer step got ", grads.size(), " gradients for ",
                       numel_.size(), " partitions");

@@ -42,6 +42,9 @@ struct OffloadedOptimizerOptions {
   int staging_slots = 3;
   uint64_t key_base = 0;         // swap keys are key_base + partition index
   bool register_staging = true;  // register staging buffers as io_uring fixed buffers
+  // The layout only (the planner, --plan): nothing is allocated or written; the sizes are those
+  // a real create() would have, and every call that touches the state is refused.
+  bool plan_only = false;
 };
 
 // Gradient and 16-bit output of one partition for one step.
@@ -96,8 +99,8 @@ class OffloadedOptimizer {
   size_t num_partitions() const { return numel_.size(); }
   int64_t numel(size_t i) const { return numel_[i]; }
   bool on_nvme(size_t i) const { return on_nvme_[i]; }
-  uint64_t staging_bytes() const { return slot_bytes_ * slots_.size(); }
-  uint64_t host_state_bytes() const { return host_arena_.size_bytes(); }
+  uint64_t staging_bytes() const { return slot_bytes_ * uint64_t(slot_count_); }
+  uint64_t host_state_bytes() const { return host_bytes_; }
   uint64_t nvme_state_bytes() const { return nvme_bytes_; }
   nvme::SwapStore* store() const { return options_.store; }
   const OffloadedOptimizerOptions& options() const { return options_; }
@@ -118,7 +121,10 @@ class OffloadedOptimizer {
   cpu::PinnedBuffer host_arena_;
   std::vector<cpu::PinnedBuffer> slots_;
   uint64_t slot_bytes_ = 0;
+  int slot_count_ = 0;
+  uint64_t host_bytes_ = 0;
   uint64_t nvme_bytes_ = 0;
+  Status refuse_plan_only() const;  // kConfig when options_.plan_only
 };
 
 }  // namespace strata::engine

@@ -43,6 +43,18 @@ struct ZeroStep::PlanBuild {
   int64_t shard(int64_t b) const { return parts.block(size_t(b)).shard_numel; }
   size_t padded_bytes(int64_t b) const { return static_cast<size_t>(shard(b) * ranks) * es; }
   size_t shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * es; }
+  // The cost model's work of a task (sched::Plan::add_work): `bytes` of 16-bit elements moved
+  // by a collective of `kind` over `count` elements per rank: the bytes this rank sends, and the
+  // bytes its host passes over (copies and, for a reduction, the sums).
+  void work(sched::TaskId t, sched::Work w, double amount) { plan.add_work(t, w, amount); }
+  void collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count) {
+    comm::CollectiveCall call;
+    call.kind = kind;
+    call.count = count;
+    call.dtype = dt;
+    work(t, sched::Work::kNetBytes, double(comm::textbook_bytes(call, rank, ranks).sent));
+    work(t, sched::Work::kHostBytes, double(count * size_t(ranks) * es));
+  }
   sched::BufferId add_buffer(Kind kind, std::string buffer_name, sched::Tier tier, uint64_t bytes,
                              bool initially_valid = false) {
     buffer_kind.push_back(kind);
@@ -85,6 +97,8 @@ struct ZeroStep::PlanBuild {
     int64_t first_use_of = -1;                  // a resident block whose update it must see
     int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
     int64_t grad_done = -1;                     // the block's gradient is complete after it
+    sched::Work work = sched::Work::kFlops;     // its compute, for the cost model
+    double flops = 0.0;
   };
   std::vector<Op> ops;
   // Device buffers: gathered copies (stage 3) and per-block gradients (stages 2-3).

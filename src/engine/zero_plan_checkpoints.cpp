@@ -86,6 +86,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                                                          gpu::CopyKind::kDeviceToHost);
                                  },
                                  {pb.op_task[pb.ck_writer[us]], t});
+    pb.work(down, sched::Work::kD2HBytes, double(cb));
     plan.acquire(down, h);
     plan.reads(down, f);
     plan.release(down, f);
@@ -100,6 +101,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                    return options_.swap_store->write(checkpoint_key(s), c.buffer(h), cb).wait();
                  },
                  {down});
+    pb.work(pb.ck_stored[us], sched::Work::kNvmeWriteBytes, double(cb));
     plan.reads(pb.ck_stored[us], h);
     plan.release(pb.ck_stored[us], h);
   }
@@ -117,6 +119,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                      return options_.swap_store->read(checkpoint_key(s), c.buffer(src), cb).wait();
                    },
                    {prev, t});
+      pb.work(prev, sched::Work::kNvmeReadBytes, double(cb));
       plan.acquire(prev, src);
       plan.writes(prev, src);
     }
@@ -129,6 +132,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                                                     gpu::CopyKind::kHostToDevice);
                             },
                             {prev, t});
+    pb.work(pb.ck_up[us], sched::Work::kH2DBytes, double(cb));
     plan.reads(pb.ck_up[us], src);
     plan.release(pb.ck_up[us], src);
     plan.acquire(pb.ck_up[us], d);

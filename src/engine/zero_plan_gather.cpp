@@ -83,6 +83,8 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
           return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
         },
         deps);
+    // In steady state a gather from staging reads the new shard there, not from NVMe.
+    if (!from_staging) pb.work(fetch, sched::Work::kNvmeReadBytes, double(sbytes));
     plan.acquire(fetch, sh);
     plan.writes(fetch, sh);
   } else if (home == Home::kDevice) {
@@ -98,6 +100,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
                                 sbytes, gpu::CopyKind::kDeviceToHost);
         },
         deps);
+    pb.work(fetch, sched::Work::kD2HBytes, double(sbytes));
     plan.acquire(fetch, gh);
     plan.reads(fetch, d);
     plan.writes(fetch, gh);
@@ -120,6 +123,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
         return comm_.start(call).wait();
       },
       deps);
+  pb.collective_work(gather, comm::CollectiveKind::kAllGather, c16);
   const TaskId first = fetch >= 0 ? fetch : gather;
   if (!pb.deferred.empty() && pb.deferred.back().second == -1) pb.deferred.back().second = first;
   if (home != Home::kDevice) plan.acquire(gather, gh);
@@ -139,6 +143,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
                                                gpu::CopyKind::kHostToDevice);
                        },
                        {gather});
+  pb.work(gt.upload, sched::Work::kH2DBytes, double(bytes));
   plan.reads(gt.upload, gh);
   plan.release(gt.upload, gh);
   plan.acquire(gt.upload, gd);

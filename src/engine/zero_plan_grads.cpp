@@ -54,6 +54,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
                },
                {t});
+  pb.work(down, sched::Work::kD2HBytes, double(bytes));
   // Delayed, the previous step's update may still be reading this block's gradient buffers.
   if (pb.delayed && pb.grad_reader[size_t(gb)] >= 0) plan.depend(down, pb.grad_reader[size_t(gb)]);
   if (stage >= 2) {
@@ -94,6 +95,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  return comm_.start(gather).wait();
                },
                {down});
+  pb.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16);
+  if (stage == 0) pb.collective_work(reduce, comm::CollectiveKind::kAllGather, c16);
   plan.reads(reduce, gf);
   plan.writes(reduce, gf);
   if (gs >= 0) {
@@ -124,6 +127,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  return ok_status();
                },
                {reduce});
+  pb.work(pb.checks[size_t(gb)], sched::Work::kHostBytes,
+          double(c16 * es * size_t(stage == 0 ? ranks_ : 1)));
   plan.reads(pb.checks[size_t(gb)], src);
   // Not rotated: the block's update right after its own check (the next step's forward comes
   // after this replay anyway).

@@ -80,17 +80,23 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                      return m.layer_forward(s, l, params(l, 0, c));
                    },
                    use(l, 0), l});
+    ops.back().flops = m.block_cost(l).forward_flops;
   }
   ops.push_back({"head forward",
                  [&m, params, L](gpu::Stream& s, const TaskContext& c) {
                    return m.head_forward(s, params(L, 0, c));
                  },
                  use(L, 0)});
+  const model::GptModel::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
+  ops.back().work = sched::Work::kFlopsHead;
+  ops.back().flops = head.forward_flops;
   ops.push_back({"head backward",
                  [&m, params, grads, L](gpu::Stream& s, const TaskContext& c) {
                    return m.head_backward(s, params(L, 0, c), grads(L, c));
                  },
                  use(L, 0), -1, stage >= 2 ? L : -1});
+  ops.back().work = sched::Work::kFlopsHead;
+  ops.back().flops = head.backward_flops;
   pb.last_read.assign(nb, 0);
   pb.last_read[size_t(L)] = ops.size() - 1;
   const int64_t last_seg = m.num_segments() - 1;
@@ -102,6 +108,7 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                          return m.layer_recompute(s, l, params(l, 1, c));
                        },
                        use(l, 1)});
+        ops.back().flops = layer.forward_flops;
       }
     }
     for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
@@ -110,6 +117,7 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                        return m.layer_backward(s, l, params(l, 1, c), grads(l, c));
                      },
                      use(l, 1), -1, stage >= 2 ? l : -1, l});
+      ops.back().flops = layer.backward_flops;
       pb.last_read[size_t(l)] = ops.size() - 1;
     }
   }
@@ -174,6 +182,7 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
         return fn(*c.stream, c);
       });
   pb.op_task[i] = t;
+  if (op.flops > 0.0) pb.work(t, op.work, op.flops);
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) {
     if (u.write) {
       plan.acquire(t, u.buf);

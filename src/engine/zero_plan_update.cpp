@@ -43,6 +43,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
       moved(kNvmeRead, opt_.state_bytes(p));
       return opt_.read_partition(p, c.buffer(buf)).wait();
     });
+    pb.work(pb.read[p], sched::Work::kNvmeReadBytes, double(opt_.state_bytes(p)));
     pb.plan.acquire(pb.read[p], buf);
     pb.plan.writes(pb.read[p], buf);
     pb.slot_bytes = std::max(pb.slot_bytes, round_page(opt_.state_bytes(p)));
@@ -75,6 +76,7 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
                            return comm_.start(call).wait();
                          },
                          {after});
+    pb.collective_work(before_up, comm::CollectiveKind::kAllGather, c16);
     plan.reads(before_up, u);
     plan.writes(before_up, u);
   }
@@ -87,6 +89,7 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
                                                      gpu::CopyKind::kHostToDevice);
                              },
                              {before_up});
+  pb.work(up, sched::Work::kH2DBytes, double(bytes));
   plan.reads(up, u);
   return up;
 }
@@ -111,6 +114,7 @@ void ZeroStep::add_grad_up(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
                               bytes, gpu::CopyKind::kHostToDevice);
       },
       std::move(deps));
+  pb.work(gup, sched::Work::kH2DBytes, double(bytes));
   pb.plan.acquire(gup, gdev);
   pb.plan.reads(gup, g);
   pb.plan.writes(gup, gdev);
@@ -143,6 +147,8 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
                   return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
                 },
                 {after});
+  pb.work(t, home == Home::kDevice ? sched::Work::kH2DBytes : sched::Work::kNvmeWriteBytes,
+          double(bytes));
   pb.plan.reads(t, u);
   pb.plan.release(t, u);
   if (d >= 0) pb.plan.writes(t, d);
@@ -185,6 +191,7 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
         return ok_status();
       },
       deps);
+  pb.work(adam, sched::Work::kAdamElements, double(opt_numel));
   plan.reads(adam, g);
   if (transient(b)) plan.acquire(adam, u);
   plan.writes(adam, u);
@@ -199,6 +206,7 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
                                     return opt_.write_partition(p, c.buffer(st)).wait();
                                   },
                                   {adam});
+    pb.work(write, sched::Work::kNvmeWriteBytes, double(opt_.state_bytes(p)));
     plan.reads(write, st);
     plan.release(write, st);
     pb.state_written[p] = write;
@@ -225,7 +233,7 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
   if (pb.ranks == 1 && pb.stage == 0) {
     // One rank at stage 0: the gradient is the model's own (a one-rank reduction is the
     // identity), still in its block when the rotated update runs before "zero grads".
-    return plan.add(
+    const TaskId t = plan.add(
         "adam " + pb.name(b) + " (device)", Lane::kCompute,
         [this, &m, p, b, dt](const TaskContext& c) -> Status {
           if (update_step_ == 0) return ok_status();
@@ -233,6 +241,8 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
                                      cpu::AdamStep{update_step_, update_grad_scale_});
         },
         deps);
+    pb.work(t, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
+    return t;
   }
   // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
   // runs in order); the new values into the model's block (stage 0) or down into pbuf.
@@ -253,6 +263,7 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
                                             cpu::AdamStep{update_step_, update_grad_scale_});
                },
                {gup});
+  pb.work(dadam, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
   plan.reads(dadam, gdev);
   plan.release(dadam, gdev);
   if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
@@ -267,6 +278,7 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
                                        c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);
                },
                {dadam});
+  pb.work(down, sched::Work::kD2HBytes, double(bytes));
   plan.reads(down, odev);
   plan.release(down, odev);
   if (transient(b)) plan.acquire(down, u);

@@ -108,7 +108,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
                         " (ZeroStep::block_storage)");
     }
   }
-  if (options.offload_activations == Home::kNvme && options.swap_store == nullptr) {
+  const bool plan_only = optimizer.options().plan_only;  // no store needed: nothing is stored
+  if (options.offload_activations == Home::kNvme && options.swap_store == nullptr && !plan_only) {
     return make_error(ErrorCode::kConfig,
                       "--offload-activations nvme needs a swap store (--nvme-path DIR[,DIR...])");
   }
@@ -170,6 +171,11 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
                                                                     model.stream(), on_device));
   }
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
+  if (plan_only) {
+    s->fit_ = s->check_budgets(plan);
+    s->plan_ = std::move(plan);
+    return s;
+  }
   STRATA_RETURN_IF_ERROR(s->check_budgets(plan));
   STRATA_ASSIGN_OR_RETURN(
       s->executor_, sched::Executor::create(model.device(), std::move(plan), options.executor));
@@ -221,7 +227,8 @@ Status ZeroStep::choose_homes() {
     const bool resident = offloaded ? taken + 0.5 * n <= f * total : true;
     if (resident) taken += n;
     home_[size_t(b)] = resident ? Home::kDevice : options_.offload_param;
-    if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr) {
+    if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr &&
+        !opt_.options().plan_only) {
       return make_error(ErrorCode::kConfig,
                         "--offload-param nvme needs a swap store (--nvme-path DIR[,DIR...])");
     }
@@ -435,7 +442,7 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
 
 ZeroMemory ZeroStep::memory() const {
   ZeroMemory z;
-  const sched::Plan& plan = executor_->plan();
+  const sched::Plan& plan = this->plan();
   const int64_t es = static_cast<int64_t>(dtype_size(model_.config().dtype));
   int64_t pinned_homes = 0;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
@@ -454,6 +461,7 @@ ZeroMemory ZeroStep::memory() const {
   z.params16 += static_cast<int64_t>(model_.param_bytes());
   z.params_device += static_cast<int64_t>(model_.param_bytes());
   z.grads16 += static_cast<int64_t>(model_.grad_bytes());
+  z.grads_device = static_cast<int64_t>(model_.grad_bytes());
   int64_t elements = 0;
   for (size_t p = 0; p < opt_.num_partitions(); ++p) elements += opt_.numel(p);
   z.master = z.exp_avg = z.exp_avg_sq = 4 * elements;
@@ -501,6 +509,16 @@ std::string ZeroMemory::describe() const {
      << "); activation checkpoints offloaded: device " << device_checkpoints << ", pinned "
      << pinned_checkpoints << ", NVMe " << nvme_checkpoints;
   return os.str();
+}
+
+Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro_batches) const {
+  STRATA_ASSIGN_OR_RETURN(sched::Prediction p, sched::simulate(plan(), rates));
+  const double k = std::max(1, micro_batches);
+  p.step_s *= k;
+  p.exposed_s *= k;
+  for (double& b : p.busy_s) b *= k;
+  for (double& w : p.work) w *= k;
+  return p;
 }
 
 ZeroTraffic ZeroStep::expected_traffic() const {

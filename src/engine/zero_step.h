@@ -76,6 +76,7 @@
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/partition.h"
+#include "scheduler/cost_model.h"
 #include "scheduler/executor.h"
 
 namespace strata::engine {
@@ -151,6 +152,7 @@ struct ZeroMemory {
   // at 2-3) and the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
   int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
   int64_t params_device = 0;     // the part of params16 on the device (whole blocks and shards)
+  int64_t grads_device = 0;      // the part of grads16 on the device (whole blocks, stages 0-1)
   int64_t params_nvme = 0;       // the part of params16 on NVMe (stage-3 shards)
   int64_t optimizer_nvme = 0;    // the part of master + m + v on NVMe
   int64_t optimizer_device = 0;  // --offload-optimizer none: master + m + v on the device (the
@@ -249,6 +251,16 @@ class ZeroStep {
   // What this rank holds (see ZeroMemory).
   ZeroMemory memory() const;
 
+  // A step whose optimizer was created plan_only (the planner, --plan) stops after planning:
+  // it has its plan and memory() but no executor, and run() and the rest are not to be called.
+  // fit() is what the budget check said (a real create() fails with it).
+  bool plan_only() const { return executor_ == nullptr; }
+  const Status& fit() const { return fit_; }
+  // The plan the executor replays (plan_only: the one it would).
+  const sched::Plan& plan() const { return executor_ ? executor_->plan() : *plan_; }
+  // The step time the cost model predicts for plan() (sched::simulate); with K micro-batches,
+  // K replays of the plan, taken as K times one.
+  Result<sched::Prediction> predict(const sched::Rates& rates, int micro_batches = 1) const;
   const sched::Executor& executor() const { return *executor_; }
   const Partitioning& partitioning() const { return parts_; }
   int stage() const { return options_.stage; }
@@ -259,6 +271,12 @@ class ZeroStep {
   // Where block b's 16-bit parameters live between uses: kDevice for blocks kept whole on the
   // device (stages 0-2, persistent blocks), else the shard's home.
   Home param_home(int64_t b) const { return home_[size_t(b)]; }
+  // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
+  size_t dtype_bytes() const { return dtype_size(model_.config().dtype); }
+  int64_t checkpoints_on_nvme() const {
+    return options_.offload_activations == Home::kNvme ? offloaded_segments() : 0;
+  }
+  size_t checkpoint_bytes() const { return model_.checkpoint_bytes(); }
   // The traffic theory for one step (the figures above, from the partitioning).
   ZeroTraffic expected_traffic() const;
 
@@ -343,6 +361,8 @@ class ZeroStep {
   ZeroLaneBytes lane_bytes_;
   cpu::PinnedBuffer shard_io_;  // load_shard/store_shard staging
   std::unique_ptr<sched::Executor> executor_;
+  std::optional<sched::Plan> plan_;  // plan_only
+  Status fit_;
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
   int64_t update_step_ = 0;  // Adam's step count of the update this replay applies (0: none)

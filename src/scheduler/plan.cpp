@@ -28,6 +28,24 @@ BufferId Plan::add_buffer(std::string name, Tier tier, uint64_t bytes, bool init
   return static_cast<BufferId>(buffers_.size() - 1);
 }
 
+std::string_view work_name(Work work) {
+  static constexpr std::string_view kNames[kNumWorkKinds] = {
+      "flops",         "head flops",      "h2d bytes",
+      "d2h bytes",     "nvme read bytes", "nvme write bytes",
+      "network bytes", "adam elements",   "device adam elements",
+      "host bytes"};
+  return kNames[static_cast<int>(work)];
+}
+
+void Plan::add_work(TaskId task, Work work, double amount) {
+  if (task < 0 || static_cast<size_t>(task) >= tasks_.size()) {
+    if (build_error_.empty())
+      build_error_ = "add_work names no task (" + std::to_string(task) + ")";
+    return;
+  }
+  tasks_[static_cast<size_t>(task)].work[static_cast<int>(work)] += amount;
+}
+
 TaskId Plan::add(std::string name, Lane lane, TaskFn fn, std::vector<TaskId> deps) {
   Task t;
   t.name = std::move(name);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -58,6 +59,24 @@ struct TaskContext {
 // the work. A non-OK Status stops the step (Executor::replay returns it).
 using TaskFn = std::function<Status(const TaskContext&)>;
 
+// Work a task does, for the cost model (cost_model.h): amounts by kind, each priced by the
+// machine's measured rate of that kind. Two compute classes, measured apart because their
+// kernel mix differs: kFlops (the repeated layers) and kFlopsHead (the input and output layers).
+enum class Work : uint8_t {
+  kFlops = 0,
+  kFlopsHead,
+  kH2DBytes,
+  kD2HBytes,
+  kNvmeReadBytes,
+  kNvmeWriteBytes,
+  kNetBytes,            // bytes this rank sends in collectives
+  kAdamElements,        // CPU Adam updates
+  kDeviceAdamElements,  // Adam updates on the device
+  kHostBytes,           // memory-bound host passes (checks, casts, sums, copies): bytes read
+};
+inline constexpr int kNumWorkKinds = 10;
+std::string_view work_name(Work work);  // "flops", "head flops", "h2d bytes", ...
+
 struct Budgets {
   uint64_t bytes[kNumTiers] = {UINT64_MAX, UINT64_MAX};  // per tier; UINT64_MAX = unbounded
 };
@@ -71,6 +90,7 @@ class Plan {
     std::vector<TaskId> deps;         // explicit dependencies
     std::vector<TaskId> memory_deps;  // added by finalize(): releasers of reused memory
     std::vector<BufferId> acquires, releases, reads, writes;
+    double work[kNumWorkKinds] = {};  // add_work()
   };
   struct Buffer {
     std::string name;
@@ -89,6 +109,8 @@ class Plan {
   void release(TaskId task, BufferId buffer);
   void reads(TaskId task, BufferId buffer);
   void writes(TaskId task, BufferId buffer);
+  // Adds `amount` of `work` to the task's cost (cost_model.h); it changes nothing else.
+  void add_work(TaskId task, Work work, double amount);
 
   Status finalize(const Budgets& budgets = {});
 

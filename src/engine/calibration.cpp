@@ -1,0 +1,384 @@
+#include "engine/calibration.h"
+
+#include <oneapi/tbb/task_arena.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cpu/cpu_adam.h"
+#include "cpu/pinned_memory.h"
+#include "gpu/kernels.h"
+#include "model/gpt.h"
+#include "scheduler/executor.h"
+
+namespace strata::engine {
+
+namespace {
+
+using json = nlohmann::json;
+using sched::Work;
+
+// The median of three timed runs of fn after one warm-up, in seconds.
+Result<double> median_time(const std::function<Status()>& fn) {
+  STRATA_RETURN_IF_ERROR(fn());
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    STRATA_RETURN_IF_ERROR(fn());
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return std::max(t[1], 1e-9);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown cpu";
+}
+
+std::string machine_key(const gpu::Device& device) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::ostringstream os;
+  os << host << " | " << cpu_model() << " | " << std::thread::hardware_concurrency() << " cores | "
+     << device.name();
+  return os.str();
+}
+
+// The model's entry points on a one-layer copy: {layer FLOP/s, shared block FLOP/s}.
+Result<std::vector<double>> measure_compute(const CalibrationRequest& rq) {
+  model::GptConfig c = rq.config;
+  c.layers = 1;
+  model::RunShape shape = rq.shape;
+  shape.checkpoint_interval = 1;
+  STRATA_ASSIGN_OR_RETURN(auto m, model::GptModel::create(*rq.device, c, shape));
+  STRATA_RETURN_IF_ERROR(m->init_params(1));
+  const auto rows = static_cast<size_t>(shape.batch * shape.seq);
+  std::vector<int32_t> tokens(rows), targets(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    tokens[i] = static_cast<int32_t>(i % static_cast<size_t>(c.vocab));
+    targets[i] = static_cast<int32_t>((i + 1) % static_cast<size_t>(c.vocab));
+  }
+  gpu::Stream& s = m->stream();
+  void* lp = m->param_block(0);
+  void* lg = m->grad_block(0);
+  void* sp = m->param_block(1);
+  void* sg = m->grad_block(1);
+  double layer_s = 0.0, head_s = 0.0;
+  auto timed = [&](double& into, const std::function<Status()>& op) -> Status {
+    STRATA_RETURN_IF_ERROR(s.synchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    STRATA_RETURN_IF_ERROR(op());
+    STRATA_RETURN_IF_ERROR(s.synchronize());
+    into += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok_status();
+  };
+  auto pass = [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(m->set_batch(s, tokens.data(), targets.data()));
+    STRATA_RETURN_IF_ERROR(timed(head_s, [&] { return m->embedding_forward(s, sp); }));
+    STRATA_RETURN_IF_ERROR(timed(layer_s, [&] { return m->layer_forward(s, 0, lp); }));
+    STRATA_RETURN_IF_ERROR(timed(head_s, [&] { return m->head_forward(s, sp); }));
+    STRATA_RETURN_IF_ERROR(timed(head_s, [&] { return m->head_backward(s, sp, sg); }));
+    STRATA_RETURN_IF_ERROR(timed(layer_s, [&] { return m->layer_backward(s, 0, lp, lg); }));
+    return timed(head_s, [&] { return m->embedding_backward(s, sg); });
+  };
+  STRATA_RETURN_IF_ERROR(pass());  // warm-up
+  std::vector<double> layer, head;
+  for (int i = 0; i < 5; ++i) {
+    layer_s = head_s = 0.0;
+    STRATA_RETURN_IF_ERROR(pass());
+    layer.push_back(layer_s);
+    head.push_back(head_s);
+  }
+  std::sort(layer.begin(), layer.end());
+  std::sort(head.begin(), head.end());
+  const model::GptModel::BlockCost lc = m->block_cost(0), hc = m->block_cost(1);
+  return std::vector<double>{(lc.forward_flops + lc.backward_flops) / std::max(layer[2], 1e-9),
+                             (hc.forward_flops + hc.backward_flops) / std::max(head[2], 1e-9)};
+}
+
+Result<std::vector<double>> measure_link(gpu::Device& device) {
+  const size_t bytes = size_t{32} << 20;
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer d, device.allocate(bytes));
+  STRATA_ASSIGN_OR_RETURN(cpu::PinnedBuffer h, cpu::default_pinned_pool().allocate(bytes));
+  std::memset(h.data(), 1, bytes);
+  STRATA_ASSIGN_OR_RETURN(auto s, device.create_stream());
+  std::vector<double> out;
+  for (gpu::CopyKind kind : {gpu::CopyKind::kHostToDevice, gpu::CopyKind::kDeviceToHost}) {
+    STRATA_ASSIGN_OR_RETURN(double t, median_time([&]() -> Status {
+                              const bool up = kind == gpu::CopyKind::kHostToDevice;
+                              STRATA_RETURN_IF_ERROR(s->copy(
+                                  up ? d.data() : h.data(), up ? h.data() : d.data(), bytes, kind));
+                              return s->synchronize();
+                            }));
+    out.push_back(double(bytes) / t);
+  }
+  return out;
+}
+
+// {host bytes/s (gradient check), CPU Adam elements/s, device Adam elements/s}.
+Result<std::vector<double>> measure_host(const CalibrationRequest& rq) {
+  const int64_t n = int64_t{4} << 20;
+  std::vector<float> state(static_cast<size_t>(3 * n), 0.01f);
+  std::vector<uint16_t> grads(static_cast<size_t>(8 * n), 0x3c00);  // 64 MiB of 16-bit values
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  tbb::task_arena arena(std::max(1, rq.host_threads));
+  double check_s = 0.0, adam_s = 0.0;
+  Status st;
+  arena.execute([&] {
+    auto r = median_time([&] {
+      volatile double sink = cpu::grad_check(grads.data(), DType::kBF16, 8 * n).sum_squares;
+      (void)sink;
+      return ok_status();
+    });
+    if (!r.ok()) st = r.status();
+    check_s = r.ok() ? *r : 1.0;
+    const cpu::CpuAdam adam{cpu::AdamHyper{}};
+    cpu::AdamBuffers b;
+    b.params = state.data();
+    b.exp_avg = state.data() + n;
+    b.exp_avg_sq = state.data() + 2 * n;
+    b.grads = grads.data();
+    b.grad_dtype = DType::kBF16;
+    b.out16 = out.data();
+    b.out_dtype = DType::kBF16;
+    b.numel = n;
+    auto a = median_time([&] { return adam.step(b, cpu::AdamStep{1, 1.0f}); });
+    if (!a.ok()) st = a.status();
+    adam_s = a.ok() ? *a : 1.0;
+  });
+  STRATA_RETURN_IF_ERROR(st);
+  // The device's Adam kernel.
+  gpu::Device& dev = *rq.device;
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer ds, dev.allocate(static_cast<size_t>(3 * n) * 4));
+  STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer dg, dev.allocate(static_cast<size_t>(n) * 2));
+  STRATA_ASSIGN_OR_RETURN(auto s, dev.create_stream());
+  STRATA_RETURN_IF_ERROR(
+      s->copy(ds.data(), state.data(), ds.size_bytes(), gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      s->copy(dg.data(), grads.data(), dg.size_bytes(), gpu::CopyKind::kHostToDevice));
+  STRATA_ASSIGN_OR_RETURN(cpu::AdamConstants k,
+                          cpu::CpuAdam(cpu::AdamHyper{}).constants({1, 1.0f}));
+  gpu::AdamArgs args;
+  args.params = ds.as<float>();
+  args.exp_avg = ds.as<float>() + n;
+  args.exp_avg_sq = ds.as<float>() + 2 * n;
+  args.grads = dg.data();
+  args.grad_dtype = DType::kBF16;
+  args.numel = n;
+  args.constants = k;
+  STRATA_ASSIGN_OR_RETURN(double dev_s, median_time([&]() -> Status {
+                            STRATA_RETURN_IF_ERROR(dev.kernels().adam_step(*s, args));
+                            return s->synchronize();
+                          }));
+  return std::vector<double>{double(8 * n * 2) / check_s, double(n) / adam_s, double(n) / dev_s};
+}
+
+// {read bytes/s, write bytes/s}: 4 objects of 8 MiB at once, as the nvme lane's workers.
+Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
+  const size_t each = size_t{8} << 20;
+  const int objects = 4;
+  nvme::SwapStoreOptions so;
+  so.dirs = rq.nvme_dirs;
+  so.capacity_bytes = (each * objects + (size_t{2} << 20) * rq.nvme_dirs.size()) + (8 << 20);
+  so.block_bytes = rq.nvme_block_bytes;
+  so.extent_bytes = std::max<uint64_t>(so.extent_bytes, rq.nvme_block_bytes);
+  so.queue.queue_depth = rq.nvme_queue_depth;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<nvme::SwapStore> opened, nvme::SwapStore::open(so));
+  nvme::SwapStore& store = *opened;
+  STRATA_ASSIGN_OR_RETURN(cpu::PinnedBuffer buf,
+                          cpu::default_pinned_pool().allocate(each * objects));
+  std::memset(buf.data(), 7, buf.size_bytes());
+  const uint64_t key0 = uint64_t{1} << 62;
+  auto run = [&](bool write) -> Status {
+    std::vector<nvme::IoHandle> io;
+    for (int i = 0; i < objects; ++i) {
+      std::byte* at = buf.bytes() + size_t(i) * each;
+      io.push_back(write ? store.write(key0 + uint64_t(i), at, each)
+                         : store.read(key0 + uint64_t(i), at, each));
+    }
+    Status first;
+    for (auto& h : io) {
+      Status st = h.wait();
+      if (first.ok() && !st.ok()) first = st;
+    }
+    return first;
+  };
+  STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }));
+  STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }));
+  const double total = double(each) * objects;
+  return std::vector<double>{total / r, total / w};
+}
+
+Result<double> measure_network(comm::Communicator& comm) {
+  const size_t count = size_t{4} << 20;  // 16-bit elements per rank: 8 MiB
+  std::vector<uint16_t> buf(count * static_cast<size_t>(comm.size()), 1);
+  comm::CollectiveCall call;
+  call.kind = comm::CollectiveKind::kAllGather;
+  call.send = buf.data() + static_cast<size_t>(comm.rank()) * count;
+  call.recv = buf.data();
+  call.count = count;
+  call.dtype = DType::kBF16;
+  STRATA_ASSIGN_OR_RETURN(double t, median_time([&] { return comm.start(call).wait(); }));
+  return double(comm::textbook_bytes(call, comm.rank(), comm.size()).sent) / t;
+}
+
+// Seconds per task: a chain of 64 empty tasks alternating between the compute and cpu lanes.
+Result<double> measure_overhead(gpu::Device& device, int host_threads) {
+  sched::Plan plan;
+  sched::TaskId prev = -1;
+  for (int i = 0; i < 64; ++i) {
+    const sched::Lane lane = i % 2 == 0 ? sched::Lane::kCompute : sched::Lane::kCpu;
+    std::vector<sched::TaskId> deps;
+    if (prev >= 0) deps.push_back(prev);
+    prev = plan.add(
+        "empty", lane, [](const sched::TaskContext&) { return ok_status(); }, deps);
+  }
+  STRATA_RETURN_IF_ERROR(plan.finalize());
+  sched::ExecutorOptions eo;
+  eo.cpu_threads = std::max(1, host_threads);
+  eo.cpu_workers = std::min(2, eo.cpu_threads);
+  eo.trace = false;
+  STRATA_ASSIGN_OR_RETURN(auto ex, sched::Executor::create(device, std::move(plan), eo));
+  STRATA_ASSIGN_OR_RETURN(double t, median_time([&] { return ex->replay(); }));
+  return t / 64.0;
+}
+
+json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json::object();
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : json::object();
+}
+
+Status write_cache(const std::string& path, const json& j) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << j.dump(1) << "\n";
+    if (!out) return make_error(ErrorCode::kIo, "calibration cache ", path, ": cannot write");
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    return make_error(ErrorCode::kIo, "calibration cache ", path, ": ", ec.message());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string default_calibration_path() {
+  if (const char* d = std::getenv("STRATA_CACHE_DIR"); d != nullptr && *d != '\0') {
+    return std::string(d) + "/calibration.json";
+  }
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') {
+    return std::string(d) + "/strata/calibration.json";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : ".") + "/.cache/strata/calibration.json";
+}
+
+std::string Calibration::describe() const {
+  std::ostringstream os;
+  os.precision(3);
+  for (int k = 0; k < sched::kNumWorkKinds; ++k) {
+    const double r = rates.per_second[k];
+    if (r <= 0.0) continue;
+    os << "  " << sched::work_name(static_cast<Work>(k)) << ": " << r << " per s\n";
+  }
+  os << "  task overhead: " << rates.task_overhead_s * 1e6 << " us"
+     << (rates.shared_cores ? "; compute and cpu lanes share the cores" : "") << "\n";
+  return os.str();
+}
+
+Result<Calibration> calibrate(const CalibrationRequest& rq) {
+  if (rq.device == nullptr) return make_error(ErrorCode::kConfig, "calibrate: no device");
+  Calibration cal;
+  cal.cache_path = rq.cache_path.empty() ? default_calibration_path() : rq.cache_path;
+  json cache = read_cache(cal.cache_path);
+  json& mine = cache[machine_key(*rq.device)];
+  if (!mine.is_object()) mine = json::object();
+  const int ranks = rq.comm != nullptr ? rq.comm->size() : 1;
+  // entry(key, measure): the cached values, or measured now.
+  auto entry = [&](const std::string& key,
+                   const std::function<Result<std::vector<double>>()>& measure)
+      -> Result<std::vector<double>> {
+    if (!rq.redo && mine.contains(key) && mine[key].is_array()) {
+      ++cal.cached;
+      return mine[key].get<std::vector<double>>();
+    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> v, measure());
+    mine[key] = v;
+    ++cal.measured;
+    return v;
+  };
+  const model::GptConfig& c = rq.config;
+  std::ostringstream ck;
+  ck << "compute " << dtype_name(c.dtype) << " C=" << c.channels << " H=" << c.heads
+     << " V=" << c.vocab << " B=" << rq.shape.batch << " T=" << rq.shape.seq;
+  STRATA_ASSIGN_OR_RETURN(auto compute, entry(ck.str(), [&] { return measure_compute(rq); }));
+  STRATA_ASSIGN_OR_RETURN(auto link, entry("link", [&] { return measure_link(*rq.device); }));
+  const std::string threads = " threads=" + std::to_string(rq.host_threads);
+  STRATA_ASSIGN_OR_RETURN(auto host, entry("host" + threads, [&] { return measure_host(rq); }));
+  STRATA_ASSIGN_OR_RETURN(
+      auto overhead, entry("overhead" + threads, [&]() -> Result<std::vector<double>> {
+        STRATA_ASSIGN_OR_RETURN(double t, measure_overhead(*rq.device, rq.host_threads));
+        return std::vector<double>{t};
+      }));
+  sched::Rates& r = cal.rates;
+  auto set = [&](Work w, double v) { r.per_second[static_cast<int>(w)] = v; };
+  set(Work::kFlops, compute.at(0));
+  set(Work::kFlopsHead, compute.at(1));
+  set(Work::kH2DBytes, link.at(0));
+  set(Work::kD2HBytes, link.at(1));
+  set(Work::kHostBytes, host.at(0));
+  set(Work::kAdamElements, host.at(1));
+  set(Work::kDeviceAdamElements, host.at(2));
+  r.task_overhead_s = overhead.at(0);
+  if (!rq.nvme_dirs.empty()) {
+    std::string key = "disk block=" + std::to_string(rq.nvme_block_bytes) +
+                      " depth=" + std::to_string(rq.nvme_queue_depth);
+    for (const std::string& d : rq.nvme_dirs) {
+      std::error_code ec;
+      const auto canon = std::filesystem::weakly_canonical(d, ec);
+      key += " " + (ec ? d : canon.string());
+    }
+    STRATA_ASSIGN_OR_RETURN(auto disk, entry(key, [&] { return measure_disk(rq); }));
+    set(Work::kNvmeReadBytes, disk.at(0));
+    set(Work::kNvmeWriteBytes, disk.at(1));
+  }
+  if (ranks > 1) {
+    // Measured every time, not cached: a collective, which every rank must start whatever its
+    // own cache holds.
+    STRATA_ASSIGN_OR_RETURN(double net, measure_network(*rq.comm));
+    set(Work::kNetBytes, net);
+  } else {
+    set(Work::kNetBytes, 1e30);  // one rank sends nothing
+  }
+  r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
+  r.nvme_workers = 1;
+  r.cpu_workers = 1;
+  const bool lead = rq.comm == nullptr || rq.comm->rank() == 0;
+  if (cal.measured > 0 && lead) STRATA_RETURN_IF_ERROR(write_cache(cal.cache_path, cache));
+  return cal;
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,74 @@
+// Calibration: this machine's rates for the cost model (sched::Rates, scheduler/cost_model.h),
+// measured by short runs and cached in a file keyed by the machine.
+//
+// What is measured (each the median of three timed runs after one warm-up; compute, of five):
+//   compute       the model's own entry points on a one-layer copy of the model (same width,
+//                 heads, vocabulary, batch, sequence and dtype) on the real device: the layer's
+//                 forward + backward FLOPs over their time (Work::kFlops), and the shared block's
+//                 (embedding, head, loss) over theirs (kFlopsHead);
+//   link          32 MiB copies host->device and device->host through a stream (kH2DBytes,
+//                 kD2HBytes); on the CpuDevice they are held to its link rate when it has one;
+//   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena
+//                 (kHostBytes);
+//   adam          CpuAdam over 4M elements in the cpu lane's arena (kAdamElements), and the
+//                 device's Adam kernel over 4M elements (kDeviceAdamElements);
+//   disk          (with NVMe directories) 4 objects of 8 MiB written, then read, at once
+//                 through a swap store of 40 MiB opened for it in those directories, as the
+//                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes);
+//   network       (more than one rank; collective, so measured every time, not cached):
+//                 all-gathers of 8 MiB per rank (kNetBytes);
+//   overhead      a plan of 64 empty tasks on the compute and cpu lanes replayed by the executor
+//                 (Rates::task_overhead_s).
+// The rates of one lane are aggregate rates (a lane's concurrent tasks share its cores, link or
+// disk), so the returned Rates run one task at a time per lane; on the CpuDevice the compute and
+// cpu lanes share the same cores (Rates::shared_cores).
+//
+// Cache: one JSON file ($STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else ~/.cache/strata:
+// calibration.json), an object per machine (host name, CPU model, cores, device), an entry per
+// measurement and its parameters (the model's shape, threads, the store's directories). A
+// missing entry is measured and added; `redo` (--calibrate) measures every entry this
+// configuration uses again. The file is replaced atomically (rank 0 writes it).
+//
+// Thread safety: none; calibrate() from one thread (every rank, when ranks > 1).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/status.h"
+#include "gpu/device.h"
+#include "model/config.h"
+#include "nvme/swap_store.h"
+#include "scheduler/cost_model.h"
+
+namespace strata::engine {
+
+struct CalibrationRequest {
+  gpu::Device* device = nullptr;  // the real device (required)
+  model::GptConfig config;        // the model (the compute probe takes one layer of it)
+  model::RunShape shape;
+  // The disk: a small swap store of its own in these directories (--nvme-path), with these
+  // settings; none: the disk is not measured.
+  std::vector<std::string> nvme_dirs;
+  uint64_t nvme_block_bytes = 1 << 20;
+  uint32_t nvme_queue_depth = 32;
+  comm::Communicator* comm = nullptr;  // network rate when size() > 1; collective
+  int host_threads = 1;                // the cpu lane's arena
+  std::string cache_path;              // empty: the default file above
+  bool redo = false;                   // --calibrate
+};
+
+struct Calibration {
+  sched::Rates rates;
+  int measured = 0, cached = 0;  // entries measured now, taken from the cache
+  std::string cache_path;
+  std::string describe() const;  // one line per rate
+};
+
+Result<Calibration> calibrate(const CalibrationRequest& request);
+
+// The default cache file (see above).
+std::string default_calibration_path();
+
+}  // namespace strata::engine

@@ -1,0 +1,128 @@
+#include "scheduler/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace strata::sched {
+
+std::string Prediction::describe() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "predicted step " << step_s * 1e3 << " ms; busy";
+  for (int l = 0; l < kNumLanes; ++l) {
+    os << (l == 0 ? " " : ", ") << lane_name(static_cast<Lane>(l)) << " " << busy_s[l] * 1e3;
+  }
+  os << " ms; exposed transfer " << exposed_s * 1e3 << " ms";
+  return os.str();
+}
+
+Result<Prediction> simulate(const Plan& plan, const Rates& rates) {
+  if (!plan.finalized()) {
+    return make_error(ErrorCode::kConfig, "cost model: the plan is not finalized");
+  }
+  const size_t n = plan.num_tasks();
+  Prediction pred;
+  std::vector<double> duration(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const Plan::Task& t = plan.task(TaskId(i));
+    duration[i] = rates.task_overhead_s;
+    for (int k = 0; k < kNumWorkKinds; ++k) {
+      if (t.work[k] == 0.0) continue;
+      const double r = rates.per_second[k];
+      if (!(r > 0.0) || !std::isfinite(r)) {
+        return make_error(ErrorCode::kConfig, "cost model: no rate for ",
+                          work_name(static_cast<Work>(k)), " (task '", t.name, "')");
+      }
+      duration[i] += t.work[k] / r;
+      pred.work[k] += t.work[k];
+    }
+  }
+  std::vector<int> pos(n, 0);
+  for (size_t i = 0; i < plan.order().size(); ++i) pos[size_t(plan.order()[i])] = int(i);
+  std::vector<std::vector<TaskId>> succ(n);
+  std::vector<int> remaining(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    plan.for_each_predecessor(TaskId(i), [&](TaskId p) {
+      succ[size_t(p)].push_back(TaskId(i));
+      ++remaining[i];
+    });
+  }
+  int capacity[kNumLanes];
+  for (int l = 0; l < kNumLanes; ++l) {
+    const Lane lane = static_cast<Lane>(l);
+    capacity[l] = is_in_order_lane(lane) ? 1
+                  : lane == Lane::kNvme  ? std::max(1, rates.nvme_workers)
+                                         : std::max(1, rates.cpu_workers);
+  }
+  auto uses_cores = [&](Lane lane) {
+    return rates.shared_cores && (lane == Lane::kCompute || lane == Lane::kCpu);
+  };
+  std::set<std::pair<int, TaskId>> ready;  // by plan-walk position
+  for (size_t i = 0; i < n; ++i) {
+    if (remaining[i] == 0) ready.insert({pos[i], TaskId(i)});
+  }
+  using Running = std::pair<double, TaskId>;  // (end time, task)
+  std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
+  std::vector<double> ready_at(n, 0.0), end(n, 0.0);
+  std::vector<TaskId> last_pred(n, -1);  // the predecessor that completed last
+  int lane_running[kNumLanes] = {};
+  int cores_running = 0;
+  double now = 0.0, compute_free_at = 0.0;
+  size_t done = 0;
+  while (done < n) {
+    for (auto it = ready.begin(); it != ready.end();) {
+      const TaskId t = it->second;
+      const Lane lane = plan.task(t).lane;
+      const int l = static_cast<int>(lane);
+      if (lane_running[l] >= capacity[l] || (uses_cores(lane) && cores_running > 0)) {
+        ++it;
+        continue;
+      }
+      ++lane_running[l];
+      if (uses_cores(lane)) ++cores_running;
+      if (lane == Lane::kCompute) {
+        const double gap = now - std::max(compute_free_at, 0.0);
+        const TaskId p = last_pred[size_t(t)];
+        if (gap > 0.0 && p >= 0 && is_transfer_lane(plan.task(p).lane)) pred.exposed_s += gap;
+      }
+      running.push({now + duration[size_t(t)], t});
+      it = ready.erase(it);
+    }
+    if (running.empty()) {
+      return make_error(ErrorCode::kInternal, "cost model: ", n - done,
+                        " tasks can never start (the plan has a cycle)");
+    }
+    const double next = running.top().first;
+    for (int l = 0; l < kNumLanes; ++l) {
+      if (lane_running[l] > 0) pred.busy_s[l] += next - now;
+    }
+    now = next;
+    while (!running.empty() && running.top().first <= now) {
+      const TaskId t = running.top().second;
+      running.pop();
+      ++done;
+      end[size_t(t)] = now;
+      const Lane lane = plan.task(t).lane;
+      --lane_running[static_cast<int>(lane)];
+      if (uses_cores(lane)) --cores_running;
+      if (lane == Lane::kCompute) compute_free_at = now;
+      for (TaskId s : succ[size_t(t)]) {
+        if (now >= ready_at[size_t(s)]) {
+          ready_at[size_t(s)] = now;
+          last_pred[size_t(s)] = t;
+        }
+        if (--remaining[size_t(s)] == 0) ready.insert({pos[size_t(s)], s});
+      }
+    }
+  }
+  pred.step_s = now;
+  return pred;
+}
+
+}  // namespace strata::sched

@@ -1,0 +1,46 @@
+// Cost model: the step time a finalized Plan would take on a machine, predicted by simulating its
+// replay with a cost per task (DESIGN.md §4: the plan is checked, simulated and replayed).
+//
+// A task's duration is the rates' fixed overhead per task plus, for every kind of work it
+// declares (Plan::add_work), the amount over the machine's rate of that kind. The simulation
+// replays the plan as the Executor does: a task starts when every predecessor has completed
+// (dependencies, memory dependencies, the previous task of an in-order lane) and its lane has
+// room (one task at a time on compute, h2d, d2h and comm; nvme_workers and cpu_workers on the
+// nvme and cpu lanes); ready host tasks start in plan-walk order (Plan::order()).
+//
+// Shared cores (Rates::shared_cores): where the device is the host's own cores (CpuDevice), a
+// compute-lane task and a cpu-lane task do not speed each other up by running at once; the
+// simulation runs them one at a time (processor sharing of the same cores gives the same total).
+//
+// Values; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "scheduler/plan.h"
+
+namespace strata::sched {
+
+struct Rates {
+  double per_second[kNumWorkKinds] = {};  // units of each Work kind per second
+  double task_overhead_s = 0.0;           // fixed cost of dispatching one task
+  bool shared_cores = false;              // compute and cpu lanes share the same cores
+  int nvme_workers = 4;                   // as ExecutorOptions
+  int cpu_workers = 2;
+  double rate(Work w) const { return per_second[static_cast<int>(w)]; }
+};
+
+struct Prediction {
+  double step_s = 0.0;              // the simulated step, start to last completion
+  double busy_s[kNumLanes] = {};    // time each lane had a task running
+  double work[kNumWorkKinds] = {};  // the plan's total of each kind of work
+  double exposed_s = 0.0;           // compute lane idle while its next task waits on transfers
+  std::string describe() const;     // one line: step time, busy per lane
+};
+
+// Fails (kConfig) when the plan is not finalized, or when a task has work of a kind whose rate is
+// not positive (naming the kind and the task).
+Result<Prediction> simulate(const Plan& plan, const Rates& rates);
+
+}  // namespace strata::sched

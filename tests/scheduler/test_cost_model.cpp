@@ -1,0 +1,156 @@
+// Cost model: simulated step times of small plans whose answer is known by hand (chains, overlap
+// across lanes, lane capacity, shared cores, per-task overhead), and on random plans the bounds
+// any schedule obeys: at least the longest dependency chain, at most the sum of all durations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "scheduler/cost_model.h"
+
+namespace strata::sched {
+namespace {
+
+Status nop(const TaskContext&) { return ok_status(); }
+
+Rates unit_rates() {
+  Rates r;
+  for (double& x : r.per_second) x = 1.0;  // one unit of work per second
+  return r;
+}
+
+TaskId task(Plan& p, Lane lane, double seconds, std::vector<TaskId> deps = {},
+            Work w = Work::kFlops) {
+  const TaskId t = p.add("t" + std::to_string(p.num_tasks()), lane, nop, std::move(deps));
+  p.add_work(t, w, seconds);
+  return t;
+}
+
+double step(Plan& p, const Rates& r) {
+  EXPECT_TRUE(p.finalize().ok());
+  auto pred = simulate(p, r);
+  EXPECT_TRUE(pred.ok()) << pred.status().message();
+  return pred.ok() ? pred->step_s : -1.0;
+}
+
+TEST(CostModel, InOrderLaneAddsUp) {
+  Plan p;
+  task(p, Lane::kCompute, 1.0);
+  task(p, Lane::kCompute, 0.5);
+  EXPECT_DOUBLE_EQ(step(p, unit_rates()), 1.5);
+}
+
+TEST(CostModel, IndependentLanesOverlap) {
+  Plan p;
+  task(p, Lane::kCompute, 1.0);
+  task(p, Lane::kH2D, 2.0, {}, Work::kH2DBytes);
+  ASSERT_TRUE(p.finalize().ok());
+  auto pred = simulate(p, unit_rates());
+  ASSERT_TRUE(pred.ok());
+  EXPECT_DOUBLE_EQ(pred->step_s, 2.0);
+  EXPECT_DOUBLE_EQ(pred->busy_s[int(Lane::kCompute)], 1.0);
+  EXPECT_DOUBLE_EQ(pred->busy_s[int(Lane::kH2D)], 2.0);
+  EXPECT_DOUBLE_EQ(pred->work[int(Work::kH2DBytes)], 2.0);
+  EXPECT_DOUBLE_EQ(pred->exposed_s, 0.0);
+}
+
+TEST(CostModel, DependencyOnTransferIsExposed) {
+  Plan p;
+  const TaskId up = task(p, Lane::kH2D, 1.0, {}, Work::kH2DBytes);
+  task(p, Lane::kCompute, 1.0, {up});
+  ASSERT_TRUE(p.finalize().ok());
+  auto pred = simulate(p, unit_rates());
+  ASSERT_TRUE(pred.ok());
+  EXPECT_DOUBLE_EQ(pred->step_s, 2.0);
+  EXPECT_DOUBLE_EQ(pred->exposed_s, 1.0);
+}
+
+TEST(CostModel, RatesDivideWork) {
+  Plan p;
+  const TaskId t = p.add("mixed", Lane::kNvme, nop);
+  p.add_work(t, Work::kNvmeReadBytes, 3e9);
+  p.add_work(t, Work::kHostBytes, 1e9);
+  Rates r = unit_rates();
+  r.per_second[int(Work::kNvmeReadBytes)] = 1.5e9;
+  r.per_second[int(Work::kHostBytes)] = 4e9;
+  r.task_overhead_s = 0.125;
+  EXPECT_DOUBLE_EQ(step(p, r), 2.0 + 0.25 + 0.125);
+}
+
+TEST(CostModel, LaneCapacity) {
+  for (int workers : {1, 2, 4}) {
+    Plan p;
+    for (int i = 0; i < 4; ++i) task(p, Lane::kNvme, 1.0, {}, Work::kNvmeWriteBytes);
+    Rates r = unit_rates();
+    r.nvme_workers = workers;
+    EXPECT_DOUBLE_EQ(step(p, r), 4.0 / workers) << workers;
+  }
+  Plan c;  // comm runs one at a time whatever the workers
+  for (int i = 0; i < 3; ++i) task(c, Lane::kComm, 1.0, {}, Work::kNetBytes);
+  EXPECT_DOUBLE_EQ(step(c, unit_rates()), 3.0);
+}
+
+TEST(CostModel, SharedCoresSerializeComputeAndCpu) {
+  for (bool shared : {false, true}) {
+    Plan p;
+    task(p, Lane::kCompute, 1.0);
+    task(p, Lane::kCpu, 1.0, {}, Work::kAdamElements);
+    task(p, Lane::kH2D, 1.5, {}, Work::kH2DBytes);  // not a core user: overlaps either way
+    Rates r = unit_rates();
+    r.shared_cores = shared;
+    EXPECT_DOUBLE_EQ(step(p, r), shared ? 2.0 : 1.5) << shared;
+  }
+}
+
+TEST(CostModel, MissingRateNamesTheKindAndTask) {
+  Plan p;
+  task(p, Lane::kCpu, 1.0, {}, Work::kAdamElements);
+  ASSERT_TRUE(p.finalize().ok());
+  Rates r = unit_rates();
+  r.per_second[int(Work::kAdamElements)] = 0.0;
+  auto pred = simulate(p, r);
+  ASSERT_FALSE(pred.ok());
+  EXPECT_NE(pred.status().message().find("adam elements"), std::string::npos);
+  EXPECT_NE(pred.status().message().find("'t0'"), std::string::npos);
+  Plan unfinalized;
+  task(unfinalized, Lane::kCpu, 1.0);
+  EXPECT_FALSE(simulate(unfinalized, unit_rates()).ok());
+}
+
+// Random plans: longest chain <= step <= sum of durations, with the chain computed here over
+// every predecessor relation of the finalized plan.
+TEST(CostModel, RandomPlansLieBetweenChainAndSum) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    Plan p;
+    const int n = 5 + int(rng() % 40);
+    std::vector<double> dur;
+    for (int i = 0; i < n; ++i) {
+      std::vector<TaskId> deps;
+      for (int j = 0; j < i; ++j) {
+        if (rng() % 6 == 0) deps.push_back(j);
+      }
+      const double d = 0.1 + double(rng() % 100) / 10.0;
+      dur.push_back(d);
+      task(p, static_cast<Lane>(rng() % kNumLanes), d, deps);
+    }
+    ASSERT_TRUE(p.finalize().ok());
+    std::vector<double> finish(size_t(n), 0.0);
+    double chain = 0.0, sum = 0.0;
+    for (TaskId t : p.order()) {
+      double start = 0.0;
+      p.for_each_predecessor(t, [&](TaskId q) { start = std::max(start, finish[size_t(q)]); });
+      finish[size_t(t)] = start + dur[size_t(t)];
+      chain = std::max(chain, finish[size_t(t)]);
+      sum += dur[size_t(t)];
+    }
+    auto pred = simulate(p, unit_rates());
+    ASSERT_TRUE(pred.ok());
+    EXPECT_GE(pred->step_s, chain - 1e-9) << trial;
+    EXPECT_LE(pred->step_s, sum + 1e-9) << trial;
+  }
+}
+
+}  // namespace
+}  // namespace strata::sched
