@@ -42,6 +42,7 @@
 #include "engine/zero_step.h"
 #include "flags.h"
 #include "gpu/device.h"
+#include "gpu/planning_device.h"
 #include "lr_schedule.h"
 #include "mfu.h"
 #include "model/gpt.h"
@@ -51,6 +52,7 @@
 #include "model/synthetic_task.h"
 #include "model_setup.h"
 #include "nvme/swap_store.h"
+#include "planning.h"
 #include "progress.h"
 #include "scheduler/trace.h"
 
@@ -186,7 +188,11 @@ int main(int argc, char** argv) {
   dev_opts.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
   auto dev_r = gpu::create_device(*kind, dev_opts);
   if (!dev_r.ok()) return die(dev_r.status());
-  gpu::Device& dev = *dev_r.value();
+  // --plan: the model and the engine lay themselves out on a device that only accounts, with an
+  // optimizer that allocates nothing (engine/plan_report.h).
+  std::unique_ptr<gpu::PlanningDevice> planning;
+  if (f.plan) planning = std::make_unique<gpu::PlanningDevice>(*dev_r.value());
+  gpu::Device& dev = f.plan ? *planning : *dev_r.value();
   // The blocks are split over the ranks (engine/partition.h); the model holds on the device only
   // what the ZeRO stage keeps there (at stage 3: no sharded parameters; from 2: no gradients).
   auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
@@ -203,8 +209,8 @@ int main(int argc, char** argv) {
   }
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
-  if (Status st = gpt.init_params(f.seed); !st.ok()) return die(st);
-  for (size_t b = 0; b < initial.size(); ++b) {  // --init-from's values, where the model holds them
+  if (Status st = f.plan ? ok_status() : gpt.init_params(f.seed); !st.ok()) return die(st);
+  for (size_t b = 0; b < initial.size() && !f.plan; ++b) {  // --init-from's values, where held
     if (gpt.param_block(int64_t(b)) == nullptr) continue;
     if (Status st = gpt.upload_params(int64_t(b), initial[b].data()); !st.ok()) return die(st);
   }
@@ -220,7 +226,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<nvme::SwapStore> store;
   const bool nvme_acts = f.offload_activations == "nvme";
-  if (f.offload_optimizer == "nvme" || f.offload_param == "nvme" || nvme_acts) {
+  if (!f.plan && (f.offload_optimizer == "nvme" || f.offload_param == "nvme" || nvme_acts)) {
     nvme::SwapStoreOptions so;
     so.dirs = nvme_dirs;
     so.block_bytes = f.nvme_block_size;
@@ -254,7 +260,9 @@ int main(int argc, char** argv) {
   // The plan stages through its own buffers; the serial step through the optimizer's.
   oo.staging_slots = f.schedule == "planned" ? 1 : f.nvme_buffer_count;
   oo.key_base = static_cast<uint64_t>(rank) << 32;
-  if (f.host_memory_limit > 0) {  // the optimizer's share first, before its arena is allocated
+  oo.plan_only = f.plan;
+  if (f.host_memory_limit > 0 &&
+      !f.plan) {  // the optimizer's share first, before its arena is allocated
     engine::PinnedNeeds pn;
     pn.optimizer_state = engine::OffloadedOptimizer::split(numel, oo.nvme_fraction).host_bytes;
     pn.optimizer_staging =
@@ -281,12 +289,14 @@ int main(int argc, char** argv) {
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };
-  if (Status st = engine::ZeroStep::load_masters(gpt, opt, *parts, stage, rank, init); !st.ok()) {
+  if (Status st = f.plan ? ok_status()
+                         : engine::ZeroStep::load_masters(gpt, opt, *parts, stage, rank, init);
+      !st.ok()) {
     return die(st);
   }
   // Resuming: the exact fp32 masters and moments (the 16-bit parameters are their rounding).
   engine::StepScaling::State resumed_scaling;
-  if (!resume_dir.empty()) {
+  if (!resume_dir.empty() && !f.plan) {
     auto s = engine::load_checkpoint(resume_dir, rank, opt);
     if (!s.ok()) return die(s.status().with_context("--resume"));
     resumed_scaling = *s;
@@ -359,6 +369,22 @@ int main(int argc, char** argv) {
                   static_cast<long long>(resumed.step));
     }
   }
+  // The predicted step time (calibrated rates, cached per machine); --plan prints the plan.
+  const engine::ZeroStep* zero_step = zstep ? zstep.get() : planned ? &planned->zero() : nullptr;
+  std::optional<sched::Prediction> predicted;
+  if (zero_step != nullptr) {
+    predicted = train_gpt::predict(*zero_step,
+                                   train_gpt::calibration_request(f, *dev_r.value(), cfg, shape,
+                                                                  world, nvme_dirs, host_threads),
+                                   f, lead);
+  }
+  if (f.plan) {
+    train_gpt::print_plan(*zero_step, opt, dev, train_gpt::plan_budgets(f, T, ranks, nvme_dirs),
+                          predicted, rank, ranks);
+    return 0;
+  }
+  if (lead && predicted) std::printf("plan: %s\n", predicted->describe().c_str());
+  train_gpt::StepTimes step_times;
   sched::TraceWriter trace;
   const sched::Executor* executor = zstep     ? &zstep->executor()
                                     : planned ? &planned->executor()
@@ -533,6 +559,9 @@ int main(int argc, char** argv) {
         double(mi.peak_bytes) / double(1 << 20),
         double(cpu::default_pinned_pool().peak_bytes()) / double(1 << 20),
         store ? double(store->used_bytes()) / double(1 << 20) : 0.0);
+    if (const std::string v = step_times.versus(predicted); !v.empty()) {
+      std::printf("%s\n", v.c_str());
+    }
   };
   // MFU: the step's model FLOPs (all ranks) over its time, against the ranks' peak rate.
   double peak = f.peak_flops;
@@ -642,6 +671,7 @@ int main(int argc, char** argv) {
       }
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    step_times.add(step, resumed.step + 1, ms);
     const bool eval = data.val_batches() > 0 && (step % f.val_every == 0 || step == f.steps);
     steps_done = step;
     const double tok_s = static_cast<double>(K * B * T * ranks) / (ms / 1e3);

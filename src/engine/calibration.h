@@ -3,9 +3,11 @@
 //
 // What is measured (each the median of three timed runs after one warm-up; compute, of five):
 //   compute       the model's own entry points on a one-layer copy of the model (same width,
-//                 heads, vocabulary, batch, sequence and dtype) on the real device: the layer's
-//                 forward + backward FLOPs over their time (Work::kFlops), and the shared block's
-//                 (embedding, head, loss) over theirs (kFlopsHead);
+//                 heads, vocabulary, batch, sequence and dtype) on the real device, queued back
+//                 to back as in a step: the whole step's work with the layer done once and three
+//                 times; the difference gives the layer's forward + backward FLOPs over their
+//                 time (Work::kFlops), the rest the shared block's (embedding, head, loss:
+//                 kFlopsHead);
 //   link          32 MiB copies host->device and device->host through a stream (kH2DBytes,
 //                 kD2HBytes); on the CpuDevice they are held to its link rate when it has one;
 //   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena

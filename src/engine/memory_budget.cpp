@@ -5,6 +5,7 @@
 
 namespace strata::engine {
 
+namespace {
 std::string mib(uint64_t bytes) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -12,8 +13,6 @@ std::string mib(uint64_t bytes) {
   os << static_cast<double>(bytes) / double(1 << 20) << " MiB";
   return os.str();
 }
-
-namespace {
 // The size flag value that would hold `bytes` (whole MiB, rounded up).
 std::string size_flag(uint64_t bytes) {
   return std::to_string((bytes + (1 << 20) - 1) >> 20) + "MiB";

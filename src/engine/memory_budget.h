@@ -6,14 +6,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
 
 #include "core/status.h"
 
 namespace strata::engine {
-
-// "12.3 MiB" (one decimal).
-std::string mib(uint64_t bytes);
 
 // Pinned host memory of one rank (the engine's host bytes: pageable use is a few scratch
 // buffers, not counted).

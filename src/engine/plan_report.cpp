@@ -1,9 +1,8 @@
 #include "engine/plan_report.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
-
-#include "engine/memory_budget.h"
 
 namespace strata::engine {
 
@@ -68,6 +67,22 @@ PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& opti
   return r;
 }
 
+namespace {
+// 812.0 KiB, 12.3 MiB, 1.25 GiB.
+std::string human(uint64_t bytes) {
+  char out[32];
+  const double b = static_cast<double>(bytes);
+  if (b < double(1 << 20)) {
+    std::snprintf(out, sizeof(out), "%.1f KiB", b / 1024.0);
+  } else if (b < double(1 << 30)) {
+    std::snprintf(out, sizeof(out), "%.1f MiB", b / double(1 << 20));
+  } else {
+    std::snprintf(out, sizeof(out), "%.2f GiB", b / double(1 << 30));
+  }
+  return out;
+}
+}  // namespace
+
 std::string PlanReport::table() const {
   static constexpr const char* kTier[kNumReportTiers] = {"device", "pinned host", "pageable host",
                                                          "NVMe"};
@@ -79,24 +94,24 @@ std::string PlanReport::table() const {
     for (const Row& row : rows) {
       if (int(row.tier) != t) continue;
       std::snprintf(line, sizeof(line), "%-14s %-46s %14s\n", kTier[t], row.kind.c_str(),
-                    mib(row.bytes).c_str());
+                    human(row.bytes).c_str());
       os << line;
     }
     if (peak[t] == 0) continue;
-    const std::string against =
-        budget[t] == 0 ? std::string("no budget")
-                       : "budget " + mib(budget[t]) + (peak[t] <= budget[t] ? ", fits" : ", OVER");
+    const std::string against = budget[t] == 0 ? std::string("no budget")
+                                               : "budget " + human(budget[t]) +
+                                                     (peak[t] <= budget[t] ? ", fits" : ", OVER");
     std::snprintf(line, sizeof(line), "%-14s %-46s %14s  (%s)\n", kTier[t], "peak",
-                  mib(peak[t]).c_str(), against.c_str());
+                  human(peak[t]).c_str(), against.c_str());
     os << line;
   }
   if (prediction) {
     const sched::Prediction& p = *prediction;
     using sched::Work;
     auto w = [&](Work k) { return static_cast<uint64_t>(p.work[static_cast<int>(k)]); };
-    os << "per step: h2d " << mib(w(Work::kH2DBytes)) << ", d2h " << mib(w(Work::kD2HBytes))
-       << ", NVMe read " << mib(w(Work::kNvmeReadBytes)) << ", NVMe write "
-       << mib(w(Work::kNvmeWriteBytes)) << ", network sent " << mib(w(Work::kNetBytes)) << "\n";
+    os << "per step: h2d " << human(w(Work::kH2DBytes)) << ", d2h " << human(w(Work::kD2HBytes))
+       << ", NVMe read " << human(w(Work::kNvmeReadBytes)) << ", NVMe write "
+       << human(w(Work::kNvmeWriteBytes)) << ", network sent " << human(w(Work::kNetBytes)) << "\n";
     os << p.describe() << "\n";
   }
   os << (fit.ok() ? std::string("fits: yes") : "fits: no: " + fit.message()) << "\n";
