@@ -144,15 +144,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
                       " needs --schedule planned (the transfers are tasks of the plan)");
   }
-  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
-      (f.checkpoint_interval == 0 || f.checkpoint_interval >= f.layers)) {
-    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
-                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
-                      " and --layers ", f.layers,
-                      " (one segment, whose activations stay for its backward): use an interval "
-                      "from 1 to ",
-                      f.layers - 1, ", or leave it out");
-  }
   // Output files: their directory must exist now, not after training.
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string&>{"--save-model", f.save_model},

@@ -113,6 +113,16 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
                        " needs --layers 2 or more (one layer is one segment, kept for its "
                        "backward)"));
   }
+  // The model's layers are known now (a preset, --init-from or --resume may set them).
+  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
+      (f.checkpoint_interval == 0 || f.checkpoint_interval >= cfg.layers)) {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
+                      " and --layers ", cfg.layers,
+                      " (one segment, whose activations stay for its backward): use an interval "
+                      "from 1 to ",
+                      cfg.layers - 1, ", or leave it out");
+  }
   const int64_t T = task ? task->seq() : (f.seq_len != 0 ? f.seq_len : cfg.max_seq);
   m.shape = model::RunShape{f.batch, T, interval};
   STRATA_RETURN_IF_ERROR(cfg.validate());

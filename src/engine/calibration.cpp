@@ -27,17 +27,17 @@ namespace {
 using json = nlohmann::json;
 using sched::Work;
 
-// The median of three timed runs of fn after one warm-up, in seconds.
-Result<double> median_time(const std::function<Status()>& fn) {
+// The median of `reps` timed runs of fn after one warm-up, in seconds.
+Result<double> median_time(const std::function<Status()>& fn, int reps = 3) {
   STRATA_RETURN_IF_ERROR(fn());
   std::vector<double> t;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     STRATA_RETURN_IF_ERROR(fn());
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
-  return std::max(t[1], 1e-9);
+  return std::max(t[t.size() / 2], 1e-9);
 }
 
 std::string cpu_model() {
@@ -191,7 +191,7 @@ Result<std::vector<double>> measure_host(const CalibrationRequest& rq) {
 
 // {read bytes/s, write bytes/s}: 4 objects of 8 MiB at once, as the nvme lane's workers.
 Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
-  const size_t each = size_t{8} << 20;
+  const size_t each = size_t{32} << 20;
   const int objects = 4;
   nvme::SwapStoreOptions so;
   so.dirs = rq.nvme_dirs;
@@ -219,8 +219,8 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
     }
     return first;
   };
-  STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }));
-  STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }));
+  STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }, 5));
+  STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }, 5));
   const double total = double(each) * objects;
   return std::vector<double>{total / r, total / w};
 }

@@ -1,7 +1,8 @@
 // Calibration: this machine's rates for the cost model (sched::Rates, scheduler/cost_model.h),
 // measured by short runs and cached in a file keyed by the machine.
 //
-// What is measured (each the median of three timed runs after one warm-up; compute, of five):
+// What is measured (each the median of three timed runs after one warm-up; compute and disk, of
+// five: this disk's rate swings by half from one second to the next):
 //   compute       the model's own entry points on a one-layer copy of the model (same width,
 //                 heads, vocabulary, batch, sequence and dtype) on the real device, queued back
 //                 to back as in a step: the whole step's work with the layer done once and three
@@ -14,8 +15,8 @@
 //                 (kHostBytes);
 //   adam          CpuAdam over 4M elements in the cpu lane's arena (kAdamElements), and the
 //                 device's Adam kernel over 4M elements (kDeviceAdamElements);
-//   disk          (with NVMe directories) 4 objects of 8 MiB written, then read, at once
-//                 through a swap store of 40 MiB opened for it in those directories, as the
+//   disk          (with NVMe directories) 4 objects of 32 MiB written, then read, at once
+//                 through a swap store of 136 MiB opened for it in those directories, as the
 //                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes);
 //   network       (more than one rank; collective, so measured every time, not cached):
 //                 all-gathers of 8 MiB per rank (kNetBytes);
