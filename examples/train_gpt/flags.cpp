@@ -111,6 +111,12 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
                       "' is not accepted (use planned or serial)");
   }
+  if (f.auto_plan && (f.zero_stage != 3 || f.schedule != "planned")) {
+    return make_error(ErrorCode::kConfig,
+                      "--auto chooses the stage-3 settings: it needs "
+                      "--zero-stage 3 (and the planned schedule), not --zero-stage ",
+                      f.zero_stage, " with --schedule ", f.schedule);
+  }
   if (f.plan && f.schedule != "planned") {
     return make_error(ErrorCode::kConfig,
                       "--plan needs --schedule planned (the serial step has no plan to show)");
@@ -244,6 +250,12 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--calibrate", f.calibrate,
                "measure this machine's rates for the step-time prediction again (compute, "
                "link, disk, CPU Adam) instead of using the cached ones");
+  app.add_flag("--auto", f.auto_plan,
+               "stage 3: choose --offload-param, --param-gpu-fraction, --gpu-optimizer-fraction, "
+               "--optimizer-nvme-fraction, --offload-activations, --checkpoint-interval and "
+               "--prefetch-depth that fit --gpu-memory-limit, --host-memory-limit and the NVMe "
+               "free space with the lowest predicted step time (printing the choice, the "
+               "runner-up and why); they replace those flags");
   app.add_option("--trace-steps", f.trace_steps, "steps in the trace")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();

@@ -72,6 +72,7 @@ struct Flags {
   // The planner (engine/plan_report.h, engine/calibration.h)
   bool plan = false;       // print the plan and the predicted step time, then exit
   bool calibrate = false;  // measure this machine's rates again (else the cached ones)
+  bool auto_plan = false;  // --auto: choose the stage-3 settings (auto_plan.h)
   double target_accuracy = 0.95;
   uint64_t seed = 1234;
 };

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "auto_plan.h"
 #include "comm/comm.h"
 #include "comm/mpi_comm.h"
 #include "core/dtype.h"
@@ -108,7 +109,7 @@ int main(int argc, char** argv) {
   if (!setup_r.ok()) return fail(setup_r.status());
   train_gpt::ModelSetup& setup = setup_r.value();
   const model::GptConfig& cfg = setup.cfg;
-  const model::RunShape shape = setup.shape;
+  model::RunShape shape = setup.shape;  // --auto may choose its checkpoint interval
   const int64_t T = shape.seq;
   const std::vector<std::vector<float>>& initial = setup.initial;
   const std::string& resume_dir = setup.resume_dir;
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
   // Ranks on one machine share its cores: each gets its share unless told otherwise.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int share = std::max(1, cores / std::max(1, world.local_size()));
+  const int host_threads =
+      f.host_threads > 0 ? f.host_threads : (ranks > 1 ? share : std::max(1, cores));
 
   auto kind = gpu::parse_device_kind(f.device);
   if (!kind.ok()) return die(kind.status().with_context("--device"));
@@ -193,6 +196,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<gpu::PlanningDevice> planning;
   if (f.plan) planning = std::make_unique<gpu::PlanningDevice>(*dev_r.value());
   gpu::Device& dev = f.plan ? *planning : *dev_r.value();
+  if (f.auto_plan) {  // the stage-3 settings: rank 0 chooses, every rank takes its choice
+    if (Status st =
+            train_gpt::run_auto(f, *dev_r.value(), cfg, shape, world, nvme_dirs, host_threads);
+        !st.ok()) {
+      return die(st);
+    }
+  }
   // The blocks are split over the ranks (engine/partition.h); the model holds on the device only
   // what the ZeRO stage keeps there (at stage 3: no sharded parameters; from 2: no gradients).
   auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
@@ -314,32 +324,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<engine::SerialStep> serial;
   std::unique_ptr<engine::PlannedStep> planned;
   std::unique_ptr<engine::ZeroStep> zstep;
-  const int host_threads =
-      f.host_threads > 0 ? f.host_threads : (ranks > 1 ? share : std::max(1, cores));
   if (zero) {
-    engine::ZeroStepOptions zo;
-    zo.step = step_opts;
-    zo.stage = f.zero_stage;
-    zo.executor.cpu_threads = host_threads;
-    zo.executor.cpu_workers = std::min(2, host_threads);
-    zo.executor.trace = true;
-    zo.prefetch_depth = f.prefetch_depth;
-    zo.staging_slots = f.nvme_buffer_count;
-    zo.persistence_threshold = f.persistence_threshold;
-    zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
-    zo.device_optimizer = f.offload_optimizer == "none";
-    zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
-    zo.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
-    zo.offload_param = f.offload_param == "none"   ? engine::Home::kDevice
-                       : f.offload_param == "nvme" ? engine::Home::kNvme
-                                                   : engine::Home::kPinned;
-    zo.param_gpu_fraction = f.param_gpu_fraction;
-    zo.host_memory_limit = f.host_memory_limit;
-    zo.offload_activations = f.offload_activations == "cpu"    ? engine::Home::kPinned
-                             : f.offload_activations == "nvme" ? engine::Home::kNvme
-                                                               : engine::Home::kDevice;
-    zo.swap_store = store.get();
-    zo.swap_key_base = (static_cast<uint64_t>(rank) << 32) + (uint64_t{1} << 31);
+    const engine::ZeroStepOptions zo =
+        train_gpt::zero_step_options(f, step_opts, host_threads, store.get(), rank);
     auto r = engine::ZeroStep::create(gpt, opt, world, zo);
     if (!r.ok()) return die(r.status());
     zstep = std::move(r).value();

@@ -61,53 +61,60 @@ std::string machine_key(const gpu::Device& device) {
   return os.str();
 }
 
-// The model's entry points on a one-layer copy: {layer FLOP/s, shared block FLOP/s}.
+// The model's entry points on one- and two-layer copies: {layer FLOP/s, shared block FLOP/s}.
 Result<std::vector<double>> measure_compute(const CalibrationRequest& rq) {
-  model::GptConfig c = rq.config;
-  c.layers = 1;
   model::RunShape shape = rq.shape;
-  shape.checkpoint_interval = 1;
-  STRATA_ASSIGN_OR_RETURN(auto m, model::GptModel::create(*rq.device, c, shape));
-  STRATA_RETURN_IF_ERROR(m->init_params(1));
+  shape.checkpoint_interval = 0;  // keep every activation: a recompute is a forward, counted so
+  std::unique_ptr<model::GptModel> m[2];
+  for (int k = 0; k < 2; ++k) {
+    model::GptConfig c = rq.config;
+    c.layers = k + 1;
+    STRATA_ASSIGN_OR_RETURN(m[k], model::GptModel::create(*rq.device, c, shape));
+    STRATA_RETURN_IF_ERROR(m[k]->init_params(1));
+  }
   const auto rows = static_cast<size_t>(shape.batch * shape.seq);
   std::vector<int32_t> tokens(rows), targets(rows);
   for (size_t i = 0; i < rows; ++i) {
-    tokens[i] = static_cast<int32_t>(i % static_cast<size_t>(c.vocab));
-    targets[i] = static_cast<int32_t>((i + 1) % static_cast<size_t>(c.vocab));
+    tokens[i] = static_cast<int32_t>(i % static_cast<size_t>(rq.config.vocab));
+    targets[i] = static_cast<int32_t>((i + 1) % static_cast<size_t>(rq.config.vocab));
   }
-  gpu::Stream& s = m->stream();
-  void* lp = m->param_block(0);
-  void* lg = m->grad_block(0);
-  void* sp = m->param_block(1);
-  void* sg = m->grad_block(1);
-  // One step's work with the layer's forward and backward done r times, timed as a whole (the
-  // ops queue back to back on the stream, as in a step): the difference between r = 3 and r = 1
-  // is two layers' work, the rest the shared block's.
-  auto pass = [&](int r) -> Status {
-    STRATA_RETURN_IF_ERROR(m->set_batch(s, tokens.data(), targets.data()));
-    STRATA_RETURN_IF_ERROR(m->embedding_forward(s, sp));
-    for (int k = 0; k < r; ++k) STRATA_RETURN_IF_ERROR(m->layer_forward(s, 0, lp));
-    STRATA_RETURN_IF_ERROR(m->head_forward(s, sp));
-    STRATA_RETURN_IF_ERROR(m->head_backward(s, sp, sg));
-    for (int k = 0; k < r; ++k) STRATA_RETURN_IF_ERROR(m->layer_backward(s, 0, lp, lg));
-    STRATA_RETURN_IF_ERROR(m->embedding_backward(s, sg));
+  // One step's work, its ops queued back to back on the stream as in a step.
+  auto pass = [&](model::GptModel& g) -> Status {
+    gpu::Stream& s = g.stream();
+    const int64_t L = g.config().layers;
+    void* sp = g.param_block(L);
+    void* sg = g.grad_block(L);
+    STRATA_RETURN_IF_ERROR(g.set_batch(s, tokens.data(), targets.data()));
+    STRATA_RETURN_IF_ERROR(g.embedding_forward(s, sp));
+    for (int64_t l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(g.layer_forward(s, l, g.param_block(l)));
+    STRATA_RETURN_IF_ERROR(g.head_forward(s, sp));
+    STRATA_RETURN_IF_ERROR(g.head_backward(s, sp, sg));
+    for (int64_t l = L - 1; l >= 0; --l) {
+      STRATA_RETURN_IF_ERROR(g.layer_backward(s, l, g.param_block(l), g.grad_block(l)));
+    }
+    STRATA_RETURN_IF_ERROR(g.embedding_backward(s, sg));
     return s.synchronize();
   };
-  STRATA_RETURN_IF_ERROR(pass(1));  // warm-up
-  std::vector<double> one, three;
-  for (int i = 0; i < 5; ++i) {
-    for (int r : {1, 3}) {
+  // Warm-up: a quarter of a second of steps (caches, the cores' clock, the BLAS's buffers):
+  // without it the first rates came out 40% low.
+  const auto warm = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2 || std::chrono::steady_clock::now() - warm < std::chrono::milliseconds(250);
+       ++i) {
+    STRATA_RETURN_IF_ERROR(pass(*m[i % 2]));
+  }
+  // Alternating, so that a drift of the machine's speed touches both alike.
+  std::vector<double> t[2];
+  for (int i = 0; i < 7; ++i) {
+    for (int k = 0; k < 2; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
-      STRATA_RETURN_IF_ERROR(pass(r));
-      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      (r == 1 ? one : three).push_back(t);
+      STRATA_RETURN_IF_ERROR(pass(*m[k]));
+      t[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  std::sort(one.begin(), one.end());
-  std::sort(three.begin(), three.end());
-  const double layer_s = std::max((three[2] - one[2]) / 2.0, 1e-9);
-  const double head_s = std::max(one[2] - layer_s, 1e-9);
-  const model::GptModel::BlockCost lc = m->block_cost(0), hc = m->block_cost(1);
+  for (auto& v : t) std::sort(v.begin(), v.end());
+  const double layer_s = std::max(t[1][3] - t[0][3], 1e-9);
+  const double head_s = std::max(t[0][3] - layer_s, 1e-9);
+  const model::GptModel::BlockCost lc = m[0]->block_cost(0), hc = m[0]->block_cost(1);
   return std::vector<double>{(lc.forward_flops + lc.backward_flops) / layer_s,
                              (hc.forward_flops + hc.backward_flops) / head_s};
 }
@@ -304,7 +311,7 @@ std::string Calibration::describe() const {
     os << "  " << sched::work_name(static_cast<Work>(k)) << ": " << r << " per s\n";
   }
   os << "  task overhead: " << rates.task_overhead_s * 1e6 << " us"
-     << (rates.shared_cores ? "; compute and cpu lanes share the cores" : "") << "\n";
+     << (rates.shared_cores ? "; every lane but nvme shares the cores" : "") << "\n";
   return os.str();
 }
 

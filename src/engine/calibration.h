@@ -1,14 +1,14 @@
 // Calibration: this machine's rates for the cost model (sched::Rates, scheduler/cost_model.h),
 // measured by short runs and cached in a file keyed by the machine.
 //
-// What is measured (each the median of three timed runs after one warm-up; compute and disk, of
-// five: this disk's rate swings by half from one second to the next):
-//   compute       the model's own entry points on a one-layer copy of the model (same width,
-//                 heads, vocabulary, batch, sequence and dtype) on the real device, queued back
-//                 to back as in a step: the whole step's work with the layer done once and three
-//                 times; the difference gives the layer's forward + backward FLOPs over their
-//                 time (Work::kFlops), the rest the shared block's (embedding, head, loss:
-//                 kFlopsHead);
+// What is measured (each the median of three timed runs after one warm-up; compute, of seven,
+// disk of five: this disk's rate swings by half from one second to the next):
+//   compute       the model's own entry points on one- and two-layer copies of the model (same
+//                 width, heads, vocabulary, batch, sequence and dtype) on the real device, a
+//                 whole step's work queued back to back as in a step, the two alternating after
+//                 a quarter of a second of warm-up: the difference gives a layer's forward +
+//                 backward FLOPs over their time (Work::kFlops), the rest the shared block's
+//                 (embedding, head, loss: kFlopsHead);
 //   link          32 MiB copies host->device and device->host through a stream (kH2DBytes,
 //                 kD2HBytes); on the CpuDevice they are held to its link rate when it has one;
 //   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena

@@ -60,9 +60,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates) {
                   : lane == Lane::kNvme  ? std::max(1, rates.nvme_workers)
                                          : std::max(1, rates.cpu_workers);
   }
-  auto uses_cores = [&](Lane lane) {
-    return rates.shared_cores && (lane == Lane::kCompute || lane == Lane::kCpu);
-  };
+  auto uses_cores = [&](Lane lane) { return rates.shared_cores && lane != Lane::kNvme; };
   std::set<std::pair<int, TaskId>> ready;  // by plan-walk position
   for (size_t i = 0; i < n; ++i) {
     if (remaining[i] == 0) ready.insert({pos[i], TaskId(i)});

@@ -8,9 +8,11 @@
 // room (one task at a time on compute, h2d, d2h and comm; nvme_workers and cpu_workers on the
 // nvme and cpu lanes); ready host tasks start in plan-walk order (Plan::order()).
 //
-// Shared cores (Rates::shared_cores): where the device is the host's own cores (CpuDevice), a
-// compute-lane task and a cpu-lane task do not speed each other up by running at once; the
-// simulation runs them one at a time (processor sharing of the same cores gives the same total).
+// Shared cores (Rates::shared_cores): where the device is the host's own cores (CpuDevice), the
+// compute lane's kernels, the cpu lane's Adam and checks, the copies of h2d and d2h (memcpy) and
+// the comm lane's host reductions all run on the same cores and do not speed each other up by
+// running at once; the simulation runs them one at a time (processor sharing of the same cores
+// gives the same total). The nvme lane mostly waits on the disk and runs beside them.
 //
 // Values; thread-safe.
 #pragma once
@@ -25,7 +27,7 @@ namespace strata::sched {
 struct Rates {
   double per_second[kNumWorkKinds] = {};  // units of each Work kind per second
   double task_overhead_s = 0.0;           // fixed cost of dispatching one task
-  bool shared_cores = false;              // compute and cpu lanes share the same cores
+  bool shared_cores = false;              // every lane but nvme runs on the same cores
   int nvme_workers = 4;                   // as ExecutorOptions
   int cpu_workers = 2;
   double rate(Work w) const { return per_second[static_cast<int>(w)]; }

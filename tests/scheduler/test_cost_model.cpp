@@ -91,15 +91,21 @@ TEST(CostModel, LaneCapacity) {
   EXPECT_DOUBLE_EQ(step(c, unit_rates()), 3.0);
 }
 
-TEST(CostModel, SharedCoresSerializeComputeAndCpu) {
+TEST(CostModel, SharedCoresSerializeAllButTheDisk) {
   for (bool shared : {false, true}) {
     Plan p;
     task(p, Lane::kCompute, 1.0);
     task(p, Lane::kCpu, 1.0, {}, Work::kAdamElements);
-    task(p, Lane::kH2D, 1.5, {}, Work::kH2DBytes);  // not a core user: overlaps either way
+    task(p, Lane::kH2D, 0.5, {}, Work::kH2DBytes);
+    task(p, Lane::kNvme, 2.5, {}, Work::kNvmeReadBytes);  // waits on the disk: overlaps either way
     Rates r = unit_rates();
     r.shared_cores = shared;
-    EXPECT_DOUBLE_EQ(step(p, r), shared ? 2.0 : 1.5) << shared;
+    EXPECT_DOUBLE_EQ(step(p, r), 2.5) << shared;
+    Plan q;
+    task(q, Lane::kCompute, 1.0);
+    task(q, Lane::kCpu, 1.0, {}, Work::kAdamElements);
+    task(q, Lane::kH2D, 0.5, {}, Work::kH2DBytes);
+    EXPECT_DOUBLE_EQ(step(q, r), shared ? 2.5 : 1.0) << shared;
   }
 }
 

@@ -1,0 +1,300 @@
+#include "auto_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <tuple>
+
+#include "engine/offloaded_optimizer.h"
+#include "engine/zero_step.h"
+#include "gpu/planning_device.h"
+#include "model/gpt.h"
+#include "planning.h"
+
+namespace strata::train_gpt {
+
+std::string AutoSettings::flags() const {
+  std::ostringstream os;
+  os << "--offload-param " << offload_param << " --param-gpu-fraction " << param_gpu_fraction
+     << " --gpu-optimizer-fraction " << gpu_optimizer_fraction << " --offload-optimizer "
+     << (nvme_fraction > 0.0 ? "nvme" : "cpu");
+  if (nvme_fraction > 0.0) os << " --optimizer-nvme-fraction " << nvme_fraction;
+  os << " --offload-activations " << offload_activations << " --checkpoint-interval "
+     << checkpoint_interval << " --prefetch-depth " << prefetch_depth;
+  return os.str();
+}
+
+void AutoSettings::apply(Flags& f) const {
+  f.offload_param = offload_param;
+  f.param_gpu_fraction = param_gpu_fraction;
+  f.gpu_optimizer_fraction = gpu_optimizer_fraction;
+  f.offload_optimizer = nvme_fraction > 0.0 ? "nvme" : "cpu";
+  f.nvme_fraction = nvme_fraction;
+  f.offload_activations = offload_activations;
+  f.checkpoint_interval = checkpoint_interval;
+  f.prefetch_depth = prefetch_depth;
+}
+
+namespace {
+
+std::vector<AutoSettings> candidates(bool nvme, int64_t layers) {
+  const int64_t root = std::clamp<int64_t>(std::llround(std::sqrt(double(layers))), 1,
+                                           std::max<int64_t>(1, layers - 1));
+  std::vector<std::string> homes{"cpu"};
+  std::vector<double> nvme_fractions{0.0};
+  std::vector<std::pair<std::string, int64_t>> acts{{"none", 0}};
+  if (layers >= 2) {
+    acts.push_back({"none", root});
+    acts.push_back({"cpu", root});
+  }
+  if (nvme) {
+    homes.push_back("nvme");
+    nvme_fractions.push_back(0.5);
+    nvme_fractions.push_back(1.0);
+    if (layers >= 2) acts.push_back({"nvme", root});
+  }
+  std::vector<AutoSettings> out;
+  for (const std::string& home : homes) {
+    for (double pf : {0.0, 0.5, 1.0}) {
+      if (home == "nvme" && pf == 1.0) continue;  // every shard on the device: the same as cpu
+      for (double gf : {0.0, 0.5}) {
+        for (double nf : nvme_fractions) {
+          if (gf + nf > 1.0) continue;
+          for (const auto& [act, k] : acts) {
+            for (int depth : {1, 2}) {
+              if (pf == 1.0 && depth == 1) continue;  // nothing to prefetch
+              AutoSettings s;
+              s.offload_param = home;
+              s.param_gpu_fraction = pf;
+              s.gpu_optimizer_fraction = gf;
+              s.nvme_fraction = nf;
+              s.offload_activations = act;
+              s.checkpoint_interval = k;
+              s.prefetch_depth = depth;
+              out.push_back(s);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// One candidate, planned only: its budget check and its predicted step.
+Result<AutoCandidate> plan_candidate(const Flags& base, const AutoSettings& s, gpu::Device& real,
+                                     const model::GptConfig& cfg, model::RunShape shape,
+                                     comm::Communicator& comm, uint64_t nvme_free, int host_threads,
+                                     const sched::Rates& rates) {
+  Flags f = base;
+  s.apply(f);
+  gpu::PlanningDevice device(real);
+  STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
+                          engine::ZeroStep::partition(cfg, comm.size(), f.persistence_threshold));
+  shape.checkpoint_interval = s.checkpoint_interval;
+  STRATA_ASSIGN_OR_RETURN(
+      auto model, model::GptModel::create(
+                      device, cfg, shape,
+                      engine::ZeroStep::block_storage(parts, 3, f.offload_activations != "none")));
+  engine::OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = f.nvme_fraction;
+  oo.staging_slots = 1;
+  oo.plan_only = true;
+  STRATA_ASSIGN_OR_RETURN(
+      engine::OffloadedOptimizer opt,
+      engine::OffloadedOptimizer::create(engine::ZeroStep::optimizer_numel(*model, parts, 3),
+                                         cpu::CpuAdam(cpu::AdamHyper{}), oo));
+  engine::OffloadStepOptions step;
+  step.grad_clip = f.grad_clip;  // clipping (and fp16) rotate the update: another plan
+  STRATA_ASSIGN_OR_RETURN(
+      auto zero,
+      engine::ZeroStep::create(*model, opt, comm,
+                               zero_step_options(f, step, host_threads, nullptr, comm.rank())));
+  AutoCandidate c;
+  c.settings = s;
+  c.fit = zero->fit();
+  const engine::PlanReport r = engine::make_plan_report(*zero, opt, device, {});
+  c.device_peak = r.peak[int(engine::ReportTier::kDevice)];
+  c.pinned_peak = r.peak[int(engine::ReportTier::kPinned)];
+  if (c.fit.ok() && nvme_free > 0) {
+    if (r.peak[int(engine::ReportTier::kNvme)] > nvme_free) {
+      c.fit = make_error(ErrorCode::kOutOfMemory, "NVMe: needs ",
+                         r.peak[int(engine::ReportTier::kNvme)], " bytes, ", nvme_free, " free");
+    }
+  }
+  STRATA_ASSIGN_OR_RETURN(c.prediction, zero->predict(rates, static_cast<int>(f.grad_accum)));
+  return c;
+}
+
+}  // namespace
+
+Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::GptConfig& cfg,
+                               const model::RunShape& shape, comm::Communicator& comm, bool nvme,
+                               uint64_t nvme_free, int host_threads, const sched::Rates& rates) {
+  AutoResult r;
+  Status first_error;
+  for (const AutoSettings& s : candidates(nvme, cfg.layers)) {
+    auto c = plan_candidate(f, s, real, cfg, shape, comm, nvme_free, host_threads, rates);
+    if (!c.ok()) {  // a combination the engine refuses: not a candidate
+      if (first_error.ok()) first_error = c.status();
+      continue;
+    }
+    r.candidates.push_back(std::move(c).value());
+  }
+  std::vector<int> fit;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    if (r.candidates[i].fit.ok()) fit.push_back(int(i));
+  }
+  std::stable_sort(fit.begin(), fit.end(), [&](int a, int b) {
+    return r.candidates[size_t(a)].prediction.step_s < r.candidates[size_t(b)].prediction.step_s;
+  });
+  if (fit.empty()) {
+    if (r.candidates.empty()) {
+      return first_error.with_context("--auto: no setting could be planned");
+    }
+    // The refusal of the setting that needs the least memory.
+    const AutoCandidate* least = &r.candidates.front();
+    for (const AutoCandidate& c : r.candidates) {
+      if (c.device_peak + c.pinned_peak < least->device_peak + least->pinned_peak) least = &c;
+    }
+    return make_error(ErrorCode::kOutOfMemory, "--auto: none of the ", r.candidates.size(),
+                      " settings fits the budgets; the one that needs the least memory (",
+                      least->settings.flags(), "): ", least->fit.message());
+  }
+  const auto& cs = r.candidates;
+  auto step = [&](int i) { return cs[size_t(i)].prediction.step_s; };
+  // Within 1% of the fastest (the prediction cannot tell them apart), the one that moves the
+  // fewest bytes over NVMe, then over the link, then takes the least device memory.
+  auto key = [&](int i) {
+    const double* w = cs[size_t(i)].prediction.work;
+    using sched::Work;
+    return std::make_tuple(w[int(Work::kNvmeReadBytes)] + w[int(Work::kNvmeWriteBytes)],
+                           w[int(Work::kH2DBytes)] + w[int(Work::kD2HBytes)],
+                           cs[size_t(i)].device_peak);
+  };
+  r.best = fit[0];
+  for (int i : fit) {
+    if (step(i) > 1.01 * step(fit[0])) break;
+    if (key(i) < key(r.best)) r.best = i;
+  }
+  for (int i : fit) {
+    if (i == r.best) continue;
+    if (std::fabs(step(i) - step(r.best)) <= 1e-3 * step(r.best)) {
+      ++r.ties;
+    } else if (r.runner_up < 0) {
+      r.runner_up = i;
+    }
+  }
+  return r;
+}
+
+Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model::RunShape& shape,
+                comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
+                int host_threads) {
+  const bool lead = comm.rank() == 0;
+  engine::CalibrationRequest rq =
+      calibration_request(f, real, cfg, shape, comm, nvme_dirs, host_threads);
+  rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
+  auto cal = engine::calibrate(rq);
+  // [ok, home nvme, param fraction, gpu optimizer fraction, nvme fraction, activations (0 none,
+  // 1 cpu, 2 nvme), interval, prefetch depth]: rank 0's choice, broadcast.
+  float choice[8] = {};
+  Status st = cal.status();
+  if (lead && cal.ok()) {
+    const engine::PlanBudgets budgets = plan_budgets(f, shape.seq, comm.size(), nvme_dirs);
+    std::printf(
+        "auto: planning the stage-3 settings against device %s, pinned host %s, NVMe "
+        "%s\n",
+        real.memory_info().limit_bytes > 0
+            ? (std::to_string(real.memory_info().limit_bytes >> 20) + " MiB").c_str()
+            : "no limit",
+        f.host_memory_limit > 0 ? (std::to_string(f.host_memory_limit >> 20) + " MiB").c_str()
+                                : "no limit",
+        nvme_dirs.empty() ? "none" : (std::to_string(budgets.nvme_free >> 20) + " MiB").c_str());
+    auto r = choose_auto(f, real, cfg, shape, comm, !nvme_dirs.empty(), budgets.nvme_free,
+                         host_threads, cal->rates);
+    st = r.status();
+    if (r.ok()) {
+      std::printf("%s", r->explain().c_str());
+      const AutoSettings& s = r->candidates[size_t(r->best)].settings;
+      const float acts = s.offload_activations == "none"  ? 0.0f
+                         : s.offload_activations == "cpu" ? 1.0f
+                                                          : 2.0f;
+      const float v[8] = {1.0f,
+                          s.offload_param == "nvme" ? 1.0f : 0.0f,
+                          float(s.param_gpu_fraction),
+                          float(s.gpu_optimizer_fraction),
+                          float(s.nvme_fraction),
+                          acts,
+                          float(s.checkpoint_interval),
+                          float(s.prefetch_depth)};
+      std::copy(v, v + 8, choice);
+    }
+  }
+  if (comm.size() > 1) STRATA_RETURN_IF_ERROR(comm.broadcast(choice, 8, DType::kF32, 0));
+  if (choice[0] != 1.0f) {
+    return st.ok() ? make_error(ErrorCode::kInternal, "--auto: rank 0 chose nothing") : st;
+  }
+  AutoSettings s;
+  s.offload_param = choice[1] == 1.0f ? "nvme" : "cpu";
+  s.param_gpu_fraction = choice[2];
+  s.gpu_optimizer_fraction = choice[3];
+  s.nvme_fraction = choice[4];
+  s.offload_activations = choice[5] == 0.0f ? "none" : choice[5] == 1.0f ? "cpu" : "nvme";
+  s.checkpoint_interval = static_cast<int64_t>(choice[6]);
+  s.prefetch_depth = static_cast<int>(choice[7]);
+  s.apply(f);
+  shape.checkpoint_interval = s.checkpoint_interval;
+  return ok_status();
+}
+
+std::string AutoResult::explain() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  int fitting = 0;
+  for (const AutoCandidate& c : candidates) fitting += c.fit.ok() ? 1 : 0;
+  const AutoCandidate& b = candidates[size_t(best)];
+  os << "auto: " << fitting << " of " << candidates.size() << " settings fit the budgets; chose "
+     << b.settings.flags() << "\n  " << b.prediction.describe() << ", device peak "
+     << (b.device_peak >> 20) << " MiB, pinned " << (b.pinned_peak >> 20) << " MiB";
+  if (ties > 0) os << " (" << ties << " other settings plan alike)";
+  os << "\n";
+  if (runner_up < 0) {
+    os << "  no runner-up: no other setting fits\n";
+    return os.str();
+  }
+  const AutoCandidate& u = candidates[size_t(runner_up)];
+  const double slower = 100.0 * (u.prediction.step_s / b.prediction.step_s - 1.0);
+  os << "  runner-up " << u.settings.flags() << "\n  " << u.prediction.describe()
+     << ", device peak " << (u.device_peak >> 20) << " MiB, pinned " << (u.pinned_peak >> 20)
+     << " MiB\n  why: ";
+  if (slower < 1.0) {
+    os << "predicted alike (within 1%, closer than the prediction can tell); the choice moves "
+          "fewer bytes over NVMe and the link, or takes less device memory\n";
+    return os.str();
+  }
+  os << "the runner-up is " << slower << "% slower";
+  // The lane whose busy time grew most, and the waiting on transfers.
+  int lane = 0;
+  double grew = -1e30;
+  for (int l = 0; l < sched::kNumLanes; ++l) {
+    const double d = u.prediction.busy_s[l] - b.prediction.busy_s[l];
+    if (d > grew) {
+      grew = d;
+      lane = l;
+    }
+  }
+  const double waits = u.prediction.exposed_s - b.prediction.exposed_s;
+  if (waits > grew && waits > 0.0) {
+    os << ": its compute waits " << waits * 1e3 << " ms longer on transfers";
+  } else if (grew > 0.0) {
+    os << ": its " << sched::lane_name(static_cast<sched::Lane>(lane)) << " lane is busy "
+       << grew * 1e3 << " ms longer";
+  }
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace strata::train_gpt
