@@ -568,7 +568,11 @@ int main(int argc, char** argv) {
 
   double acc_token = 0.0;
   // --checkpoint-every: the state after `step` (a pending update applied first), the 16-bit
-  // parameters as an llm.c model file (fp32 for fp16 models, whose values bf16 would round).
+  // parameters as an llm.c model file (fp32 for fp16 models, whose values bf16 would round). The
+  // optimizer file is written in the background during the next step (engine/checkpoint.h) and
+  // the save completed after it (finish_save).
+  std::unique_ptr<engine::CheckpointSave> pending_save;
+  double save_start_s = 0.0;  // its time in the training thread so far
   auto checkpoint = [&](int64_t step) -> Status {
     if (planned) STRATA_RETURN_IF_ERROR(planned->flush());
     if (zstep) STRATA_RETURN_IF_ERROR(zstep->flush());
@@ -582,13 +586,32 @@ int main(int argc, char** argv) {
                                                : planned ? planned->scaling_state()
                                                          : serial->scaling_state();
     const DType kept = cfg.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-    return engine::save_checkpoint(f.checkpoint_dir, f.keep_checkpoints, world, info, opt, scaling,
-                                   [&](const std::string& dir) {
-                                     return write_blocks(false, [&](const model::BlockSource& src) {
-                                       return model::write_model_file(dir + "/params.bin", cfg,
-                                                                      kept, src);
-                                     });
-                                   });
+    STRATA_ASSIGN_OR_RETURN(
+        pending_save, engine::start_checkpoint(
+                          f.checkpoint_dir, f.keep_checkpoints, world, info, opt, scaling,
+                          [&](const std::string& dir) {
+                            return write_blocks(false, [&](const model::BlockSource& src) {
+                              return model::write_model_file(dir + "/params.bin", cfg, kept, src);
+                            });
+                          }));
+    return ok_status();
+  };
+  auto finish_save = [&]() -> Status {
+    if (!pending_save) return ok_status();
+    const auto t = Clock::now();
+    Status st = pending_save->finish();
+    const double finish_s = std::chrono::duration<double>(Clock::now() - t).count();
+    if (st.ok() && lead) {
+      progress.clear();
+      std::printf(
+          "checkpoint: step %lld saved under %s; exposed %.3f s (start %.3f, updates waiting "
+          "%.3f, finish %.3f), written in the background in %.3f s\n",
+          static_cast<long long>(pending_save->step()), f.checkpoint_dir.c_str(),
+          save_start_s + pending_save->update_wait_seconds() + finish_s, save_start_s,
+          pending_save->update_wait_seconds(), finish_s, pending_save->write_seconds());
+    }
+    pending_save.reset();
+    return st.with_context("--checkpoint-dir");
   };
   for (int64_t step = resumed.step + 1; step <= f.steps; ++step) {
     const auto t0 = Clock::now();
@@ -613,6 +636,7 @@ int main(int argc, char** argv) {
                   : planned ? planned->run(tokens.data(), targets.data(), step, micro)
                             : serial->run(tokens.data(), targets.data(), step, micro);
     if (!result.ok()) return die(result.status());
+    if (Status st = finish_save(); !st.ok()) return die(st);  // the save after the last step
     const float loss = result->loss;
     const double norm = result->grad_norm;
     if (executor != nullptr && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
@@ -690,11 +714,10 @@ int main(int argc, char** argv) {
     if (f.checkpoint_every > 0 && step % f.checkpoint_every == 0) {
       const auto t = Clock::now();
       if (Status st = checkpoint(step); !st.ok()) return die(st.with_context("--checkpoint-dir"));
-      if (lead) {
-        progress.clear();
-        std::printf("checkpoint: step %lld saved under %s in %.2f s\n",
-                    static_cast<long long>(step), f.checkpoint_dir.c_str(),
-                    std::chrono::duration<double>(Clock::now() - t).count());
+      save_start_s = std::chrono::duration<double>(Clock::now() - t).count();
+      // The last step's save: nothing left to overlap it with.
+      if (step == f.steps) {
+        if (Status st = finish_save(); !st.ok()) return die(st);
       }
     }
     if (eval) {
@@ -735,6 +758,7 @@ int main(int argc, char** argv) {
           std::printf("train_gpt: reached accuracy %.3f >= %.3f at step %lld\n", acc->token,
                       f.target_accuracy, static_cast<long long>(step));
         }
+        if (Status st = finish_save(); !st.ok()) return die(st);
         summary();
         return save_model() ? 0 : 1;
       }
@@ -746,6 +770,7 @@ int main(int argc, char** argv) {
   } else if (lead) {
     std::printf("train_gpt: %lld steps done\n", static_cast<long long>(f.steps));
   }
+  if (Status st = finish_save(); !st.ok()) return die(st);
   summary();
   return save_model() ? 0 : 1;
 }

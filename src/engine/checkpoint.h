@@ -2,7 +2,8 @@
 // directory ROOT/step_NNNNNNNN holding:
 //   optimizer-rankR.bin  rank R's optimizer state: every partition's fp32 master, m and v, read
 //                        through the OffloadedOptimizer (its NVMe partitions through the swap
-//                        store, not by copying the swap files)
+//                        store, not by copying the swap files); one record per partition
+//                        (index, elements, [master | m | v]), in the order they were captured
 //   state-rankR.json     Adam's step count and the loss scaler's counters (StepScaling::State)
 //   what the caller writes on rank 0 (train_gpt: the 16-bit parameters, an llm.c model file)
 //   manifest.json        step, ranks, stage, model, the caller's JSON (data position, settings),
@@ -15,17 +16,31 @@
 // interrupted save are removed by the next one. Loading verifies the manifest (ranks, stage and
 // model as the caller expects, naming both), every file's size and checksum, and each
 // partition's size; any mismatch is an error naming the file.
-// Thread safety: none; the calling thread of the training loop.
+//
+// Overlap (start_checkpoint): the optimizer file is written by a background thread (the nvme
+// lane's work, off the training thread) while training goes on. The state must not change
+// before it is captured: the save holds the optimizer (PartitionHold), so an update of partition
+// p waits until the writer has written p (RAM partitions) or read it from NVMe into its own
+// buffer; an update that waits becomes the writer's next pick. What stays exposed: the flush of
+// a pending update before the save, the caller's shared files (the 16-bit parameters), an
+// update's waits for partitions not yet captured, and finish()'s manifest, renames and fsyncs.
+// Thread safety: start_checkpoint, finish and the destructor on the training loop's thread,
+// between steps (no update running).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "comm/communicator.h"
 #include "core/status.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
+#include "engine/partition_hold.h"
 
 namespace strata::engine {
 
@@ -37,13 +52,65 @@ struct CheckpointInfo {
   std::string extra_json;  // the caller's (a JSON object)
 };
 
-// Collective. `write_shared(dir)` runs on every rank (it may take part in collectives); what it
-// writes into dir on rank 0 is checksummed with the rest. kIo naming the file on a failed write
-// (then the previous checkpoint is untouched and the temporary directory removed).
+using WriteShared = std::function<Status(const std::string& dir)>;
+
+// A save whose optimizer file is being written in the background (start_checkpoint).
+class CheckpointSave {
+ public:
+  CheckpointSave(const CheckpointSave&) = delete;
+  CheckpointSave& operator=(const CheckpointSave&) = delete;
+  // Without finish(): stops the writer at its next partition and waits for it; the temporary
+  // directory stays (the next save removes it) and the previous checkpoint is untouched.
+  ~CheckpointSave();
+
+  int64_t step() const { return info_.step; }
+  // The background write is over (finish() will not wait for it).
+  bool written() const { return written_.load(); }
+  // Collective: waits for this rank's writer, agrees with the other ranks that every part is
+  // written, then rank 0 writes the manifest, renames the directory, writes DONE and removes the
+  // complete checkpoints beyond `keep`. kIo naming the file on a failed write (the previous
+  // checkpoint untouched, the temporary directory removed). Call once.
+  Status finish();
+  // Seconds the optimizer's updates have spent waiting for the writer so far.
+  double update_wait_seconds() const { return hold_.waited_seconds(); }
+  // Seconds from start to the end of this rank's background write (after finish()).
+  double write_seconds() const { return write_s_; }
+
+ private:
+  friend Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
+      const std::string&, int, comm::Communicator&, const CheckpointInfo&, OffloadedOptimizer&,
+      const StepScaling::State&, const WriteShared&);
+  CheckpointSave(std::string root, int keep, comm::Communicator& comm, CheckpointInfo info,
+                 OffloadedOptimizer& opt);
+  void write_optimizer(const nlohmann::json& scaling);  // the writer thread
+
+  std::string root_, tmp_, final_;
+  int keep_;
+  comm::Communicator& comm_;
+  CheckpointInfo info_;
+  OffloadedOptimizer& opt_;
+  PartitionHold hold_;
+  std::thread writer_;
+  std::atomic<bool> written_{false}, cancel_{false};
+  Status setup_, written_status_, shared_;
+  nlohmann::json entries_ = nlohmann::json::object();  // this rank's files: bytes, xxh3
+  double write_s_ = 0.0;
+  bool finished_ = false;
+};
+
+// Collective. Starts a save of the state after step info.step: the temporary directory, this
+// rank's small files, then the optimizer file on a background thread; `write_shared(dir)` runs on
+// every rank meanwhile (it may take part in collectives), and what it writes into dir on rank 0
+// is checksummed with the rest. The optimizer (and comm) must outlive the returned save; call its
+// finish() before the next save, the end of training, or changing the optimizer wholesale.
+Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
+    const std::string& root, int keep, comm::Communicator& comm, const CheckpointInfo& info,
+    OffloadedOptimizer& opt, const StepScaling::State& scaling, const WriteShared& write_shared);
+
+// start_checkpoint and finish() at once (nothing overlapped).
 Status save_checkpoint(const std::string& root, int keep, comm::Communicator& comm,
                        const CheckpointInfo& info, OffloadedOptimizer& opt,
-                       const StepScaling::State& scaling,
-                       const std::function<Status(const std::string& dir)>& write_shared);
+                       const StepScaling::State& scaling, const WriteShared& write_shared);
 
 // The checkpoint to resume from: `path` itself when it holds a DONE marker, else the newest
 // step_N under it that does. kConfig naming path when there is none.

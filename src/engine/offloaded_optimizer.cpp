@@ -134,6 +134,7 @@ Status OffloadedOptimizer::load(size_t i, const float* params, const float* exp_
                                 const float* exp_avg_sq) {
   STRATA_RETURN_IF_ERROR(refuse_plan_only());
   if (i >= numel_.size()) return make_error(ErrorCode::kConfig, "partition ", i, " out of range");
+  wait_hold(i);
   const size_t bytes = 4 * static_cast<size_t>(numel_[i]);
   std::byte* base = on_nvme_[i] ? slots_[0].bytes() : host_arena_.bytes() + host_offset_[i];
   auto put = [&](size_t part, const float* src) {
@@ -195,12 +196,17 @@ const float* OffloadedOptimizer::master_params(size_t i, const void* staging) co
                      : reinterpret_cast<const float*>(host_arena_.bytes() + host_offset_[i]);
 }
 
+const std::byte* OffloadedOptimizer::host_state(size_t i) const {
+  return on_nvme_[i] ? nullptr : host_arena_.bytes() + host_offset_[i];
+}
+
 Status OffloadedOptimizer::step_partition(size_t i, void* staging, const PartitionGrad& grad,
                                           const cpu::AdamStep& step) const {
   if (i >= numel_.size() || on_nvme_[i] != (staging != nullptr)) {
     return make_error(ErrorCode::kInternal, "step_partition(", i,
                       "): staging must be given exactly for NVMe partitions");
   }
+  wait_hold(i);
   std::byte* base =
       on_nvme_[i] ? static_cast<std::byte*>(staging) : host_arena_.bytes() + host_offset_[i];
   Status st = adam_.step(buffers_at(base, i, grad), step);
@@ -248,6 +254,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
   // Host-RAM partitions run while the first reads are in flight.
   for (size_t i = 0; i < numel_.size(); ++i) {
     if (on_nvme_[i]) continue;
+    wait_hold(i);
     if (Status st =
             adam_.step(buffers_at(host_arena_.bytes() + host_offset_[i], i, grads[i]), step);
         !st.ok()) {
@@ -267,6 +274,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
     st = reads[s].wait();
     reads[s] = nvme::IoHandle();
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
+    wait_hold(i);  // before the write-behind replaces what a checkpoint may still read
     st = adam_.step(buffers_at(slots_[s].bytes(), i, grads[i]), step);
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
     writes[s] = options_.store->write(key(i), slots_[s].data(), state_bytes_of(numel_[i]));

@@ -17,7 +17,9 @@
 // fraction: Adam is elementwise and each partition gets the same hyper-parameters and step.
 //
 // Ownership: owns the host arena and staging buffers; the SwapStore is borrowed and must
-// outlive this object. Thread safety: none; one thread calls step()/load()/read_state().
+// outlive this object. Thread safety: none; one thread calls step()/load()/read_state(). The
+// exception is a checkpoint in progress (set_hold): its writer thread reads the partitions'
+// state (host_state, read_partition) while updates run, each update waiting for its partition.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "core/status.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
+#include "engine/partition_hold.h"
 #include "nvme/swap_store.h"
 
 namespace strata::engine {
@@ -95,6 +98,13 @@ class OffloadedOptimizer {
                         const cpu::AdamStep& step) const;
   // Partition i's fp32 master parameters (in the host arena, or in `staging` for NVMe ones).
   const float* master_params(size_t i, const void* staging) const;
+  // A RAM partition's state [params | m | v] in the host arena (null for NVMe partitions).
+  const std::byte* host_state(size_t i) const;
+
+  // While a checkpoint captures the state (engine/checkpoint.h): every call that changes
+  // partition i (step, step_partition, load) first waits until `hold` releases i. Null: none.
+  // Set it between steps (no update running); the hold must outlive its use here.
+  void set_hold(const PartitionHold* hold) { hold_ = hold; }
 
   size_t num_partitions() const { return numel_.size(); }
   int64_t numel(size_t i) const { return numel_[i]; }
@@ -122,6 +132,10 @@ class OffloadedOptimizer {
   std::vector<cpu::PinnedBuffer> slots_;
   uint64_t slot_bytes_ = 0;
   int slot_count_ = 0;
+  const PartitionHold* hold_ = nullptr;
+  void wait_hold(size_t i) const {
+    if (hold_ != nullptr) hold_->wait(i);
+  }
   uint64_t host_bytes_ = 0;
   uint64_t nvme_bytes_ = 0;
   Status refuse_plan_only() const;  // kConfig when options_.plan_only
