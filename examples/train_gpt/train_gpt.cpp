@@ -591,7 +591,9 @@ int main(int argc, char** argv) {
                           f.checkpoint_dir, f.keep_checkpoints, world, info, opt, scaling,
                           [&](const std::string& dir) {
                             return write_blocks(false, [&](const model::BlockSource& src) {
-                              return model::write_model_file(dir + "/params.bin", cfg, kept, src);
+                              // synced by the checkpoint's writer
+                              return model::write_model_file(dir + "/params.bin", cfg, kept, src,
+                                                             /*sync=*/false);
                             });
                           }));
     return ok_status();

@@ -29,9 +29,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -92,6 +94,9 @@ class CheckpointSave {
   PartitionHold hold_;
   std::thread writer_;
   std::atomic<bool> written_{false}, cancel_{false};
+  std::mutex mu_;  // shared_done_
+  std::condition_variable shared_cv_;
+  bool shared_done_ = false;
   Status setup_, written_status_, shared_;
   nlohmann::json entries_ = nlohmann::json::object();  // this rank's files: bytes, xxh3
   double write_s_ = 0.0;
@@ -101,7 +106,8 @@ class CheckpointSave {
 // Collective. Starts a save of the state after step info.step: the temporary directory, this
 // rank's small files, then the optimizer file on a background thread; `write_shared(dir)` runs on
 // every rank meanwhile (it may take part in collectives), and what it writes into dir on rank 0
-// is checksummed with the rest. The optimizer (and comm) must outlive the returned save; call its
+// is checksummed with the rest; it need not sync its files (the writer syncs every file in dir
+// once write_shared returned). The optimizer (and comm) must outlive the returned save; call its
 // finish() before the next save, the end of training, or changing the optimizer wholesale.
 Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
     const std::string& root, int keep, comm::Communicator& comm, const CheckpointInfo& info,

@@ -65,7 +65,11 @@ CheckpointSave::CheckpointSave(std::string root, int keep, comm::Communicator& c
 }
 
 CheckpointSave::~CheckpointSave() {
-  cancel_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_ = true;
+  }
+  shared_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
   hold_.release_all();
   opt_.set_hold(nullptr);
@@ -123,6 +127,16 @@ void CheckpointSave::write_optimizer(const json& scaling) {
     json e;
     STRATA_RETURN_IF_ERROR(write_text(tmp_ + "/" + state, scaling.dump(2), &e));
     entries_[state] = e;
+    // The shared files, once the training thread has written them: synced here, off its path.
+    std::unique_lock<std::mutex> lock(mu_);
+    shared_cv_.wait(lock, [this] { return shared_done_ || cancel_.load(); });
+    std::error_code ec;
+    for (const auto& shared : fs::directory_iterator(tmp_, ec)) {
+      const std::string n = shared.path().filename().string();
+      if (shared.is_regular_file() && !entries_.contains(n)) {
+        STRATA_RETURN_IF_ERROR(fsync_path(shared.path().string()));
+      }
+    }
     return ok_status();
   };
   written_status_ = run();
@@ -156,8 +170,13 @@ Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
   } else {
     s->written_ = true;
   }
-  // The shared files (every rank takes part; rank 0 writes), beside the writer.
+  // The shared files (every rank takes part; rank 0 writes), beside the writer, which syncs them.
   s->shared_ = write_shared(s->tmp_);
+  {
+    std::lock_guard<std::mutex> lock(s->mu_);
+    s->shared_done_ = true;
+  }
+  s->shared_cv_.notify_all();
   return s;
 }
 

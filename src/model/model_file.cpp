@@ -167,7 +167,7 @@ Status read_model_file(const std::string& path, const GptConfig& expect, const B
 }
 
 Status write_model_file(const std::string& path, const GptConfig& config, DType stored,
-                        const BlockSource& source) {
+                        const BlockSource& source, bool sync) {
   if (stored != DType::kF32 && stored != DType::kBF16) {
     return make_error(ErrorCode::kConfig, "model file ", path, ": values as ", dtype_name(stored),
                       " are not accepted (fp32: version 3, bf16: version 5)");
@@ -211,7 +211,7 @@ Status write_model_file(const std::string& path, const GptConfig& config, DType 
       if (!st.ok()) return fail(st);
     }
   }
-  if (::fsync(f.fd) != 0) {
+  if (sync && ::fsync(f.fd) != 0) {
     return fail(make_error(ErrorCode::kIo, "model file ", path, ": fsync: ", errno_text()));
   }
   ::close(f.fd);
@@ -222,6 +222,7 @@ Status write_model_file(const std::string& path, const GptConfig& config, DType 
     ::unlink(tmp.c_str());
     return st;
   }
+  if (!sync) return ok_status();
   // The rename itself is durable once the directory is synced.
   const std::string dir = std::filesystem::path(path).parent_path().string();
   Fd d;

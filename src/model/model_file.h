@@ -35,8 +35,10 @@ Status read_model_file(const std::string& path, const GptConfig& expect, const B
 // source(b, host) writes block b's fp32 values (block_numel(config, b) of them).
 using BlockSource = std::function<Status(int64_t block, float* host)>;
 // Writes a model file of `config`'s shape with values stored as `stored` (kF32: version 3,
-// kBF16: version 5, rounded to nearest even).
+// kBF16: version 5, rounded to nearest even). Written under a temporary name, synced and renamed
+// (its directory synced too); with sync false the caller syncs the file and directory itself
+// (a checkpoint does it in the background).
 Status write_model_file(const std::string& path, const GptConfig& config, DType stored,
-                        const BlockSource& source);
+                        const BlockSource& source, bool sync = true);
 
 }  // namespace strata::model
