@@ -41,14 +41,20 @@ std::string run_command(const std::string& cmd) {
   return out;
 }
 
-// fio bandwidth in GB/s for one sequential pass, or nullopt when fio is missing or fails.
+// fio bandwidth in GB/s for one sequential pass, or nullopt when fio is missing or fails. fio is
+// set up as the store is: O_DIRECT through io_uring, the same request size and depth, every
+// free slot submitted at once and completions reaped from the first one, registered buffers
+// when the store registered its own, a preallocated file, buffers not rewritten between
+// requests (the store writes what the caller filled).
 std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
-                               int depth) {
+                               int depth, bool fixed_buffers) {
   const std::string cmd =
       "fio --name=strata_seq --filename=" + file + " --rw=" + (write ? "write" : "read") +
       " --size=" + std::to_string(size) + " --bs=" + std::to_string(bs) +
-      " --iodepth=" + std::to_string(depth) +
-      " --direct=1 --ioengine=io_uring --numjobs=1 --output-format=json 2>/dev/null";
+      " --iodepth=" + std::to_string(depth) + " --iodepth_batch_submit=" + std::to_string(depth) +
+      " --iodepth_batch_complete_min=1 --iodepth_batch_complete_max=" + std::to_string(depth) +
+      " --fallocate=native --scramble_buffers=0 --direct=1 --numjobs=1 --ioengine=io_uring" +
+      " --fixedbufs=" + (fixed_buffers ? "1" : "0") + " --output-format=json 2>/dev/null";
   const std::string out = run_command(cmd);
   const size_t brace = out.find('{');
   if (brace == std::string::npos) return std::nullopt;
@@ -103,8 +109,16 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "directory for the swap and fio files (a real disk)");
   app.add_option("--size-gib", size_gib, "GiB written and read (default 4, quick 0.5)");
   app.add_option("--block-size", block_bytes, "bytes per request (multiple of 4096)");
-  app.add_option("--queue-depth", depth, "requests in flight")->check(CLI::Range(1, 4096));
-  app.add_option("--repeats", repeats, "timed repeats (median)")->check(CLI::Range(1, 100));
+  app.add_option("--queue-depth", depth,
+                 "requests in flight: the depth of the optimizer step and of the JSON's "
+                 "write_gbps and the other single-depth keys (added to --depths)")
+      ->check(CLI::Range(1, 4096));
+  std::vector<int> depths = {8, 32, 128};
+  app.add_option("--depths", depths, "queue depths of the sequential comparison with fio")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--repeats", repeats, "timed repeats (median; quick: 3)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--step-params", step_params, "optimizer elements (default 128M, quick 32M)");
   app.add_option("--partition-numel", partition_numel,
                  "elements per partition (default 8M, quick 4M)");
@@ -113,6 +127,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-checksums", no_verify, "switch checksum hashing and verification off");
   CLI11_PARSE(app, argc, argv);
   if (size_gib <= 0) size_gib = quick ? 0.5 : 4.0;
+  if (quick && app.count("--repeats") == 0) repeats = 3;
+  if (std::find(depths.begin(), depths.end(), depth) == depths.end()) depths.push_back(depth);
+  std::sort(depths.begin(), depths.end());
   if (step_params <= 0) step_params = quick ? (32ll << 20) : (128ll << 20);
   if (partition_numel <= 0) partition_numel = quick ? (4ll << 20) : (8ll << 20);
   if (block_bytes == 0 || block_bytes % 4096 != 0) {
@@ -153,56 +170,88 @@ int main(int argc, char** argv) {
     regions.push_back({b->data(), b->mapped_bytes()});
     bufs.push_back(std::move(b).value());
   }
-  std::vector<double> w, r, fw, fr, w_ratio, r_ratio;
+  // Per queue depth: a store of that depth, then repeats of store write, fio write, store read,
+  // fio read, the store first on even repeats and fio first on odd ones (rep 0 is the warm-up);
+  // the ratios are per repeat (neighbouring passes), their median and range reported.
+  struct DepthRow {
+    int depth = 0;
+    std::vector<double> w, r, fw, fr, w_ratio, r_ratio;
+  };
+  std::vector<DepthRow> rows;
   std::string setup;
-  {
+  for (int d : depths) {
+    DepthRow row;
+    row.depth = d;
+    so.queue.queue_depth = static_cast<uint32_t>(d);
     auto store = nvme::SwapStore::open(so);
     if (!store.ok()) return fail(store.status());
     if (Status st = (*store)->register_buffers(regions); !st.ok()) return fail(st);
-    setup = (*store)->describe();
+    const std::string desc = (*store)->describe();
+    if (d == depth) setup = desc;
+    const bool fixed = desc.find("fixed buffers") != std::string::npos;
     const std::string fio_file = dir + "/strata_bench_fio.bin";
-    // rep 0 is the warm-up. The store and fio alternate which goes first (ABBA), so a drift of
-    // the disk's speed during the run does not favour either; ratios are taken per repeat.
     for (int rep = 0; rep <= repeats; ++rep) {
       const bool fio_first = rep % 2 == 1;
       std::optional<double> fa, fb;
-      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, depth);
+      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed);
       auto a = store_pass(**store, true, total, object_bytes, bufs);
       if (!a.ok()) return fail(a.status());
-      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, depth);
-      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, depth);
+      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed);
+      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed);
       auto b = store_pass(**store, false, total, object_bytes, bufs);
       if (!b.ok()) return fail(b.status());
-      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, depth);
+      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed);
       if (rep == 0) continue;
-      w.push_back(*a);
-      r.push_back(*b);
+      row.w.push_back(*a);
+      row.r.push_back(*b);
       if (fa && fb) {
-        fw.push_back(*fa);
-        fr.push_back(*fb);
-        w_ratio.push_back(*a / *fa);
-        r_ratio.push_back(*b / *fb);
+        row.fw.push_back(*fa);
+        row.fr.push_back(*fb);
+        row.w_ratio.push_back(*a / *fa);
+        row.r_ratio.push_back(*b / *fb);
       }
-      std::printf("repeat %d: store write %.3f read %.3f GB/s, fio write %.3f read %.3f GB/s\n",
-                  rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
+      std::printf(
+          "depth %3d repeat %d: store write %.3f read %.3f GB/s, fio write %.3f read %.3f GB/s\n",
+          d, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
     }
     std::filesystem::remove(fio_file);
+    rows.push_back(std::move(row));
   }
+  so.queue.queue_depth = static_cast<uint32_t>(depth);  // the optimizer step's store below
   bufs.clear();
-  const double wm = median(w), rm = median(r);
-  const bool have_fio = !fw.empty() && !fr.empty();
-  const double fwm = have_fio ? median(fw) : 0, frm = have_fio ? median(fr) : 0;
-  const double wq = have_fio ? median(w_ratio) : 0, rq = have_fio ? median(r_ratio) : 0;
-  std::printf("\n== sequential %.2f GiB, block %llu B, depth %d, median of %d ==\n",
-              total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), depth,
-              repeats);
+  const bool have_fio = std::all_of(rows.begin(), rows.end(), [](const DepthRow& x) {
+    return !x.w_ratio.empty() && !x.r_ratio.empty();
+  });
+  auto range = [](std::vector<double> v) {
+    if (v.empty()) return std::string("-");
+    std::sort(v.begin(), v.end());
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%.2f-%.2f", v.front(), v.back());
+    return std::string(buf);
+  };
+  std::printf("\n== sequential %.2f GiB, block %llu B, median of %d repeats ==\n",
+              total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), repeats);
   std::printf("store: %s\n", setup.c_str());
-  std::printf("%-8s %12s %12s %8s  (ratio: median of the per-repeat ratios)\n", "", "store GB/s",
-              "fio GB/s", "ratio");
-  std::printf("%-8s %12.3f %12.3f %8.3f\n", "write", wm, fwm, wq);
-  std::printf("%-8s %12.3f %12.3f %8.3f\n", "read", rm, frm, rq);
+  std::printf("%5s %-6s %10s %10s %8s %11s  (ratio: median of the per-repeat ratios)\n", "depth",
+              "", "store GB/s", "fio GB/s", "ratio", "range");
+  nlohmann::json w_by_depth = nlohmann::json::object(), r_by_depth = nlohmann::json::object();
+  const DepthRow* main_row = &rows.front();
+  for (const DepthRow& row : rows) {
+    if (row.depth == depth) main_row = &row;
+    const double wq = have_fio ? median(row.w_ratio) : 0, rq = have_fio ? median(row.r_ratio) : 0;
+    std::printf("%5d %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, "write", median(row.w),
+                have_fio ? median(row.fw) : 0.0, wq, range(row.w_ratio).c_str());
+    std::printf("%5d %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, "read", median(row.r),
+                have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str());
+    w_by_depth[std::to_string(row.depth)] = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
+    r_by_depth[std::to_string(row.depth)] = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
+  }
   if (!have_fio)
     std::printf("fio not found on PATH or failed: no fio figures (scripts/setup installs it)\n");
+  const double wm = median(main_row->w), rm = median(main_row->r);
+  const double fwm = have_fio ? median(main_row->fw) : 0, frm = have_fio ? median(main_row->fr) : 0;
+  const double wq = have_fio ? median(main_row->w_ratio) : 0;
+  const double rq = have_fio ? median(main_row->r_ratio) : 0;
 
   // ---- pipelined optimizer step, all state on NVMe ----
   const int64_t parts_n = std::max<int64_t>(1, step_params / partition_numel);
@@ -402,6 +451,8 @@ int main(int argc, char** argv) {
   j["fio_read_gbps"] = have_fio ? nlohmann::json(frm) : nlohmann::json(nullptr);
   j["write_over_fio"] = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
   j["read_over_fio"] = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
+  j["write_over_fio_by_depth"] = w_by_depth;
+  j["read_over_fio_by_depth"] = r_by_depth;
   j["checksums"] = !no_verify;
   j["step_s"] = s_med;
   j["pure_io_s"] = io_med;

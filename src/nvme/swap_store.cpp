@@ -227,6 +227,9 @@ void SwapStore::Impl::finish_job(Job& job) {
 void SwapStore::Impl::run() {
   std::deque<std::shared_ptr<Job>> active;
   std::vector<IoCompletion> completions;
+  // Extents whose last piece completed in the last reap, verified (a read's checksum) only after
+  // the freed queue slots were refilled and submitted: the hashing overlaps the transfers.
+  std::vector<std::pair<Job*, uint32_t>> completed_extents;
   for (;;) {
     {
       std::unique_lock lock(mu);
@@ -270,6 +273,18 @@ void SwapStore::Impl::run() {
       if (!queue->can_submit() || !queue_status.ok()) break;
     }
     if (queue_status.ok()) queue_status = queue->flush();
+    for (const auto& [job, k] : completed_extents) extent_done(*job, k);
+    completed_extents.clear();
+    // Jobs with every piece done and verified.
+    for (auto it = active.begin(); it != active.end();) {
+      Job& job = **it;
+      if (job.started && job.next_piece == job.pieces.size() && job.pending == 0) {
+        finish_job(job);
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
     completions.clear();
     if (queue_status.ok() && queue->in_flight() > 0) queue_status = queue->reap(completions, true);
     for (auto& c : completions) {
@@ -282,7 +297,7 @@ void SwapStore::Impl::run() {
             "nvme swap " + std::string(job.op == IoOp::kWrite ? "write" : "read") + " of key " +
             std::to_string(job.key) + " in " + files[p->file].path);
       }
-      if (extent_complete) extent_done(job, p->extent);
+      if (extent_complete) completed_extents.emplace_back(&job, p->extent);
     }
     if (!queue_status.ok()) {
       // The queue itself failed: nothing more can be trusted; fail every job not yet finished.
@@ -291,15 +306,6 @@ void SwapStore::Impl::run() {
         job->next_piece = job->pieces.size();
       }
       if (queue->in_flight() > 0) continue;
-    }
-    for (auto it = active.begin(); it != active.end();) {
-      Job& job = **it;
-      if (job.started && job.next_piece == job.pieces.size() && job.pending == 0) {
-        finish_job(job);
-        it = active.erase(it);
-      } else {
-        ++it;
-      }
     }
   }
 }
