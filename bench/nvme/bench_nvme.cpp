@@ -114,6 +114,11 @@ int main(int argc, char** argv) {
                  "write_gbps and the other single-depth keys (added to --depths)")
       ->check(CLI::Range(1, 4096));
   std::vector<int> depths = {8, 32, 128};
+  int stripe = 2;
+  app.add_option("--stripe", stripe,
+                 "also the store striped over this many directories under --dir (the same disk), "
+                 "at --queue-depth; 1: not")
+      ->check(CLI::Range(1, 16));
   app.add_option("--depths", depths, "queue depths of the sequential comparison with fio")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096));
@@ -175,19 +180,34 @@ int main(int argc, char** argv) {
   // the ratios are per repeat (neighbouring passes), their median and range reported.
   struct DepthRow {
     int depth = 0;
+    size_t dirs = 1;
     std::vector<double> w, r, fw, fr, w_ratio, r_ratio;
   };
   std::vector<DepthRow> rows;
   std::string setup;
-  for (int d : depths) {
+  // The last row: the store striped over `stripe` directories on the same disk, at --queue-depth,
+  // against the same fio (one file).
+  std::vector<std::pair<int, size_t>> configs;
+  for (int d : depths) configs.emplace_back(d, 1);
+  if (stripe > 1) configs.emplace_back(depth, static_cast<size_t>(stripe));
+  for (const auto& [d, ndirs] : configs) {
     DepthRow row;
     row.depth = d;
+    row.dirs = ndirs;
     so.queue.queue_depth = static_cast<uint32_t>(d);
+    so.dirs = {dir};
+    if (ndirs > 1) {
+      so.dirs.clear();
+      for (size_t i = 0; i < ndirs; ++i) {
+        so.dirs.push_back(dir + "/strata_bench_stripe" + std::to_string(i));
+        std::filesystem::create_directories(so.dirs.back());
+      }
+    }
     auto store = nvme::SwapStore::open(so);
     if (!store.ok()) return fail(store.status());
     if (Status st = (*store)->register_buffers(regions); !st.ok()) return fail(st);
     const std::string desc = (*store)->describe();
-    if (d == depth) setup = desc;
+    if (d == depth && ndirs == 1) setup = desc;
     const bool fixed = desc.find("fixed buffers") != std::string::npos;
     const std::string fio_file = dir + "/strata_bench_fio.bin";
     for (int rep = 0; rep <= repeats; ++rep) {
@@ -211,13 +231,19 @@ int main(int argc, char** argv) {
         row.r_ratio.push_back(*b / *fb);
       }
       std::printf(
-          "depth %3d repeat %d: store write %.3f read %.3f GB/s, fio write %.3f read %.3f GB/s\n",
-          d, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
+          "depth %3d, %zu dir(s), repeat %d: store write %.3f read %.3f GB/s, fio write %.3f "
+          "read %.3f GB/s\n",
+          d, ndirs, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
     }
     std::filesystem::remove(fio_file);
+    store->reset();
+    if (ndirs > 1) {
+      for (const auto& sd : so.dirs) std::filesystem::remove(sd);
+    }
     rows.push_back(std::move(row));
   }
   so.queue.queue_depth = static_cast<uint32_t>(depth);  // the optimizer step's store below
+  so.dirs = {dir};
   bufs.clear();
   const bool have_fio = std::all_of(rows.begin(), rows.end(), [](const DepthRow& x) {
     return !x.w_ratio.empty() && !x.r_ratio.empty();
@@ -232,19 +258,27 @@ int main(int argc, char** argv) {
   std::printf("\n== sequential %.2f GiB, block %llu B, median of %d repeats ==\n",
               total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), repeats);
   std::printf("store: %s\n", setup.c_str());
-  std::printf("%5s %-6s %10s %10s %8s %11s  (ratio: median of the per-repeat ratios)\n", "depth",
-              "", "store GB/s", "fio GB/s", "ratio", "range");
+  std::printf("%5s %4s %-6s %10s %10s %8s %11s  (ratio: median of the per-repeat ratios)\n",
+              "depth", "dirs", "", "store GB/s", "fio GB/s", "ratio", "range");
   nlohmann::json w_by_depth = nlohmann::json::object(), r_by_depth = nlohmann::json::object();
   const DepthRow* main_row = &rows.front();
+  nlohmann::json stripe_w(nullptr), stripe_r(nullptr);
   for (const DepthRow& row : rows) {
-    if (row.depth == depth) main_row = &row;
     const double wq = have_fio ? median(row.w_ratio) : 0, rq = have_fio ? median(row.r_ratio) : 0;
-    std::printf("%5d %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, "write", median(row.w),
-                have_fio ? median(row.fw) : 0.0, wq, range(row.w_ratio).c_str());
-    std::printf("%5d %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, "read", median(row.r),
-                have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str());
-    w_by_depth[std::to_string(row.depth)] = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
-    r_by_depth[std::to_string(row.depth)] = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
+    std::printf("%5d %4zu %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "write",
+                median(row.w), have_fio ? median(row.fw) : 0.0, wq, range(row.w_ratio).c_str());
+    std::printf("%5d %4zu %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "read",
+                median(row.r), have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str());
+    const nlohmann::json wj = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
+    const nlohmann::json rj = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
+    if (row.dirs > 1) {
+      stripe_w = wj;
+      stripe_r = rj;
+      continue;
+    }
+    if (row.depth == depth) main_row = &row;
+    w_by_depth[std::to_string(row.depth)] = wj;
+    r_by_depth[std::to_string(row.depth)] = rj;
   }
   if (!have_fio)
     std::printf("fio not found on PATH or failed: no fio figures (scripts/setup installs it)\n");
@@ -453,6 +487,9 @@ int main(int argc, char** argv) {
   j["read_over_fio"] = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
   j["write_over_fio_by_depth"] = w_by_depth;
   j["read_over_fio_by_depth"] = r_by_depth;
+  j["stripe_dirs"] = stripe;
+  j["stripe_write_over_fio"] = stripe_w;
+  j["stripe_read_over_fio"] = stripe_r;
   j["checksums"] = !no_verify;
   j["step_s"] = s_med;
   j["pure_io_s"] = io_med;

@@ -115,6 +115,7 @@ cases=(
   "--config $s/ratio.json|zero_optimization.offload_optimizer.ratio = 1.5 is not accepted (a number from 0 to 1)"
   "--config $s/accum.json|gradient_accumulation_steps = 0 is not accepted (an integer from 1 to 1024)"
   "--grad-accum 2 --delayed-update|--grad-accum 2 does not go with --delayed-update"
+  "--checkpoint-dir $s/ck --checkpoint-every 2 --delayed-update|--checkpoint-every 2 does not go with --delayed-update"
   "--grad-accum 0|--grad-accum: Value 0 not in range"
   "--config $s/pin.json|zero_optimization.offload_param.pin_memory = false is not accepted (only true"
   "--config $s/sched.json|scheduler.type = \"OneCycle\" is not accepted"
