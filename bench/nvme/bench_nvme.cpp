@@ -45,15 +45,17 @@ std::string run_command(const std::string& cmd) {
 // set up as the store is: O_DIRECT through io_uring, the same request size and depth, every
 // free slot submitted at once and completions reaped from the first one, registered buffers
 // when the store registered its own, a preallocated file, buffers not rewritten between
-// requests (the store writes what the caller filled).
+// requests (the store writes what the caller filled), and buffers of huge pages when the store's
+// are (fio's only way to them is the kernel's reserved huge pages: --mem=shmhuge).
 std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
-                               int depth, bool fixed_buffers) {
+                               int depth, bool fixed_buffers, bool huge_pages) {
   const std::string cmd =
       "fio --name=strata_seq --filename=" + file + " --rw=" + (write ? "write" : "read") +
       " --size=" + std::to_string(size) + " --bs=" + std::to_string(bs) +
       " --iodepth=" + std::to_string(depth) + " --iodepth_batch_submit=" + std::to_string(depth) +
       " --iodepth_batch_complete_min=1 --iodepth_batch_complete_max=" + std::to_string(depth) +
-      " --fallocate=native --scramble_buffers=0 --direct=1 --numjobs=1 --ioengine=io_uring" +
+      " --fallocate=native --scramble_buffers=0 --direct=1 --numjobs=1" +
+      (huge_pages ? " --mem=shmhuge" : "") + " --ioengine=io_uring" +
       " --fixedbufs=" + (fixed_buffers ? "1" : "0") + " --output-format=json 2>/dev/null";
   const std::string out = run_command(cmd);
   const size_t brace = out.find('{');
@@ -84,6 +86,15 @@ Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, ui
     if (x.valid()) STRATA_RETURN_IF_ERROR(x.wait());
   }
   return static_cast<double>(objects * object_bytes) / seconds_since(t0) / 1e9;
+}
+
+// Reserved huge pages free now (/proc/meminfo HugePages_Free), in bytes.
+uint64_t free_huge_page_bytes() {
+  const std::string out =
+      run_command("awk '/^HugePages_Free|^Hugepagesize/ {print $2}' /proc/meminfo");
+  unsigned long long pages = 0, kib = 0;
+  if (std::sscanf(out.c_str(), "%llu %llu", &pages, &kib) != 2) return 0;
+  return pages * kib * 1024;
 }
 
 int fail(const Status& st) {
@@ -130,6 +141,9 @@ int main(int argc, char** argv) {
   app.add_option("--staging-slots", staging_slots, "optimizer staging slots (>= 3)")
       ->check(CLI::Range(3, 64));
   app.add_flag("--no-checksums", no_verify, "switch checksum hashing and verification off");
+  bool no_huge = false;
+  app.add_flag("--no-huge-pages", no_huge,
+               "pinned buffers of 4 KiB pages only (as fio's): see cpu/pinned_memory.h");
   CLI11_PARSE(app, argc, argv);
   if (size_gib <= 0) size_gib = quick ? 0.5 : 4.0;
   if (quick && app.count("--repeats") == 0) repeats = 3;
@@ -157,7 +171,9 @@ int main(int argc, char** argv) {
       run_command("command -v lsblk >/dev/null && lsblk -o NAME,MODEL,SIZE,ROTA,TYPE 2>/dev/null")
           .c_str());
 
-  cpu::PinnedPool pool;
+  cpu::PinnedPoolOptions pool_options;
+  pool_options.huge_pages = !no_huge;
+  cpu::PinnedPool pool(pool_options);
   nvme::SwapStoreOptions so;
   so.dirs = {dir};
   so.capacity_bytes = total;
@@ -185,6 +201,7 @@ int main(int argc, char** argv) {
   };
   std::vector<DepthRow> rows;
   std::string setup;
+  bool fio_huge_all = true;  // every fio run's buffers were of the same pages as the store's
   // The last row: the store striped over `stripe` directories on the same disk, at --queue-depth,
   // against the same fio (one file).
   std::vector<std::pair<int, size_t>> configs;
@@ -209,18 +226,27 @@ int main(int argc, char** argv) {
     const std::string desc = (*store)->describe();
     if (d == depth && ndirs == 1) setup = desc;
     const bool fixed = desc.find("fixed buffers") != std::string::npos;
+    // fio's buffers as the store's: huge pages, when enough are reserved for its depth.
+    const bool fio_huge = !no_huge && free_huge_page_bytes() >= 2 * uint64_t(d) * block_bytes;
+    if (!no_huge && !fio_huge) {
+      std::printf(
+          "depth %d: fio's buffers are of 4 KiB pages, the store's of huge pages (not like for "
+          "like): reserve huge pages for fio, e.g. echo %llu > /proc/sys/vm/nr_hugepages\n",
+          d, static_cast<unsigned long long>(2 * uint64_t(d) * block_bytes / (2 << 20) + 16));
+    }
+    fio_huge_all = fio_huge_all && (fio_huge || no_huge);
     const std::string fio_file = dir + "/strata_bench_fio.bin";
     for (int rep = 0; rep <= repeats; ++rep) {
       const bool fio_first = rep % 2 == 1;
       std::optional<double> fa, fb;
-      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed);
+      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed, fio_huge);
       auto a = store_pass(**store, true, total, object_bytes, bufs);
       if (!a.ok()) return fail(a.status());
-      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed);
-      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed);
+      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed, fio_huge);
+      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed, fio_huge);
       auto b = store_pass(**store, false, total, object_bytes, bufs);
       if (!b.ok()) return fail(b.status());
-      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed);
+      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed, fio_huge);
       if (rep == 0) continue;
       row.w.push_back(*a);
       row.r.push_back(*b);
@@ -257,7 +283,8 @@ int main(int argc, char** argv) {
   };
   std::printf("\n== sequential %.2f GiB, block %llu B, median of %d repeats ==\n",
               total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), repeats);
-  std::printf("store: %s\n", setup.c_str());
+  std::printf("store: %s; buffers %s\n", setup.c_str(),
+              no_huge ? "of 4 KiB pages" : "advised for 2 MiB huge pages");
   std::printf("%5s %4s %-6s %10s %10s %8s %11s  (ratio: median of the per-repeat ratios)\n",
               "depth", "dirs", "", "store GB/s", "fio GB/s", "ratio", "range");
   nlohmann::json w_by_depth = nlohmann::json::object(), r_by_depth = nlohmann::json::object();
@@ -491,6 +518,8 @@ int main(int argc, char** argv) {
   j["stripe_write_over_fio"] = stripe_w;
   j["stripe_read_over_fio"] = stripe_r;
   j["checksums"] = !no_verify;
+  j["huge_pages"] = !no_huge;
+  j["fio_like_for_like_pages"] = fio_huge_all;
   j["step_s"] = s_med;
   j["pure_io_s"] = io_med;
   j["pure_adam_s"] = ad_med;

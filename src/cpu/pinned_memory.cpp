@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/log.h"
@@ -67,10 +68,24 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
                       " bytes would exceed the limit of ", options_.limit_bytes, " bytes (",
                       held_bytes(), " held)");
   }
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    return make_error(ErrorCode::kOutOfMemory, "pinned pool: mmap of ", mapped,
+  const bool huge = options_.huge_pages && mapped >= kHugePageBytes;
+  // A huge buffer is cut out of a mapping one huge page longer, on a 2 MiB boundary; the slack
+  // before and after it is unmapped at once.
+  const size_t reserve = huge ? mapped + kHugePageBytes : mapped;
+  void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    return make_error(ErrorCode::kOutOfMemory, "pinned pool: mmap of ", reserve,
                       " bytes failed: ", std::strerror(errno));
+  }
+  void* p = raw;
+  if (huge) {
+    const auto base = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t start = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    if (start > base) munmap(raw, start - base);
+    const uintptr_t end = start + mapped;
+    if (base + reserve > end) munmap(reinterpret_cast<void*>(end), base + reserve - end);
+    p = reinterpret_cast<void*>(start);
+    madvise(p, mapped, MADV_HUGEPAGE);  // advice: refused or ignored, the pages stay 4 KiB
   }
   bool locked = false;
   if (!options_.force_unlocked) {

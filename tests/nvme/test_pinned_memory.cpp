@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace strata::cpu {
 namespace {
@@ -31,6 +35,57 @@ TEST(PinnedPool, AlignedZeroedAndAccounted) {
   EXPECT_EQ(pool.held_bytes(), 0u);
   EXPECT_EQ(pool.allocations(), 0u);
   EXPECT_EQ(pool.peak_bytes(), 5 * kPinnedAlignment);
+}
+
+// The "THPeligible" flag of the mapping holding p (/proc/self/smaps), or -1 when not found.
+int thp_eligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
+      inside = at >= lo && at < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+
+// The kernel's transparent huge page mode: "always", "madvise" or "never".
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string all;
+  std::getline(f, all);
+  const size_t a = all.find('['), b = all.find(']');
+  return a == std::string::npos || b == std::string::npos ? "" : all.substr(a + 1, b - a - 1);
+}
+
+TEST(PinnedPool, LargeBuffersAreAlignedAndAdvisedForHugePages) {
+  PinnedPool pool;
+  PinnedPoolOptions off;
+  off.huge_pages = false;
+  PinnedPool plain(off);
+  auto big = pool.allocate(5 * kHugePageBytes + 12345);
+  auto small = pool.allocate(kHugePageBytes - kPinnedAlignment);
+  auto no = plain.allocate(5 * kHugePageBytes);
+  ASSERT_TRUE(big.ok() && small.ok() && no.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->data()) % kHugePageBytes, 0u);
+  // The accounting is unchanged: page-rounded bytes, not huge-page-rounded.
+  EXPECT_EQ(big->mapped_bytes(), 5 * kHugePageBytes + 4 * kPinnedAlignment);
+  EXPECT_EQ(pool.held_bytes(), big->mapped_bytes() + small->mapped_bytes());
+  std::memset(big->data(), 0x3c, big->size_bytes());  // every byte of it is mapped and writable
+  EXPECT_EQ(big->as<uint8_t>()[big->size_bytes() - 1], 0x3c);
+  const std::string mode = thp_mode();
+  if (mode == "madvise") {
+    // Advised: eligible; not advised (below 2 MiB, or turned off): not.
+    EXPECT_EQ(thp_eligible(big->data()), 1);
+    EXPECT_EQ(thp_eligible(no->data()), 0);
+  } else {
+    std::printf("transparent huge pages '%s': eligibility not checked\n", mode.c_str());
+  }
 }
 
 TEST(PinnedPool, ForcedUnlockedFallback) {
