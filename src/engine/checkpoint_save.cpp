@@ -104,18 +104,18 @@ void CheckpointSave::write_optimizer(const json& scaling) {
       std::optional<size_t> next = hold_.pick();
       nvme::IoHandle next_io = begin(next, 1 - b);
       const size_t p = *cur;
-      const std::byte* data = opt_.host_state(p);
-      if (opt_.on_nvme(p)) {
+      const bool nvme = opt_.on_nvme(p);
+      const std::byte* data = nvme ? buf[b].p.get() : opt_.host_state(p);
+      if (nvme) {  // captured once read into the writer's buffer
         st = cur_io.wait().with_context("checkpoint: reading optimizer partition " +
                                         std::to_string(p));
-        data = buf[b].p.get();
         hold_.release(p);
       }
       if (st.ok() && cancel_) st = make_error(ErrorCode::kIo, "checkpoint ", tmp_, ": cancelled");
       const int64_t rec[2] = {static_cast<int64_t>(p), opt_.numel(p)};
       if (st.ok()) st = f.write(rec, sizeof(rec));
       if (st.ok()) st = f.write(data, opt_.state_bytes(p));
-      hold_.release(p);  // a RAM partition: now in the file's page cache
+      if (!nvme) hold_.release(p);  // captured once in the file's page cache
       if (next_io.valid() && !st.ok()) (void)next_io.wait();  // no read left into a freed buffer
       cur = next;
       cur_io = std::move(next_io);

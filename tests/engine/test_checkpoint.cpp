@@ -8,10 +8,12 @@
 //   - a save dropped without finish() leaves the previous checkpoint the newest complete one.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
