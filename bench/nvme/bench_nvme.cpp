@@ -46,9 +46,14 @@ std::string run_command(const std::string& cmd) {
 // free slot submitted at once and completions reaped from the first one, registered buffers
 // when the store registered its own, a preallocated file, buffers not rewritten between
 // requests (the store writes what the caller filled), and buffers of huge pages when the store's
-// are (fio's only way to them is the kernel's reserved huge pages: --mem=shmhuge).
+// are (fio's only way to them is the kernel's reserved huge pages: --mem=shmhuge). With `check`,
+// fio touches every byte as the store's checksums do: it writes a pattern and, reading, compares
+// each block with it (--verify=pattern, the cheapest check fio has: a compare at memory speed).
 std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
-                               int depth, bool fixed_buffers, bool huge_pages) {
+                               int depth, bool fixed_buffers, bool huge_pages, bool check) {
+  const std::string verify = check ? std::string(" --verify=pattern --verify_pattern=0x5aa5c33c") +
+                                         (write ? " --do_verify=0" : " --verify_only=1")
+                                   : "";
   const std::string cmd =
       "fio --name=strata_seq --filename=" + file + " --rw=" + (write ? "write" : "read") +
       " --size=" + std::to_string(size) + " --bs=" + std::to_string(bs) +
@@ -56,7 +61,7 @@ std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t siz
       " --iodepth_batch_complete_min=1 --iodepth_batch_complete_max=" + std::to_string(depth) +
       " --fallocate=native --scramble_buffers=0 --direct=1 --numjobs=1" +
       (huge_pages ? " --mem=shmhuge" : "") + " --ioengine=io_uring" +
-      " --fixedbufs=" + (fixed_buffers ? "1" : "0") + " --output-format=json 2>/dev/null";
+      " --fixedbufs=" + (fixed_buffers ? "1" : "0") + verify + " --output-format=json 2>/dev/null";
   const std::string out = run_command(cmd);
   const size_t brace = out.find('{');
   if (brace == std::string::npos) return std::nullopt;
@@ -70,10 +75,10 @@ struct Buffers {
   std::vector<cpu::PinnedBuffer> bufs;
 };
 
-// One sequential pass through the store: objects of object_bytes, `ring` buffers in flight.
+// One sequential pass through the store: objects of object_bytes, one per buffer in flight.
 Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, uint64_t object_bytes,
                           std::vector<cpu::PinnedBuffer>& bufs) {
-  const uint64_t objects = total / object_bytes;
+  const uint64_t objects = std::max<uint64_t>(1, total / object_bytes);
   std::vector<nvme::IoHandle> h(bufs.size());
   const auto t0 = Clock::now();
   for (uint64_t k = 0; k < objects; ++k) {
@@ -142,6 +147,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(3, 64));
   app.add_flag("--no-checksums", no_verify, "switch checksum hashing and verification off");
   bool no_huge = false;
+  int object_mib = 0;
+  int buffers = 4;
+  app.add_option("--object-mib", object_mib,
+                 "MiB per store write or read in the sequential passes, from --buffers buffers "
+                 "(default 0: fio's buffer footprint, two objects of depth x block / 2)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--buffers", buffers, "with --object-mib: objects in flight (default 4)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--no-huge-pages", no_huge,
                "pinned buffers of 4 KiB pages only (as fio's): see cpu/pinned_memory.h");
   CLI11_PARSE(app, argc, argv);
@@ -160,9 +173,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_nvme: --dir '%s' is not a directory\n", dir.c_str());
     return 1;
   }
-  const uint64_t object_bytes = 64ull << 20;
-  const uint64_t total = std::max<uint64_t>(
-      object_bytes, static_cast<uint64_t>(size_gib * (1ull << 30)) / object_bytes * object_bytes);
+  // The store's objects: by default as many bytes of buffers as fio has (depth x block: fio
+  // reuses one buffer per request slot), in two objects so that one is refilled while the
+  // other is in flight. Buffer footprint matters on a virtual disk served from the host's page
+  // cache (docs/benchmarks.md): the host copies into buffers still in its cache faster.
+  const bool fio_footprint = object_mib == 0;
+  if (fio_footprint) buffers = 2;
+  const int max_depth = std::max(depth, *std::max_element(depths.begin(), depths.end()));
+  auto object_bytes_at = [&](int d) {
+    return fio_footprint ? std::max<uint64_t>(block_bytes, uint64_t(d) * block_bytes / 2)
+                         : uint64_t(object_mib) << 20;
+  };
+  const uint64_t largest_object = object_bytes_at(max_depth);
+  const uint64_t total =
+      std::max<uint64_t>(largest_object, static_cast<uint64_t>(size_gib * (1ull << 30)) /
+                                             largest_object * largest_object);
 
   std::printf("== device under %s ==\n%s", dir.c_str(), run_command("df -hT " + dir).c_str());
   const std::string src = run_command("df --output=source " + dir + " | tail -1");
@@ -183,10 +208,10 @@ int main(int argc, char** argv) {
   so.verify_checksums = !no_verify;
   std::vector<cpu::PinnedBuffer> bufs;
   std::vector<nvme::BufferRegion> regions;
-  for (int i = 0; i < 4; ++i) {
-    auto b = pool.allocate(object_bytes);
+  for (int i = 0; i < buffers; ++i) {
+    auto b = pool.allocate(largest_object);
     if (!b.ok()) return fail(b.status());
-    for (uint64_t k = 0; k < object_bytes; k += 8)
+    for (uint64_t k = 0; k < largest_object; k += 8)
       *reinterpret_cast<uint64_t*>(b->bytes() + k) = k * 2654435761u + i;
     regions.push_back({b->data(), b->mapped_bytes()});
     bufs.push_back(std::move(b).value());
@@ -197,7 +222,8 @@ int main(int argc, char** argv) {
   struct DepthRow {
     int depth = 0;
     size_t dirs = 1;
-    std::vector<double> w, r, fw, fr, w_ratio, r_ratio;
+    uint64_t object_bytes = 0;
+    std::vector<double> w, r, fw, fr, fr_plain, w_ratio, r_ratio;
   };
   std::vector<DepthRow> rows;
   std::string setup;
@@ -211,6 +237,7 @@ int main(int argc, char** argv) {
     DepthRow row;
     row.depth = d;
     row.dirs = ndirs;
+    row.object_bytes = object_bytes_at(d);
     so.queue.queue_depth = static_cast<uint32_t>(d);
     so.dirs = {dir};
     if (ndirs > 1) {
@@ -236,17 +263,22 @@ int main(int argc, char** argv) {
     }
     fio_huge_all = fio_huge_all && (fio_huge || no_huge);
     const std::string fio_file = dir + "/strata_bench_fio.bin";
+    const bool check = !no_verify;
+    auto fio = [&](bool write, bool with_check) {
+      return fio_gbps(fio_file, write, total, block_bytes, d, fixed, fio_huge, with_check);
+    };
     for (int rep = 0; rep <= repeats; ++rep) {
       const bool fio_first = rep % 2 == 1;
-      std::optional<double> fa, fb;
-      if (fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed, fio_huge);
-      auto a = store_pass(**store, true, total, object_bytes, bufs);
+      std::optional<double> fa, fb, fb_plain;
+      if (fio_first) fa = fio(true, check);
+      auto a = store_pass(**store, true, total, row.object_bytes, bufs);
       if (!a.ok()) return fail(a.status());
-      if (!fio_first) fa = fio_gbps(fio_file, true, total, block_bytes, d, fixed, fio_huge);
-      if (fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed, fio_huge);
-      auto b = store_pass(**store, false, total, object_bytes, bufs);
+      if (!fio_first) fa = fio(true, check);
+      if (fio_first) fb = fio(false, check);
+      auto b = store_pass(**store, false, total, row.object_bytes, bufs);
       if (!b.ok()) return fail(b.status());
-      if (!fio_first) fb = fio_gbps(fio_file, false, total, block_bytes, d, fixed, fio_huge);
+      if (!fio_first) fb = fio(false, check);
+      if (check) fb_plain = fio(false, false);  // what reading without looking costs
       if (rep == 0) continue;
       row.w.push_back(*a);
       row.r.push_back(*b);
@@ -256,10 +288,12 @@ int main(int argc, char** argv) {
         row.w_ratio.push_back(*a / *fa);
         row.r_ratio.push_back(*b / *fb);
       }
+      if (fb_plain) row.fr_plain.push_back(*fb_plain);
       std::printf(
           "depth %3d, %zu dir(s), repeat %d: store write %.3f read %.3f GB/s, fio write %.3f "
-          "read %.3f GB/s\n",
-          d, ndirs, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0));
+          "read %.3f GB/s%s\n",
+          d, ndirs, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0),
+          fb_plain ? (", fio read unchecked " + std::to_string(*fb_plain)).c_str() : "");
     }
     std::filesystem::remove(fio_file);
     store->reset();
@@ -285,17 +319,31 @@ int main(int argc, char** argv) {
               total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), repeats);
   std::printf("store: %s; buffers %s\n", setup.c_str(),
               no_huge ? "of 4 KiB pages" : "advised for 2 MiB huge pages");
-  std::printf("%5s %4s %-6s %10s %10s %8s %11s  (ratio: median of the per-repeat ratios)\n",
-              "depth", "dirs", "", "store GB/s", "fio GB/s", "ratio", "range");
+  std::printf(
+      "store objects: %s; fio: %s\n",
+      fio_footprint
+          ? "two of depth x block / 2 (fio's buffer bytes: depth x block)"
+          : (std::to_string(buffers) + " of " + std::to_string(object_mib) + " MiB").c_str(),
+      no_verify ? "plain reads and writes (store checksums off)"
+                : "writes a pattern and compares every block it reads with it (store checksums "
+                  "on); 'unchecked': fio reading without looking at the data");
+  std::printf("%5s %4s %-6s %8s %10s %10s %8s %11s %10s  (ratio: median of per-repeat ratios)\n",
+              "depth", "dirs", "", "obj MiB", "store GB/s", "fio GB/s", "ratio", "range",
+              "unchecked");
   nlohmann::json w_by_depth = nlohmann::json::object(), r_by_depth = nlohmann::json::object();
+  nlohmann::json unchecked_by_depth = nlohmann::json::object();
   const DepthRow* main_row = &rows.front();
   nlohmann::json stripe_w(nullptr), stripe_r(nullptr);
   for (const DepthRow& row : rows) {
     const double wq = have_fio ? median(row.w_ratio) : 0, rq = have_fio ? median(row.r_ratio) : 0;
-    std::printf("%5d %4zu %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "write",
-                median(row.w), have_fio ? median(row.fw) : 0.0, wq, range(row.w_ratio).c_str());
-    std::printf("%5d %4zu %-6s %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "read",
-                median(row.r), have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str());
+    const double obj_mib = row.object_bytes / double(1 << 20);
+    std::printf("%5d %4zu %-6s %8.1f %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "write",
+                obj_mib, median(row.w), have_fio ? median(row.fw) : 0.0, wq,
+                range(row.w_ratio).c_str());
+    std::printf(
+        "%5d %4zu %-6s %8.1f %10.3f %10.3f %8.3f %11s %10s\n", row.depth, row.dirs, "read", obj_mib,
+        median(row.r), have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str(),
+        row.fr_plain.empty() ? "" : std::to_string(median(row.fr_plain)).substr(0, 6).c_str());
     const nlohmann::json wj = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
     const nlohmann::json rj = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
     if (row.dirs > 1) {
@@ -306,6 +354,8 @@ int main(int argc, char** argv) {
     if (row.depth == depth) main_row = &row;
     w_by_depth[std::to_string(row.depth)] = wj;
     r_by_depth[std::to_string(row.depth)] = rj;
+    unchecked_by_depth[std::to_string(row.depth)] =
+        row.fr_plain.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(row.fr_plain));
   }
   if (!have_fio)
     std::printf("fio not found on PATH or failed: no fio figures (scripts/setup installs it)\n");
@@ -518,6 +568,10 @@ int main(int argc, char** argv) {
   j["stripe_write_over_fio"] = stripe_w;
   j["stripe_read_over_fio"] = stripe_r;
   j["checksums"] = !no_verify;
+  j["fio_checks_reads"] = !no_verify;
+  j["fio_read_unchecked_gbps_by_depth"] = unchecked_by_depth;
+  j["object_bytes"] =
+      fio_footprint ? nlohmann::json("fio footprint") : nlohmann::json(uint64_t(object_mib) << 20);
   j["huge_pages"] = !no_huge;
   j["fio_like_for_like_pages"] = fio_huge_all;
   j["step_s"] = s_med;

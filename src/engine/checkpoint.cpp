@@ -2,8 +2,6 @@
 // checkpoint_save.cpp.
 #include "engine/checkpoint.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/xxh3.h"
 #include "engine/checkpoint_file.h"
 
 namespace strata::engine {

@@ -3,8 +3,6 @@
 // Thread safety: a HashedFile is used by one thread at a time; the functions are reentrant.
 #pragma once
 
-#include <xxhash.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/xxh3.h"
 
 namespace strata::engine::ckpt {
 

@@ -42,7 +42,11 @@ class IoBackend {
   virtual ~IoBackend() = default;
   virtual Status prepare(const RawOp& op) = 0;
   virtual Status submit() = 0;
+  // With wait_one, blocks until a completion is ready or wake() is called (then `out` may stay
+  // empty).
   virtual Status wait(std::vector<RawCompletion>& out, bool wait_one) = 0;
+  // Thread-safe: ends a wait in progress, or the next one, early.
+  virtual void wake() = 0;
   // Ok(true) registered, Ok(false) refused (the caller steps down), error otherwise.
   virtual Result<bool> register_buffers(std::span<const iovec> regions, std::string& note) = 0;
   virtual IoEngine engine() const = 0;

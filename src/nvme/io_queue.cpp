@@ -60,6 +60,8 @@ IoQueue::~IoQueue() {
 
 IoEngine IoQueue::engine() const { return backend_->engine(); }
 
+void IoQueue::wake() const { backend_->wake(); }
+
 std::string IoQueue::describe() const {
   std::string s = backend_->describe() + ", depth " + std::to_string(depth_);
   if (backend_->engine() == IoEngine::kUring) {

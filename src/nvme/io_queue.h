@@ -91,8 +91,12 @@ class IoQueue {
   Status submit(const IoRequest& request);
   Status flush();
   // Appends finished requests to `out`. With wait, blocks until at least one request is
-  // finished (if any is in flight), then drains what else is ready.
+  // finished (if any is in flight) or wake() is called, then drains what else is ready.
   Status reap(std::vector<IoCompletion>& out, bool wait);
+  // The one member safe to call from any thread: makes the owner's blocking reap() (the one in
+  // progress, or else the next) return early, so that work handed to the owner thread reaches
+  // the kernel without waiting for a completion.
+  void wake() const;
 
   // Effective set-up, e.g. "io_uring, depth 32, fixed buffers".
   std::string describe() const;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
@@ -14,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/xxh3.h"
 
 namespace strata::nvme {
 
@@ -106,6 +106,8 @@ struct Job {
   std::unique_ptr<std::byte, AlignedFree> bounce;  // 4 KiB for an odd tail
   size_t tail_bytes = 0;
   std::vector<uint32_t> extent_pending;  // pieces of each extent not yet completed
+  std::vector<size_t> extent_end;        // one past the last piece of each extent
+  size_t hashed = 0;                     // a write's extents hashed so far
   std::shared_ptr<IoHandle::State> handle;
 };
 
@@ -118,6 +120,8 @@ struct SwapFile {
 };
 
 std::atomic<uint64_t> g_store_counter{0};
+
+constexpr uint64_t kHashBytesPerPass = 4 << 20;  // about 0.5 ms of xxh3 between two reaps
 
 }  // namespace
 
@@ -140,7 +144,10 @@ struct SwapStore::Impl {
   std::string queue_desc;
   uint64_t used_extents = 0;
 
-  std::optional<IoQueue> queue;  // used only by the I/O thread after open
+  std::optional<IoQueue> queue;  // used only by the I/O thread after open (but for wake())
+  // The I/O thread is (about to be) blocked in reap(): a new job wakes it, so its requests are
+  // submitted at once instead of after the next completion.
+  std::atomic<bool> io_waiting{false};
   std::thread io_thread;
 
   ~Impl() {
@@ -157,9 +164,15 @@ struct SwapStore::Impl {
     }
   }
 
+  // After queueing a job: wakes the I/O thread, idle (cv) or reaping (the queue).
+  void notify_io_thread() {
+    cv.notify_all();
+    if (io_waiting.load()) queue->wake();
+  }
   void start_job(Job& job);
   void finish_job(Job& job);
   void extent_done(Job& job, uint32_t k);
+  bool hash_submitted(Job& job, uint64_t& budget);
   void run();
 };
 
@@ -188,12 +201,33 @@ void SwapStore::Impl::start_job(Job& job) {
                                  job.bounce.get(), kSwapAlignment, static_cast<uint32_t>(k)});
     }
     job.extent_pending.push_back(static_cast<uint32_t>(job.pieces.size() - first_piece));
+    job.extent_end.push_back(job.pieces.size());
   }
+  job.checksums.resize(job.extents.size(), 0);
+  if (job.op == IoOp::kWrite && !options.verify_checksums) job.hashed = job.extents.size();
+}
+
+// Hashes a write's extents whose pieces have all been submitted, up to `budget` bytes (less
+// what it hashed): the kernel reads the buffer while it is hashed (the caller leaves it
+// untouched until the handle completes), so hashing overlaps the transfers instead of delaying
+// each object's first request. Returns whether submitted extents are left unhashed.
+bool SwapStore::Impl::hash_submitted(Job& job, uint64_t& budget) {
+  if (job.op != IoOp::kWrite || !job.error.ok()) return false;
+  const uint64_t extent = options.extent_bytes;
+  while (job.hashed < job.extents.size() && job.extent_end[job.hashed] <= job.next_piece) {
+    if (budget == 0) return true;
+    const uint64_t begin = job.hashed * extent;
+    const uint64_t len = std::min(extent, job.size_bytes - begin);
+    job.checksums[job.hashed] = XXH3_64bits(job.user + begin, len);
+    budget -= std::min(budget, len);
+    ++job.hashed;
+  }
+  return false;
 }
 
 // A read verifies extent k as soon as its last piece completes, so verification is spread over
 // the job and the queue never runs dry while a whole object is hashed. (A write's extents are
-// hashed by the thread that calls write(), before the job reaches the I/O thread.)
+// hashed once submitted: hash_submitted.)
 void SwapStore::Impl::extent_done(Job& job, uint32_t k) {
   if (!job.error.ok() || job.op != IoOp::kRead) return;
   const uint64_t extent = options.extent_bytes;
@@ -275,10 +309,19 @@ void SwapStore::Impl::run() {
     if (queue_status.ok()) queue_status = queue->flush();
     for (const auto& [job, k] : completed_extents) extent_done(*job, k);
     completed_extents.clear();
-    // Jobs with every piece done and verified.
+    // Hashing between reaps is bounded, so completions are reaped and their slots refilled
+    // while a deep queue's worth of submitted writes waits to be hashed.
+    uint64_t hash_budget = kHashBytesPerPass;
+    bool unhashed = false;
+    for (auto& job : active) {
+      if (job->started) unhashed = hash_submitted(*job, hash_budget) || unhashed;
+    }
+    // Jobs with every piece done and verified (a read) or hashed (a write).
     for (auto it = active.begin(); it != active.end();) {
       Job& job = **it;
-      if (job.started && job.next_piece == job.pieces.size() && job.pending == 0) {
+      const bool hashed = job.op == IoOp::kRead || job.hashed == job.extents.size();
+      if (job.started && job.next_piece == job.pieces.size() && job.pending == 0 &&
+          (hashed || !job.error.ok())) {
         finish_job(job);
         it = active.erase(it);
       } else {
@@ -286,7 +329,16 @@ void SwapStore::Impl::run() {
       }
     }
     completions.clear();
-    if (queue_status.ok() && queue->in_flight() > 0) queue_status = queue->reap(completions, true);
+    if (queue_status.ok() && queue->in_flight() > 0) {
+      bool wait = !unhashed;
+      if (wait) {
+        io_waiting.store(true);
+        std::lock_guard lock(mu);  // after the flag: a job queued from here on wakes the reap
+        wait = incoming.empty() && !stop;
+      }
+      queue_status = queue->reap(completions, wait);
+      io_waiting.store(false);
+    }
     for (auto& c : completions) {
       auto* p = reinterpret_cast<Piece*>(c.tag);
       Job& job = *p->job;
@@ -441,22 +493,9 @@ IoHandle SwapStore::write(uint64_t key, const void* buffer, size_t size_bytes) {
       complete(*job->handle, ok_status());
       return handle;
     }
-  }
-  // Hash in the calling thread, outside the lock: the I/O thread then only submits and reaps,
-  // and the hashing of one object overlaps the transfers of those queued before it.
-  job->checksums.assign(job->extents.size(), 0);
-  if (im.options.verify_checksums) {
-    const uint64_t extent = im.options.extent_bytes;
-    for (size_t k = 0; k < job->extents.size(); ++k) {
-      job->checksums[k] =
-          XXH3_64bits(job->user + k * extent, std::min(extent, size_bytes - k * extent));
-    }
-  }
-  {
-    std::lock_guard lock(im.mu);
     im.incoming.push_back(std::move(job));
   }
-  im.cv.notify_all();
+  im.notify_io_thread();
   return handle;
 }
 
@@ -493,7 +532,7 @@ IoHandle SwapStore::read(uint64_t key, void* buffer, size_t size_bytes) {
     }
     im.incoming.push_back(std::move(job));
   }
-  im.cv.notify_all();
+  im.notify_io_thread();
   return handle;
 }
 

@@ -83,9 +83,9 @@ class SwapStore {
   SwapStore& operator=(const SwapStore&) = delete;
 
   // Writes size_bytes from buffer under key (allocating extents the first time or when the
-  // size changes). Out of reserved space is an error in the handle. With checksums on, the
-  // calling thread hashes the buffer (xxh3, one pass) before this returns; the transfer is
-  // asynchronous.
+  // size changes). Out of reserved space is an error in the handle. Returns at once; with
+  // checksums on, the I/O thread hashes each extent (xxh3) once its requests are submitted, so
+  // the hashing overlaps the transfers.
   IoHandle write(uint64_t key, const void* buffer, size_t size_bytes);
   // Reads key into buffer; size_bytes must equal the size written.
   IoHandle read(uint64_t key, void* buffer, size_t size_bytes);

@@ -46,12 +46,21 @@ class ThreadPoolBackend final : public IoBackend {
 
   Status wait(std::vector<RawCompletion>& out, bool wait_one) override {
     std::unique_lock lock(mu_);
-    if (wait_one) done_cv_.wait(lock, [&] { return !done_.empty(); });
+    if (wait_one) done_cv_.wait(lock, [&] { return !done_.empty() || woken_; });
+    woken_ = false;
     while (!done_.empty()) {
       out.push_back(done_.front());
       done_.pop_front();
     }
     return ok_status();
+  }
+
+  void wake() override {
+    {
+      std::lock_guard lock(mu_);
+      woken_ = true;
+    }
+    done_cv_.notify_all();
   }
 
   Result<bool> register_buffers(std::span<const iovec>, std::string&) override { return false; }
@@ -91,6 +100,7 @@ class ThreadPoolBackend final : public IoBackend {
   std::deque<RawOp> work_;
   std::deque<RawCompletion> done_;
   bool stop_ = false;
+  bool woken_ = false;
   std::vector<std::thread> workers_;
 };
 

@@ -1,5 +1,7 @@
 // io_uring engine (the only file that includes liburing.h, with nothing else in strata).
 #include <liburing.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -14,14 +16,24 @@ class UringBackend final : public IoBackend {
   UringBackend() = default;
   ~UringBackend() override {
     if (initialized_) io_uring_queue_exit(&ring_);
+    if (wake_fd_ >= 0) close(wake_fd_);
   }
   UringBackend(const UringBackend&) = delete;
   UringBackend& operator=(const UringBackend&) = delete;
 
+  // One entry more than the depth: the read of the wake-up eventfd.
   int init(uint32_t depth) {
-    const int rc = io_uring_queue_init(depth, &ring_, 0);
+    wake_fd_ = eventfd(0, EFD_CLOEXEC);
+    if (wake_fd_ < 0) return -errno;
+    const int rc = io_uring_queue_init(depth + 1, &ring_, 0);
     if (rc == 0) initialized_ = true;
     return rc;
+  }
+
+  void wake() override {
+    const uint64_t one = 1;
+    // A full counter (impossible in practice) still leaves the pending wake-up readable.
+    [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof one);
   }
 
   Status prepare(const RawOp& op) override {
@@ -64,6 +76,21 @@ class UringBackend final : public IoBackend {
   Status wait(std::vector<RawCompletion>& out, bool wait_one) override {
     io_uring_cqe* cqe = nullptr;
     if (wait_one) {
+      // A read of the eventfd in the ring ends the wait when wake() writes to it.
+      if (!wake_armed_) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) {
+          STRATA_RETURN_IF_ERROR(submit());
+          sqe = io_uring_get_sqe(&ring_);
+        }
+        if (sqe != nullptr) {
+          io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+          io_uring_sqe_set_data64(sqe, kWakeTag);
+          ++unsubmitted_;
+          STRATA_RETURN_IF_ERROR(submit());
+          wake_armed_ = true;
+        }
+      }
       for (;;) {
         const int rc = io_uring_wait_cqe(&ring_, &cqe);
         if (rc == 0) break;
@@ -75,7 +102,12 @@ class UringBackend final : public IoBackend {
     for (;;) {
       const unsigned n = io_uring_peek_batch_cqe(&ring_, batch, 64);
       for (unsigned i = 0; i < n; ++i) {
-        out.push_back(RawCompletion{io_uring_cqe_get_data64(batch[i]), batch[i]->res});
+        const uint64_t tag = io_uring_cqe_get_data64(batch[i]);
+        if (tag == kWakeTag) {
+          wake_armed_ = false;  // consumed (or failed: armed again before the next wait)
+          continue;
+        }
+        out.push_back(RawCompletion{tag, batch[i]->res});
       }
       io_uring_cq_advance(&ring_, n);
       if (n < 64) break;
@@ -111,6 +143,10 @@ class UringBackend final : public IoBackend {
   bool initialized_ = false;
   bool registered_ = false;
   size_t unsubmitted_ = 0;
+  static constexpr uint64_t kWakeTag = ~uint64_t{0};
+  int wake_fd_ = -1;
+  bool wake_armed_ = false;
+  uint64_t wake_value_ = 0;
 };
 
 }  // namespace
