@@ -51,9 +51,10 @@ std::string run_command(const std::string& cmd) {
 // each block with it (--verify=pattern, the cheapest check fio has: a compare at memory speed).
 std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
                                int depth, bool fixed_buffers, bool huge_pages, bool check) {
-  const std::string verify = check ? std::string(" --verify=pattern --verify_pattern=0x5aa5c33c") +
-                                         (write ? " --do_verify=0" : " --verify_only=1")
-                                   : "";
+  const std::string verify =
+      check ? std::string(" --verify=pattern --verify_pattern=0x5aa5c33c --verify_state_save=0") +
+                  (write ? " --do_verify=0" : " --verify_only=1")
+            : "";
   const std::string cmd =
       "fio --name=strata_seq --filename=" + file + " --rw=" + (write ? "write" : "read") +
       " --size=" + std::to_string(size) + " --bs=" + std::to_string(bs) +
