@@ -77,8 +77,10 @@ struct Buffers {
 };
 
 // One sequential pass through the store: objects of object_bytes, one per buffer in flight.
+// `depth` receives the mean number of requests the store had in flight while busy.
 Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, uint64_t object_bytes,
-                          std::vector<cpu::PinnedBuffer>& bufs) {
+                          std::vector<cpu::PinnedBuffer>& bufs, double& depth) {
+  const nvme::SwapQueueStats before = store.queue_stats();
   const uint64_t objects = std::max<uint64_t>(1, total / object_bytes);
   std::vector<nvme::IoHandle> h(bufs.size());
   const auto t0 = Clock::now();
@@ -91,7 +93,11 @@ Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, ui
   for (auto& x : h) {
     if (x.valid()) STRATA_RETURN_IF_ERROR(x.wait());
   }
-  return static_cast<double>(objects * object_bytes) / seconds_since(t0) / 1e9;
+  const double seconds = seconds_since(t0);
+  const nvme::SwapQueueStats after = store.queue_stats();
+  const double busy = after.busy_seconds - before.busy_seconds;
+  depth = busy > 0 ? (after.in_flight_seconds - before.in_flight_seconds) / busy : 0;
+  return static_cast<double>(objects * object_bytes) / seconds / 1e9;
 }
 
 // Reserved huge pages free now (/proc/meminfo HugePages_Free), in bytes.
@@ -224,7 +230,7 @@ int main(int argc, char** argv) {
     int depth = 0;
     size_t dirs = 1;
     uint64_t object_bytes = 0;
-    std::vector<double> w, r, fw, fr, fr_plain, w_ratio, r_ratio;
+    std::vector<double> w, r, fw, fr, fr_plain, w_ratio, r_ratio, w_depth, r_depth;
   };
   std::vector<DepthRow> rows;
   std::string setup;
@@ -272,17 +278,20 @@ int main(int argc, char** argv) {
       const bool fio_first = rep % 2 == 1;
       std::optional<double> fa, fb, fb_plain;
       if (fio_first) fa = fio(true, check);
-      auto a = store_pass(**store, true, total, row.object_bytes, bufs);
+      double wd = 0, rd = 0;
+      auto a = store_pass(**store, true, total, row.object_bytes, bufs, wd);
       if (!a.ok()) return fail(a.status());
       if (!fio_first) fa = fio(true, check);
       if (fio_first) fb = fio(false, check);
-      auto b = store_pass(**store, false, total, row.object_bytes, bufs);
+      auto b = store_pass(**store, false, total, row.object_bytes, bufs, rd);
       if (!b.ok()) return fail(b.status());
       if (!fio_first) fb = fio(false, check);
       if (check) fb_plain = fio(false, false);  // what reading without looking costs
       if (rep == 0) continue;
       row.w.push_back(*a);
       row.r.push_back(*b);
+      row.w_depth.push_back(wd);
+      row.r_depth.push_back(rd);
       if (fa && fb) {
         row.fw.push_back(*fa);
         row.fr.push_back(*fb);
@@ -291,10 +300,11 @@ int main(int argc, char** argv) {
       }
       if (fb_plain) row.fr_plain.push_back(*fb_plain);
       std::printf(
-          "depth %3d, %zu dir(s), repeat %d: store write %.3f read %.3f GB/s, fio write %.3f "
-          "read %.3f GB/s%s\n",
-          d, ndirs, rep, *a, *b, fa.value_or(0.0), fb.value_or(0.0),
-          fb_plain ? (", fio read unchecked " + std::to_string(*fb_plain)).c_str() : "");
+          "depth %3d, %zu dir(s), repeat %d: store write %.3f read %.3f GB/s (in flight %.1f, "
+          "%.1f), fio write %.3f read %.3f GB/s",
+          d, ndirs, rep, *a, *b, wd, rd, fa.value_or(0.0), fb.value_or(0.0));
+      if (fb_plain) std::printf(", fio read unchecked %.3f GB/s", *fb_plain);
+      std::printf("\n");
     }
     std::filesystem::remove(fio_file);
     store->reset();
@@ -328,9 +338,11 @@ int main(int argc, char** argv) {
       no_verify ? "plain reads and writes (store checksums off)"
                 : "writes a pattern and compares every block it reads with it (store checksums "
                   "on); 'unchecked': fio reading without looking at the data");
-  std::printf("%5s %4s %-6s %8s %10s %10s %8s %11s %10s  (ratio: median of per-repeat ratios)\n",
-              "depth", "dirs", "", "obj MiB", "store GB/s", "fio GB/s", "ratio", "range",
-              "unchecked");
+  std::printf(
+      "in flight: the store's mean requests in flight while busy; ratio: median of the per-repeat "
+      "ratios\n");
+  std::printf("%5s %4s %-6s %7s %10s %9s %10s %8s %11s %10s\n", "depth", "dirs", "", "obj MiB",
+              "store GB/s", "in flight", "fio GB/s", "ratio", "range", "unchecked");
   nlohmann::json w_by_depth = nlohmann::json::object(), r_by_depth = nlohmann::json::object();
   nlohmann::json unchecked_by_depth = nlohmann::json::object();
   const DepthRow* main_row = &rows.front();
@@ -338,13 +350,14 @@ int main(int argc, char** argv) {
   for (const DepthRow& row : rows) {
     const double wq = have_fio ? median(row.w_ratio) : 0, rq = have_fio ? median(row.r_ratio) : 0;
     const double obj_mib = row.object_bytes / double(1 << 20);
-    std::printf("%5d %4zu %-6s %8.1f %10.3f %10.3f %8.3f %11s\n", row.depth, row.dirs, "write",
-                obj_mib, median(row.w), have_fio ? median(row.fw) : 0.0, wq,
-                range(row.w_ratio).c_str());
-    std::printf(
-        "%5d %4zu %-6s %8.1f %10.3f %10.3f %8.3f %11s %10s\n", row.depth, row.dirs, "read", obj_mib,
-        median(row.r), have_fio ? median(row.fr) : 0.0, rq, range(row.r_ratio).c_str(),
-        row.fr_plain.empty() ? "" : std::to_string(median(row.fr_plain)).substr(0, 6).c_str());
+    std::printf("%5d %4zu %-6s %7.1f %10.3f %9.1f %10.3f %8.3f %11s\n", row.depth, row.dirs,
+                "write", obj_mib, median(row.w), median(row.w_depth),
+                have_fio ? median(row.fw) : 0.0, wq, range(row.w_ratio).c_str());
+    std::printf("%5d %4zu %-6s %7.1f %10.3f %9.1f %10.3f %8.3f %11s", row.depth, row.dirs, "read",
+                obj_mib, median(row.r), median(row.r_depth), have_fio ? median(row.fr) : 0.0, rq,
+                range(row.r_ratio).c_str());
+    if (!row.fr_plain.empty()) std::printf(" %10.3f", median(row.fr_plain));
+    std::printf("\n");
     const nlohmann::json wj = have_fio ? nlohmann::json(wq) : nlohmann::json(nullptr);
     const nlohmann::json rj = have_fio ? nlohmann::json(rq) : nlohmann::json(nullptr);
     if (row.dirs > 1) {

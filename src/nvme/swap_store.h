@@ -69,6 +69,16 @@ class IoHandle {
   std::shared_ptr<State> state_;
 };
 
+// How full the store kept its queue (cumulative since open): the I/O thread's time with requests
+// submitted and not yet reaped, and the integral of their number over that time.
+// in_flight_seconds / busy_seconds is the mean depth; near the queue depth, the store kept the
+// device supplied (a request done but not yet reaped still counts, so it is an upper bound).
+struct SwapQueueStats {
+  double busy_seconds = 0;
+  double in_flight_seconds = 0;
+  uint64_t requests = 0;  // submitted, each block-sized or smaller
+};
+
 struct ExtentLocation {
   std::string path;
   uint64_t offset = 0;      // in the file
@@ -96,6 +106,7 @@ class SwapStore {
 
   Result<std::vector<ExtentLocation>> locate(uint64_t key) const;
   uint64_t capacity_bytes() const { return capacity_bytes_; }
+  SwapQueueStats queue_stats() const;
   uint64_t used_bytes() const;
   bool direct_io() const { return direct_io_; }
   std::string describe() const;  // effective set-up, logged once at open
