@@ -373,6 +373,7 @@ int main(int argc, char** argv) {
   }
   if (!have_fio)
     std::printf("fio not found on PATH or failed: no fio figures (scripts/setup installs it)\n");
+  std::fflush(stdout);  // the table before the step part's log lines (stderr)
   const double wm = median(main_row->w), rm = median(main_row->r);
   const double fwm = have_fio ? median(main_row->fw) : 0, frm = have_fio ? median(main_row->fr) : 0;
   const double wq = have_fio ? median(main_row->w_ratio) : 0;
