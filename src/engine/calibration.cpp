@@ -54,8 +54,9 @@ std::string cpu_model() {
 
 // Part of the cache key: raised when what the probes time changes inside strata itself, so that
 // rates measured through the old paths are not reused (2: pinned buffers on huge pages, which
-// made the swap store's transfers about 2.5x faster on the test machine).
-constexpr int kProbeVersion = 2;
+// made the swap store's transfers about 2.5x faster on the test machine; 3: the swap store's
+// writes hashed on its I/O thread with the dispatched xxh3, and woken for new jobs).
+constexpr int kProbeVersion = 3;
 
 std::string machine_key(const gpu::Device& device) {
   char host[256] = {};
