@@ -11,6 +11,7 @@
 
 #include "core/xxh3.h"
 #include "engine/checkpoint_file.h"
+#include "nvme/direct_reader.h"
 
 namespace strata::engine {
 
@@ -99,7 +100,11 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
     return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/manifest.json: no entry for ",
                       name);
   }
-  std::ifstream in(path, std::ios::binary);
+  auto opened = nvme::DirectReader::open(path);
+  if (!opened.ok())
+    return make_error(ErrorCode::kCorrupt, "checkpoint ", opened.status().message());
+  nvme::DirectReader in = std::move(*opened);
+  Status io;  // a failed read: its error, not "truncated"
   auto corrupt = [&path](const std::string& what) {
     return make_error(ErrorCode::kCorrupt, "checkpoint ", path, ": ", what);
   };
@@ -109,8 +114,9 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
   XXH3_64bits_reset(hash.get());
   uint64_t bytes = 0;
   auto read = [&](void* to, size_t n) {
-    in.read(static_cast<char*>(to), static_cast<std::streamsize>(n));
-    const auto got = static_cast<size_t>(in.gcount());
+    auto r = in.read(to, n);
+    if (!r.ok() && io.ok()) io = r.status();
+    const size_t got = r.ok() ? *r : 0;
     XXH3_64bits_update(hash.get(), to, got);
     bytes += got;
     return got == n;
@@ -118,8 +124,9 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
   char magic[8] = {};
   int64_t head[2] = {};
   read(magic, sizeof(magic));
-  read(head, sizeof(head));
-  if (!in || std::memcmp(magic, kMagic, sizeof(magic)) != 0 || head[0] != kVersion) {
+  const bool whole = read(head, sizeof(head));
+  STRATA_RETURN_IF_ERROR(io);
+  if (!whole || std::memcmp(magic, kMagic, sizeof(magic)) != 0 || head[0] != kVersion) {
     return corrupt("not a strata optimizer file of version " + std::to_string(kVersion));
   }
   if (head[1] != static_cast<int64_t>(opt.num_partitions())) {
@@ -130,8 +137,10 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
   std::vector<bool> seen(opt.num_partitions(), false);
   for (size_t k = 0; k < opt.num_partitions(); ++k) {
     int64_t rec[2] = {-1, 0};  // partition, elements
-    if (!read(rec, sizeof(rec)))
+    if (!read(rec, sizeof(rec))) {
+      STRATA_RETURN_IF_ERROR(io);
       return corrupt("truncated after " + std::to_string(k) + " partitions");
+    }
     if (rec[0] < 0 || rec[0] >= head[1] || seen[static_cast<size_t>(rec[0])]) {
       return corrupt("record " + std::to_string(k) + " names partition " + std::to_string(rec[0]) +
                      " (of " + std::to_string(head[1]) + ", each once)");
@@ -145,12 +154,14 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
     }
     st.resize(3 * static_cast<size_t>(n));
     if (!read(st.data(), st.size() * 4)) {
+      STRATA_RETURN_IF_ERROR(io);
       return corrupt("truncated in partition " + std::to_string(p));
     }
     STRATA_RETURN_IF_ERROR(opt.load(p, st.data(), st.data() + n, st.data() + 2 * n));
   }
   char extra = 0;
   read(&extra, 1);  // the end of the file, counted if it is not
+  STRATA_RETURN_IF_ERROR(io);
   const json have = {{"bytes", bytes}, {"xxh3", hex(XXH3_64bits_digest(hash.get()))}};
   const json& want = manifest["files"][name];
   if (have != want) {

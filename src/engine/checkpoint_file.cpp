@@ -43,11 +43,17 @@ std::string hex(uint64_t h) {
   return buf;
 }
 
-Result<HashedFile> HashedFile::create(const std::string& path) {
+Result<HashedFile> HashedFile::create(const std::string& path, bool direct) {
   HashedFile f;
   f.path_ = path;
-  f.fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f.fd_ < 0) return io_error(path, "cannot create");
+  if (direct) {
+    auto w = nvme::DirectWriter::create(path);
+    if (!w.ok()) return make_error(ErrorCode::kIo, "checkpoint ", w.status().message());
+    f.direct_ = std::make_unique<nvme::DirectWriter>(std::move(*w));
+  } else {
+    f.fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f.fd_ < 0) return io_error(path, "cannot create");
+  }
   f.state_ = XXH3_createState();
   XXH3_64bits_reset(f.state_);
   return f;
@@ -55,6 +61,7 @@ Result<HashedFile> HashedFile::create(const std::string& path) {
 
 HashedFile& HashedFile::operator=(HashedFile&& o) noexcept {
   std::swap(fd_, o.fd_);
+  std::swap(direct_, o.direct_);
   std::swap(state_, o.state_);
   std::swap(path_, o.path_);
   std::swap(bytes_, o.bytes_);
@@ -71,6 +78,10 @@ Status HashedFile::write(const void* data, size_t n) {
   const auto* p = static_cast<const char*>(data);
   XXH3_64bits_update(state_, p, n);
   bytes_ += n;
+  if (direct_) {
+    const Status st = direct_->append(p, n);
+    return st.ok() ? st : make_error(ErrorCode::kIo, "checkpoint ", st.message());
+  }
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -83,6 +94,12 @@ Status HashedFile::write(const void* data, size_t n) {
 
 Result<json> HashedFile::finish(bool sync) {
   kill_point();
+  if (direct_) {
+    const Status st = direct_->finish(sync);
+    direct_.reset();
+    if (!st.ok()) return make_error(ErrorCode::kIo, "checkpoint ", st.message());
+    return json{{"bytes", bytes_}, {"xxh3", hex(XXH3_64bits_digest(state_))}};
+  }
   if (sync && ::fsync(fd_) != 0) return io_error(path_, "fsync failed");
   const int rc = ::close(fd_);
   fd_ = -1;

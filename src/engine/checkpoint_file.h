@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "core/xxh3.h"
+#include "nvme/direct_writer.h"
 
 namespace strata::engine::ckpt {
 
@@ -31,10 +33,12 @@ Status io_error(const std::string& path, const char* what);  // kIo with errno's
 Status fsync_path(const std::string& path);                  // a file or directory
 std::string hex(uint64_t h);                                 // 16 hex digits
 
-// A file written in one go and synced, its xxh3 taken as it is written.
+// A file written in one go and synced, its xxh3 taken as it is written. Direct: through an
+// nvme::DirectWriter (for the large files: the writes overlap the caller's next work and the
+// final fsync has nothing left to write back), else write(2) into the page cache.
 class HashedFile {
  public:
-  static Result<HashedFile> create(const std::string& path);
+  static Result<HashedFile> create(const std::string& path, bool direct = false);
   HashedFile() = default;
   HashedFile(HashedFile&& o) noexcept { *this = std::move(o); }
   HashedFile& operator=(HashedFile&& o) noexcept;
@@ -45,6 +49,7 @@ class HashedFile {
 
  private:
   int fd_ = -1;
+  std::unique_ptr<nvme::DirectWriter> direct_;
   XXH3_state_t* state_ = nullptr;
   std::string path_;
   uint64_t bytes_ = 0;

@@ -77,12 +77,12 @@ CheckpointSave::~CheckpointSave() {
 
 // The optimizer file, partition by partition in the order the hold gives them. An NVMe
 // partition is read into one of two buffers while the previous one is written; each partition is
-// released as soon as its state is copied out (into the file's page cache, or a buffer).
+// released as soon as its state is copied out (into the file's write buffers, or a buffer).
 void CheckpointSave::write_optimizer(const json& scaling) {
   const auto t0 = std::chrono::steady_clock::now();
   auto run = [&]() -> Status {
     const std::string name = "optimizer-rank" + std::to_string(comm_.rank()) + ".bin";
-    STRATA_ASSIGN_OR_RETURN(HashedFile f, HashedFile::create(tmp_ + "/" + name));
+    STRATA_ASSIGN_OR_RETURN(HashedFile f, HashedFile::create(tmp_ + "/" + name, /*direct=*/true));
     const auto parts = static_cast<int64_t>(opt_.num_partitions());
     STRATA_RETURN_IF_ERROR(f.write(kMagic, sizeof(kMagic)));
     const int64_t head[2] = {kVersion, parts};
@@ -115,7 +115,7 @@ void CheckpointSave::write_optimizer(const json& scaling) {
       const int64_t rec[2] = {static_cast<int64_t>(p), opt_.numel(p)};
       if (st.ok()) st = f.write(rec, sizeof(rec));
       if (st.ok()) st = f.write(data, opt_.state_bytes(p));
-      if (!nvme) hold_.release(p);  // captured once in the file's page cache
+      if (!nvme) hold_.release(p);  // captured once copied into the file's write buffers
       if (next_io.valid() && !st.ok()) (void)next_io.wait();  // no read left into a freed buffer
       cur = next;
       cur_io = std::move(next_io);
