@@ -1,7 +1,8 @@
 // bench_checkpoint: saving and loading a checkpoint (engine/checkpoint.h) of a GPT whose
 // optimizer state is half on NVMe (the swap store in --dir), against the disk's own rate for the
 // same bytes (one file written in 1 MiB requests and synced, then read back, in the same
-// directory, beside each repeat: the ratios are per repeat, medians reported), and the exposed cost
+// directory, on both sides of each repeat: the ratios are per repeat, medians reported), and the
+// exposed cost
 // of checkpointing: the planned step's time with a checkpoint after every step against none
 // (alternating, medians). The page cache is dropped for the files (posix_fadvise) before every
 // read, so reads come from the disk. A save also reads the NVMe half of the optimizer state through
@@ -19,7 +20,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include <fcntl.h>
@@ -184,16 +184,29 @@ int main(int argc, char** argv) {
   };
   run_step();  // warm-up
   // Save and load, each from an uncached disk, timed from after the update's flush. The disk is
-  // measured beside each repeat (before it on odd repeats, after on even ones) moving the same
+  // measured on both sides of each repeat (before the save and after the load), moving the same
   // bytes: a save writes the checkpoint and reads the NVMe half of the state through the swap
-  // store; a load reads the checkpoint and writes that half back. The ratios are per repeat,
-  // their medians reported.
+  // store; a load reads the checkpoint and writes that half back. This disk's rate depends on
+  // what came just before (docs/benchmarks.md): one measurement per repeat, alternating sides,
+  // made the per-repeat ratios alternate with it; bracketing each repeat compares the save and
+  // the load with the mean of the disk's times on both sides. The ratios are per repeat, their
+  // medians reported. A first, untimed save gives the checkpoint's size.
   const auto nvme_bytes = static_cast<double>(opt.nvme_state_bytes());
+  check(start_save()->finish());
+  const uint64_t ckpt_bytes = bytes_under(check(engine::find_checkpoint(root.string())));
+  const auto ck = static_cast<double>(ckpt_bytes);
+  // The disk's time for a save's bytes and for a load's, measured now (from a clean state).
+  auto disk_now = [&](std::vector<double>& w, std::vector<double>& r) {
+    drop_cache(work);
+    settle();
+    const auto [dw, dr] = disk_rate(work, ckpt_bytes);
+    w.push_back(dw);
+    r.push_back(dr);
+    return std::pair{(ck / dw + nvme_bytes / dr) / 1e9, (ck / dr + nvme_bytes / dw) / 1e9};
+  };
   std::vector<double> save_s, load_s, disk_w_all, disk_r_all, save_ratio, load_ratio;
-  uint64_t ckpt_bytes = 0;
   for (int r = 0; r < repeats; ++r) {
-    double dw = 0, dr = 0;
-    if (r % 2 == 1) std::tie(dw, dr) = (settle(), disk_rate(work, ckpt_bytes));
+    const auto before = disk_now(disk_w_all, disk_r_all);
     run_step();
     check(step->flush());
     drop_cache(work);
@@ -202,7 +215,6 @@ int main(int argc, char** argv) {
     check(start_save()->finish());
     save_s.push_back(seconds_since(t0));
     const std::string latest = check(engine::find_checkpoint(root.string()));
-    ckpt_bytes = bytes_under(latest);
     drop_cache(work);
     settle();
     t0 = Clock::now();
@@ -210,16 +222,15 @@ int main(int argc, char** argv) {
     check(engine::verify_checkpoint(latest, 0, expect).status());
     check(engine::load_checkpoint(latest, 0, opt).status());
     load_s.push_back(seconds_since(t0));
-    if (r % 2 == 0) std::tie(dw, dr) = (settle(), disk_rate(work, ckpt_bytes));
-    disk_w_all.push_back(dw);
-    disk_r_all.push_back(dr);
-    const auto ck = static_cast<double>(ckpt_bytes);
-    save_ratio.push_back((ck / dw + nvme_bytes / dr) / 1e9 / save_s.back());
-    load_ratio.push_back((ck / dr + nvme_bytes / dw) / 1e9 / load_s.back());
+    const auto after = disk_now(disk_w_all, disk_r_all);
+    save_ratio.push_back((before.first + after.first) / 2 / save_s.back());
+    load_ratio.push_back((before.second + after.second) / 2 / load_s.back());
+    const size_t n = disk_w_all.size();
     std::printf(
-        "repeat %d: disk write %.3f GB/s, read %.3f GB/s; save %.3f s (%.2f of disk), "
-        "load %.3f s (%.2f)\n",
-        r, dw, dr, save_s.back(), save_ratio.back(), load_s.back(), load_ratio.back());
+        "repeat %d: disk write %.3f then %.3f GB/s, read %.3f then %.3f GB/s; save %.3f s (%.2f "
+        "of disk), load %.3f s (%.2f)\n",
+        r, disk_w_all[n - 2], disk_w_all[n - 1], disk_r_all[n - 2], disk_r_all[n - 1],
+        save_s.back(), save_ratio.back(), load_s.back(), load_ratio.back());
   }
   // The exposed cost: blocks of steps with a checkpoint after every step, written synchronously
   // or in the background (as train_gpt does: its save finished after the next step), against
@@ -255,9 +266,8 @@ int main(int argc, char** argv) {
   const double load_gbps = static_cast<double>(ckpt_bytes) / median(load_s) / 1e9;
   // The headline ratios: the disk's median time for the same bytes over the save's (load's)
   // median time, both over the same interleaved repeats. This disk switches between a fast and a
-  // slow mode from one second to the next (docs/benchmarks.md), so a ratio of two neighbouring
-  // measurements (the per-repeat ones, printed as a range) swings far more than medians do.
-  const auto ck = static_cast<double>(ckpt_bytes);
+  // slow mode from one second to the next (docs/benchmarks.md), so a ratio of neighbouring
+  // measurements (the per-repeat ones, printed as a range) swings more than medians do.
   const double save_over = (ck / disk_w + nvme_bytes / disk_r) / 1e9 / median(save_s);
   const double load_over = (ck / disk_r + nvme_bytes / disk_w) / 1e9 / median(load_s);
   const double exposed = (background - plain) / background;
