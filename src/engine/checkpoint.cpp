@@ -101,8 +101,9 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
                       name);
   }
   auto opened = nvme::DirectReader::open(path);
-  if (!opened.ok())
+  if (!opened.ok()) {
     return make_error(ErrorCode::kCorrupt, "checkpoint ", opened.status().message());
+  }
   nvme::DirectReader in = std::move(*opened);
   Status io;  // a failed read: its error, not "truncated"
   auto corrupt = [&path](const std::string& what) {

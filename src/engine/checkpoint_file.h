@@ -34,8 +34,8 @@ Status fsync_path(const std::string& path);                  // a file or direct
 std::string hex(uint64_t h);                                 // 16 hex digits
 
 // A file written in one go and synced, its xxh3 taken as it is written. Direct: through an
-// nvme::DirectWriter (for the large files: the writes overlap the caller's next work and the
-// final fsync has nothing left to write back), else write(2) into the page cache.
+// nvme::DirectWriter (for the large files: the writes overlap the caller's next work and leave
+// nothing in the page cache), else write(2) into the page cache.
 class HashedFile {
  public:
   static Result<HashedFile> create(const std::string& path, bool direct = false);
