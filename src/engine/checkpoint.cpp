@@ -100,9 +100,10 @@ Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,
     return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/manifest.json: no entry for ",
                       name);
   }
+  if (!fs::exists(path)) return make_error(ErrorCode::kCorrupt, "checkpoint ", path, ": missing");
   auto opened = nvme::DirectReader::open(path);
   if (!opened.ok()) {
-    return make_error(ErrorCode::kCorrupt, "checkpoint ", opened.status().message());
+    return make_error(opened.status().code(), "checkpoint ", opened.status().message());
   }
   nvme::DirectReader in = std::move(*opened);
   Status io;  // a failed read: its error, not "truncated"

@@ -12,14 +12,16 @@ namespace strata::nvme::detail {
 
 namespace {
 constexpr size_t kBlock = 4096;
-}
+constexpr size_t kMaxChunk = size_t{1} << 30;
+}  // namespace
 
 Status ChunkRing::open(const std::string& path, int flags, bool direct, size_t chunk_bytes,
                        uint32_t chunks) {
   path_ = path;
-  if (chunk_bytes == 0 || chunk_bytes % kBlock != 0 || chunks == 0) {
+  if (chunk_bytes == 0 || chunk_bytes % kBlock != 0 || chunk_bytes > kMaxChunk || chunks == 0 ||
+      chunks > 4096) {
     return make_error(ErrorCode::kConfig, path, ": direct I/O chunks of ", chunk_bytes, " bytes x ",
-                      chunks, " (need a multiple of 4096, at least one)");
+                      chunks, " (need a multiple of 4096 up to 1 GiB, 1 to 4096 of them)");
   }
   if (direct) fd_ = ::open(path.c_str(), flags | O_DIRECT, 0644);
   direct_ = fd_ >= 0;
@@ -90,6 +92,7 @@ Status ChunkRing::fail(const char* what) {
 void ChunkRing::close() {
   if (fd_ < 0) return;
   if (queue_) (void)wait(busy_.size());
+  queue_.reset();  // after a failed reap: its teardown ends what is still in flight
   ::close(fd_);
   fd_ = -1;
 }

@@ -20,7 +20,7 @@ namespace strata::nvme::detail {
 class ChunkRing {
  public:
   // Opens `path` with `flags` (plus O_DIRECT when `direct`, stepping down on EINVAL). kConfig for
-  // chunks that are not whole blocks, kIo naming the file when it cannot be opened.
+  // chunks that are not whole blocks or over 1 GiB, kIo naming the file when it cannot be opened.
   Status open(const std::string& path, int flags, bool direct, size_t chunk_bytes, uint32_t chunks);
   ChunkRing() = default;
   ChunkRing(const ChunkRing&) = delete;
@@ -44,13 +44,18 @@ class ChunkRing {
   Status fail(const char* what);
   // Waits for every request and closes the file (again: nothing).
   void close();
+  // Test hook (IoQueue::set_fault_injection): the n-th completion from now is replaced.
+  void set_fault_injection(FaultInjection fault) {
+    if (queue_) queue_->set_fault_injection(fault);
+  }
 
  private:
   std::string path_;
   int fd_ = -1;
   bool direct_ = false;
-  std::optional<IoQueue> queue_;
+  // Before the queue: destroyed after it, so no request in flight outlives its chunk.
   std::unique_ptr<std::byte, void (*)(void*)> mem_{nullptr, nullptr};
+  std::optional<IoQueue> queue_;
   size_t chunk_bytes_ = 0;
   std::vector<bool> busy_;
   Status failed_;

@@ -92,6 +92,9 @@ DirectReader::~DirectReader() = default;
 
 uint64_t DirectReader::size() const { return impl_->size; }
 bool DirectReader::direct() const { return impl_->ring.direct(); }
+void DirectReader::set_fault_injection(FaultInjection fault) {
+  impl_->ring.set_fault_injection(fault);
+}
 
 Result<size_t> DirectReader::read(void* to, size_t n) {
   Impl& r = *impl_;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "nvme/io_queue.h"
 
 namespace strata::nvme {
 
@@ -35,6 +36,8 @@ class DirectReader {
 
   uint64_t size() const;  // the file's, when opened
   bool direct() const;    // O_DIRECT (false: the filesystem refused it)
+  // Test hook: the n-th completion of the queue from now on is replaced (IoQueue's).
+  void set_fault_injection(FaultInjection fault);
 
  private:
   struct Impl;

@@ -49,6 +49,9 @@ DirectWriter::~DirectWriter() = default;
 
 uint64_t DirectWriter::bytes() const { return impl_->bytes; }
 bool DirectWriter::direct() const { return impl_->ring.direct(); }
+void DirectWriter::set_fault_injection(FaultInjection fault) {
+  impl_->ring.set_fault_injection(fault);
+}
 
 Status DirectWriter::append(const void* data, size_t n) {
   Impl& w = *impl_;

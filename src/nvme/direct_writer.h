@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "nvme/io_queue.h"
 
 namespace strata::nvme {
 
@@ -43,6 +44,8 @@ class DirectWriter {
 
   uint64_t bytes() const;
   bool direct() const;  // O_DIRECT (false: the filesystem refused it)
+  // Test hook: the n-th completion of the queue from now on is replaced (IoQueue's).
+  void set_fault_injection(FaultInjection fault);
 
  private:
   struct Impl;
