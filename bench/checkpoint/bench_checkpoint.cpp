@@ -2,15 +2,14 @@
 // optimizer state is half on NVMe (the swap store in --dir), against the disk's own rate for the
 // same bytes (one file written in 1 MiB requests and synced, then read back, in the same
 // directory, on both sides of each repeat: the ratios are per repeat, medians reported), and the
-// exposed cost
-// of checkpointing: the planned step's time with a checkpoint after every step against none
-// (alternating, medians). The page cache is dropped for the files (posix_fadvise) before every
-// read, so reads come from the disk. A save also reads the NVMe half of the optimizer state through
-// the swap store, from the same disk. The exposed cost is measured as train_gpt checkpoints: the
-// optimizer file written in the background during the next step, the save finished after it
-// (engine/checkpoint.h); in steady state, with a checkpoint after every step, each step costs
-// its run, the previous save's finish and this save's start. Prints a table, then one JSON line:
-// bench, save_gbps, load_gbps, disk_gbps (write), disk_read_gbps, save_over_disk,
+// exposed cost of checkpointing: the planned step's time with a checkpoint after every step
+// against none (alternating, medians). The page cache is dropped for the files (posix_fadvise)
+// before every read, so reads come from the disk. A save also reads the NVMe half of the optimizer
+// state through the swap store, from the same disk. The exposed cost is measured as train_gpt
+// checkpoints: the optimizer file written in the background during the next step, the save finished
+// after it (engine/checkpoint.h); in steady state, with a checkpoint after every step, each step
+// costs its run, the previous save's finish and this save's start. Prints a table, then one JSON
+// line: bench, save_gbps, load_gbps, disk_gbps (write), disk_read_gbps, save_over_disk,
 // load_over_disk, exposed_save_fraction, step_s, checkpointed_step_s, update_wait_s.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -72,15 +71,9 @@ uint64_t bytes_under(const fs::path& path) {
   return n;
 }
 
-// The disk's rate for `bytes`: written in 1 MiB requests and synced, then read back uncached.
-// Each measurement writes a new file and removes the previous one only afterwards, as a save
-// writes its checkpoint beside the previous one: this disk is thin-provisioned (ext4 mounted with
-// discard), and writing into blocks just freed, which the host still backs, runs at 1.1-1.5 GB/s
-// against 0.6 for new ones (docs/benchmarks.md), so a file written where the last one was
-// removed would measure another disk than the save sees.
-std::pair<double, double> disk_rate(const fs::path& dir, uint64_t bytes) {
-  static int serial = 0;
-  const fs::path file = dir / ("disk-rate-" + std::to_string(serial++) + ".bin");
+// The disk's rate for `bytes`: `file` written in 1 MiB requests and synced, then read back
+// uncached. The file stays (the caller removes it).
+std::pair<double, double> disk_rate(const fs::path& file, uint64_t bytes) {
   std::vector<char> buf(1 << 20, 'x');
   int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) bench::die("bench_checkpoint", make_error(ErrorCode::kIo, "cannot create ", file));
@@ -100,7 +93,6 @@ std::pair<double, double> disk_rate(const fs::path& dir, uint64_t bytes) {
   }
   const double read_s = seconds_since(t0);
   ::close(fd);
-  if (serial > 1) fs::remove(dir / ("disk-rate-" + std::to_string(serial - 2) + ".bin"));
   return {static_cast<double>(bytes) / write_s / 1e9, static_cast<double>(bytes) / read_s / 1e9};
 }
 
@@ -201,11 +193,21 @@ int main(int argc, char** argv) {
   check(start_save()->finish());
   const uint64_t ckpt_bytes = bytes_under(check(engine::find_checkpoint(root.string())));
   const auto ck = static_cast<double>(ckpt_bytes);
-  // The disk's time for a save's bytes and for a load's, measured now (from a clean state).
+  // The disk's time for a save's bytes and for a load's, measured now (from a clean state). Each
+  // measurement writes a new file and removes the previous one only afterwards, as a save writes
+  // its checkpoint beside the previous one: this disk is thin-provisioned (ext4 mounted with
+  // discard), and writing into blocks just freed, which the host still backs, runs at 1.1-1.5
+  // GB/s against 0.6 for new ones (docs/benchmarks.md), so a file written where the last one was
+  // removed would measure another disk than the save sees.
+  fs::path previous;
+  int measured = 0;
   auto disk_now = [&](std::vector<double>& w, std::vector<double>& r) {
     drop_cache(work);
     settle();
-    const auto [dw, dr] = disk_rate(work, ckpt_bytes);
+    const fs::path file = work / ("disk-rate-" + std::to_string(measured++) + ".bin");
+    const auto [dw, dr] = disk_rate(file, ckpt_bytes);
+    if (!previous.empty()) fs::remove(previous);
+    previous = file;
     w.push_back(dw);
     r.push_back(dr);
     return std::pair{(ck / dw + nvme_bytes / dr) / 1e9, (ck / dr + nvme_bytes / dw) / 1e9};

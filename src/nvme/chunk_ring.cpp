@@ -83,8 +83,8 @@ Status ChunkRing::wait(size_t i) {
   return failed_;
 }
 
-Status ChunkRing::fail(const char* what) {
-  Status st = make_error(ErrorCode::kIo, path_, ": ", what, ": ", std::strerror(errno));
+Status ChunkRing::fail(const char* what, int err) {
+  Status st = make_error(ErrorCode::kIo, path_, ": ", what, ": ", std::strerror(err));
   if (failed_.ok()) failed_ = st;
   return st;
 }

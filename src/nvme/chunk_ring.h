@@ -5,6 +5,7 @@
 // Thread safety: one thread at a time; the destructor waits for requests in flight.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,8 +41,8 @@ class ChunkRing {
   Status flush();
   // Reaps until chunk i's request is done; every request with i == chunks().
   Status wait(size_t i);
-  // kIo naming the file, `what` and errno's text; kept as the failure.
-  Status fail(const char* what);
+  // kIo naming the file, `what` and the text of `err` (errno by default); kept as the failure.
+  Status fail(const char* what, int err = errno);
   // Waits for every request and closes the file (again: nothing).
   void close();
   // Test hook (IoQueue::set_fault_injection): the n-th completion from now is replaced.

@@ -21,14 +21,13 @@ constexpr uint64_t kBlock = 4096;
 struct DirectReader::Impl {
   detail::ChunkRing ring;
   uint64_t size = 0;
-  uint64_t body = 0;        // the part read through the queue: whole blocks when direct
-  std::vector<size_t> len;  // per chunk: the bytes its read asks for
-  uint64_t issued = 0;      // chunks asked for, in order (chunk k in slot k % chunks)
-  uint64_t taken = 0;       // chunks copied out
-  uint64_t next = 0;        // file offset of the next chunk to ask for
-  size_t pos = 0;           // bytes copied out of chunk `taken`
-  std::vector<std::byte> tail;
-  bool tail_read = false;
+  uint64_t body = 0;            // the part read through the queue: whole blocks when direct
+  std::vector<size_t> len;      // per chunk: the bytes its read asks for
+  uint64_t issued = 0;          // chunks asked for, in order (chunk k in slot k % chunks)
+  uint64_t taken = 0;           // chunks copied out
+  uint64_t next = 0;            // file offset of the next chunk to ask for
+  size_t pos = 0;               // bytes copied out of chunk `taken`
+  std::vector<std::byte> tail;  // the last, partial block, once read
   size_t tail_pos = 0;
 
   uint32_t slot(uint64_t k) const { return static_cast<uint32_t>(k % ring.chunks()); }
@@ -49,7 +48,6 @@ struct DirectReader::Impl {
 
   // The last, partial block (direct reads cover whole blocks): an ordinary read.
   Status read_tail() {
-    tail_read = true;
     tail.resize(static_cast<size_t>(size - body));
     const int fd = ::open(ring.path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ring.fail("cannot open to read its end");
@@ -60,10 +58,7 @@ struct DirectReader::Impl {
           ::pread(fd, tail.data() + have, tail.size() - have, static_cast<off_t>(body + have));
       if (k < 0 && errno == EINTR) continue;
       if (k < 0) st = ring.fail("read failed");
-      if (k == 0) {
-        errno = ENODATA;
-        st = ring.fail("shorter than when opened");
-      }
+      if (k == 0) st = ring.fail("shorter than when opened", ENODATA);
       if (k > 0) have += static_cast<size_t>(k);
     }
     ::close(fd);
@@ -115,7 +110,7 @@ Result<size_t> DirectReader::read(void* to, size_t n) {
     }
   }
   if (copied < n && r.taken == r.issued && r.body < r.size) {
-    if (!r.tail_read) STRATA_RETURN_IF_ERROR(r.read_tail());
+    if (r.tail.empty()) STRATA_RETURN_IF_ERROR(r.read_tail());
     const size_t take = std::min(n - copied, r.tail.size() - r.tail_pos);
     std::memcpy(out + copied, r.tail.data() + r.tail_pos, take);
     copied += take;
