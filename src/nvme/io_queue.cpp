@@ -108,7 +108,17 @@ Status IoQueue::issue(uint32_t slot) {
   op.offset = s.request.offset + s.done_bytes;
   op.slot = slot;
   op.fixed_index = fixed_index(op.buffer, op.size_bytes);
+  ++prepares_;
+  if (fault_.prepare_nth != 0 && prepares_ == fault_.prepare_nth) {
+    return make_error(ErrorCode::kIo, "io engine refused the request (injected fault)");
+  }
   return backend_->prepare(op);
+}
+
+void IoQueue::release(uint32_t slot) {
+  slots_[slot].active = false;
+  free_slots_.push_back(slot);
+  --in_flight_;
 }
 
 Status IoQueue::submit(const IoRequest& request) {
@@ -120,7 +130,9 @@ Status IoQueue::submit(const IoRequest& request) {
   free_slots_.pop_back();
   slots_[slot] = Slot{request, 0, true};
   ++in_flight_;
-  return issue(slot);
+  Status st = issue(slot);
+  if (!st.ok()) release(slot);
+  return st;
 }
 
 Status IoQueue::flush() { return backend_->submit(); }
@@ -135,7 +147,8 @@ Status IoQueue::reap(std::vector<IoCompletion>& out, bool wait) {
     if (raw.empty()) break;
     bool resubmitted = false;
     for (const auto& rc : raw) {
-      Slot& s = slots_[rc.slot];
+      const auto slot = static_cast<uint32_t>(rc.slot);
+      Slot& s = slots_[slot];
       int64_t res = rc.result;
       const size_t want = s.request.size_bytes - s.done_bytes;
       ++raw_completions_;
@@ -147,28 +160,30 @@ Status IoQueue::reap(std::vector<IoCompletion>& out, bool wait) {
         }
       }
       const char* what = s.request.op == IoOp::kWrite ? "write" : "read";
-      if (res < 0 && detail::is_transient_error(res)) {
-        STRATA_RETURN_IF_ERROR(issue(static_cast<uint32_t>(rc.slot)));
-        resubmitted = true;
-        continue;
-      }
+      const bool transient = res < 0 && detail::is_transient_error(res);
+      const bool partial = res > 0 && static_cast<size_t>(res) < want;
       Status st;
-      if (res < 0) {
+      if (transient || partial) {
+        // The rest goes back to the engine; if it refuses, the request fails here, reported
+        // like any other completion, and the rest of the batch is still handled.
+        if (partial) s.done_bytes += static_cast<size_t>(res);
+        Status again = issue(slot);
+        if (again.ok()) {
+          resubmitted = true;
+          continue;
+        }
+        st = make_error(ErrorCode::kIo, what, " of ", s.request.size_bytes - s.done_bytes,
+                        " bytes at offset ", s.request.offset + s.done_bytes,
+                        " could not be resubmitted: ", again.message());
+      } else if (res < 0) {
         st = make_error(ErrorCode::kIo, what, " of ", want, " bytes at offset ",
                         s.request.offset + s.done_bytes, " failed: ", std::strerror(-res));
       } else if (res == 0) {
         st = make_error(ErrorCode::kIo, "short ", what, ": 0 of ", want, " bytes at offset ",
                         s.request.offset + s.done_bytes, " (end of file or device)");
-      } else if (static_cast<size_t>(res) < want) {
-        s.done_bytes += static_cast<size_t>(res);
-        STRATA_RETURN_IF_ERROR(issue(static_cast<uint32_t>(rc.slot)));
-        resubmitted = true;
-        continue;
       }
       out.push_back(IoCompletion{s.request.tag, std::move(st)});
-      s.active = false;
-      free_slots_.push_back(static_cast<uint32_t>(rc.slot));
-      --in_flight_;
+      release(slot);
     }
     if (!wait || out.size() > before) {
       if (resubmitted) STRATA_RETURN_IF_ERROR(backend_->submit());

@@ -57,9 +57,13 @@ enum class FaultKind {
   kShort,  // a short result (half the bytes, 4 KiB aligned); the queue must resubmit the rest
   kZero,   // a result of 0 bytes: an unrecoverable short read/write
 };
+// Separately, the n-th hand-over of a request to the engine (a first submission or the
+// resubmission of a short transfer's rest, counted likewise) can be made to fail, as a ring
+// that refuses new entries would.
 struct FaultInjection {
   uint64_t nth = 0;  // 0 disables
   FaultKind kind = FaultKind::kEio;
+  uint64_t prepare_nth = 0;  // 0 disables
 };
 
 struct BufferRegion {
@@ -87,11 +91,14 @@ class IoQueue {
   size_t in_flight() const { return in_flight_; }
   uint32_t queue_depth() const { return depth_; }
 
-  // Queues one request (requires can_submit()); it reaches the kernel on flush().
+  // Queues one request (requires can_submit()); it reaches the kernel on flush(). On an error
+  // the request was not queued and its slot is free again.
   Status submit(const IoRequest& request);
   Status flush();
   // Appends finished requests to `out`. With wait, blocks until at least one request is
-  // finished (if any is in flight) or wake() is called, then drains what else is ready.
+  // finished (if any is in flight) or wake() is called, then drains what else is ready. A short
+  // transfer whose rest cannot be handed back to the engine is reported as that request's
+  // failure; an error returned here is the engine's own (nothing of the batch is lost to it).
   Status reap(std::vector<IoCompletion>& out, bool wait);
   // The one member safe to call from any thread: makes the owner's blocking reap() (the one in
   // progress, or else the next) return early, so that work handed to the owner thread reaches
@@ -106,6 +113,7 @@ class IoQueue {
   void set_fault_injection(FaultInjection fault) {
     fault_ = fault;
     raw_completions_ = 0;
+    prepares_ = 0;
   }
 
  private:
@@ -116,6 +124,7 @@ class IoQueue {
     bool active = false;
   };
   Status issue(uint32_t slot);
+  void release(uint32_t slot);
   int fixed_index(const void* buffer, size_t size_bytes) const;
 
   std::unique_ptr<detail::IoBackend> backend_;
@@ -129,6 +138,7 @@ class IoQueue {
   std::string fixed_note_;
   FaultInjection fault_;
   uint64_t raw_completions_ = 0;
+  uint64_t prepares_ = 0;
 };
 
 }  // namespace strata::nvme

@@ -74,6 +74,34 @@ TEST_P(SwapFaults, UnrecoverableShortReadIsAnError) {
   EXPECT_NE(st.message().find(store->paths()[0]), std::string::npos) << st.message();
 }
 
+// The engine refusing a request (a first submission, or the rest of a short transfer): the
+// job fails with an error instead of waiting for ever on a request that never went out, and
+// the store carries on.
+TEST_P(SwapFaults, RefusedSubmissionsFailTheJobAndTheStoreGoesOn) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  STRATA_OPEN_STORE_OR_SKIP(store, fault_options(dir.path(), GetParam()));
+  const size_t size = 1 << 20;  // 16 requests of 64 KiB at depth 4
+  auto src = random_buffer(size, 5);
+  auto dst = sentinel_buffer(size);
+  store->set_fault_injection(FaultInjection{0, FaultKind::kEio, 6});
+  const Status refused = store->write(1, src.data(), size).wait();
+  ASSERT_EQ(refused.code(), ErrorCode::kIo) << refused.to_string();
+  EXPECT_NE(refused.message().find("refused"), std::string::npos) << refused.message();
+  store->set_fault_injection(FaultInjection{});
+  ASSERT_TRUE(store->write(1, src.data(), size).wait().ok());
+  // Prepares 1-4 fill the queue; the first completion is short and its rest (prepare 5) is
+  // refused.
+  store->set_fault_injection(FaultInjection{1, FaultKind::kShort, 5});
+  const Status st = store->read(1, dst.data(), size).wait();
+  ASSERT_EQ(st.code(), ErrorCode::kIo) << st.to_string();
+  EXPECT_NE(st.message().find("could not be resubmitted"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(store->paths()[0]), std::string::npos) << st.message();
+  store->set_fault_injection(FaultInjection{});
+  ASSERT_TRUE(store->read(1, dst.data(), size).wait().ok());
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), size), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, SwapFaults,
                          ::testing::Values(EngineCase{IoEngine::kUring, true, "uring"},
                                            EngineCase{IoEngine::kThreadPool, true, "pool"}),
