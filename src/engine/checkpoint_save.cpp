@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 
+#include "cpu/pinned_memory.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_file.h"
 
@@ -41,14 +41,14 @@ json scaling_json(const StepScaling::State& s) {
           {"skipped", s.scaler.skipped}};
 }
 
-// A 4 KiB-aligned buffer (the swap store's direct I/O) of pageable memory.
-struct AlignedBuffer {
-  std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
-  explicit AlignedBuffer(uint64_t bytes) {
-    const uint64_t rounded = (bytes + 4095) / 4096 * 4096;
-    if (rounded > 0) p.reset(static_cast<std::byte*>(std::aligned_alloc(4096, rounded)));
-  }
-};
+// A buffer the swap store reads a partition into with direct I/O: page-aligned, on huge pages
+// (a request from 4 KiB pages is split into many on a virtio disk, cpu/pinned_memory.h), not
+// page-locked.
+Result<cpu::PinnedBuffer> read_buffer(uint64_t bytes) {
+  cpu::PinnedPoolOptions o;
+  o.force_unlocked = true;
+  return cpu::PinnedPool(o).allocate(bytes);
+}
 
 }  // namespace
 
@@ -91,10 +91,15 @@ void CheckpointSave::write_optimizer(const json& scaling) {
     for (size_t p = 0; p < opt_.num_partitions(); ++p) {
       if (opt_.on_nvme(p)) max_nvme = std::max(max_nvme, opt_.numel(p));
     }
-    AlignedBuffer buf[2] = {AlignedBuffer(12 * uint64_t(max_nvme)),
-                            AlignedBuffer(12 * uint64_t(max_nvme))};
+    cpu::PinnedBuffer buf[2];
+    for (auto& one : buf) {
+      auto made = read_buffer(12 * uint64_t(max_nvme));
+      if (!made.ok()) return made.status().with_context("checkpoint " + tmp_);
+      one = std::move(*made);
+    }
+    auto data_of = [&](int b) { return static_cast<std::byte*>(buf[b].data()); };
     auto begin = [&](std::optional<size_t> p, int b) {
-      return p && opt_.on_nvme(*p) ? opt_.read_partition(*p, buf[b].p.get()) : nvme::IoHandle();
+      return p && opt_.on_nvme(*p) ? opt_.read_partition(*p, data_of(b)) : nvme::IoHandle();
     };
     std::optional<size_t> cur = hold_.pick();
     int b = 0;
@@ -105,7 +110,7 @@ void CheckpointSave::write_optimizer(const json& scaling) {
       nvme::IoHandle next_io = begin(next, 1 - b);
       const size_t p = *cur;
       const bool nvme = opt_.on_nvme(p);
-      const std::byte* data = nvme ? buf[b].p.get() : opt_.host_state(p);
+      const std::byte* data = nvme ? data_of(b) : opt_.host_state(p);
       if (nvme) {  // captured once read into the writer's buffer
         st = cur_io.wait().with_context("checkpoint: reading optimizer partition " +
                                         std::to_string(p));

@@ -34,11 +34,11 @@ Status ChunkRing::open(const std::string& path, int flags, bool direct, size_t c
   if (!q.ok()) return q.status().with_context(path);
   queue_.emplace(std::move(*q));
   chunk_bytes_ = chunk_bytes;
-  mem_ = {static_cast<std::byte*>(std::aligned_alloc(kBlock, chunk_bytes * chunks)), &std::free};
-  if (!mem_) {
-    return make_error(ErrorCode::kIo, path, ": cannot allocate ", chunk_bytes * chunks,
-                      " bytes of I/O buffers");
-  }
+  cpu::PinnedPoolOptions po;
+  po.force_unlocked = true;  // huge pages for the disk's sake; nothing needs them locked
+  auto mem = cpu::PinnedPool(po).allocate(chunk_bytes * chunks);
+  if (!mem.ok()) return mem.status().with_context(path + ": I/O buffers");
+  mem_ = std::move(*mem);
   busy_.assign(chunks, false);
   return ok_status();
 }
