@@ -1,7 +1,8 @@
 // bench_nvme: (1) sequential write then read of N GiB through the swap store, and the same
 // workload through fio (same block size, queue depth, O_DIRECT, io_uring), side by side;
 // (2) the pipelined optimizer step with all state on NVMe versus max(pure I/O time, pure Adam
-// time) measured in the same run. Prints a table, then one JSON line.
+// time) measured in the same run. Prints a table, then one JSON line. --fio-vs-fio measures the
+// measurement itself: fio against a second fio under the same schedule.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -164,6 +165,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_flag("--no-huge-pages", no_huge,
                "pinned buffers of 4 KiB pages only (as fio's): see cpu/pinned_memory.h");
+  bool fio_vs_fio = false;
+  app.add_flag("--fio-vs-fio", fio_vs_fio,
+               "the measurement's own noise: the store's passes replaced by a second fio on its "
+               "own file, same settings and schedule (the ratios are then fio over fio)");
   CLI11_PARSE(app, argc, argv);
   if (size_gib <= 0) size_gib = quick ? 0.5 : 4.0;
   if (quick && app.count("--repeats") == 0) repeats = 3;
@@ -274,16 +279,26 @@ int main(int argc, char** argv) {
     auto fio = [&](bool write, bool with_check) {
       return fio_gbps(fio_file, write, total, block_bytes, d, fixed, fio_huge, with_check);
     };
+    // The pass compared with fio: the store's, or with --fio-vs-fio a second fio on its own file
+    // (its in-flight count is fio's depth).
+    const std::string fio_file_b = dir + "/strata_bench_fio_b.bin";
+    auto measured_pass = [&](bool write, double& in_flight) -> Result<double> {
+      if (!fio_vs_fio) return store_pass(**store, write, total, row.object_bytes, bufs, in_flight);
+      in_flight = d;
+      auto g = fio_gbps(fio_file_b, write, total, block_bytes, d, fixed, fio_huge, check);
+      if (!g) return make_error(ErrorCode::kIo, "--fio-vs-fio: fio is missing or failed");
+      return *g;
+    };
     for (int rep = 0; rep <= repeats; ++rep) {
       const bool fio_first = rep % 2 == 1;
       std::optional<double> fa, fb, fb_plain;
       if (fio_first) fa = fio(true, check);
       double wd = 0, rd = 0;
-      auto a = store_pass(**store, true, total, row.object_bytes, bufs, wd);
+      auto a = measured_pass(true, wd);
       if (!a.ok()) return fail(a.status());
       if (!fio_first) fa = fio(true, check);
       if (fio_first) fb = fio(false, check);
-      auto b = store_pass(**store, false, total, row.object_bytes, bufs, rd);
+      auto b = measured_pass(false, rd);
       if (!b.ok()) return fail(b.status());
       if (!fio_first) fb = fio(false, check);
       if (check) fb_plain = fio(false, false);  // what reading without looking costs
@@ -307,6 +322,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     std::filesystem::remove(fio_file);
+    std::filesystem::remove(fio_file_b);
     store->reset();
     if (ndirs > 1) {
       for (const auto& sd : so.dirs) std::filesystem::remove(sd);
@@ -328,6 +344,11 @@ int main(int argc, char** argv) {
   };
   std::printf("\n== sequential %.2f GiB, block %llu B, median of %d repeats ==\n",
               total / double(1ull << 30), static_cast<unsigned long long>(block_bytes), repeats);
+  if (fio_vs_fio) {
+    std::printf(
+        "--fio-vs-fio: the 'store' columns are a second fio on its own file, same settings and "
+        "schedule: the ratios show what this disk's noise alone gives\n");
+  }
   std::printf("store: %s; buffers %s\n", setup.c_str(),
               no_huge ? "of 4 KiB pages" : "advised for 2 MiB huge pages");
   std::printf(
@@ -589,6 +610,7 @@ int main(int argc, char** argv) {
       fio_footprint ? nlohmann::json("fio footprint") : nlohmann::json(uint64_t(object_mib) << 20);
   j["huge_pages"] = !no_huge;
   j["fio_like_for_like_pages"] = fio_huge_all;
+  j["fio_vs_fio"] = fio_vs_fio;
   j["step_s"] = s_med;
   j["pure_io_s"] = io_med;
   j["pure_adam_s"] = ad_med;
