@@ -77,10 +77,16 @@ struct Buffers {
   std::vector<cpu::PinnedBuffer> bufs;
 };
 
+// How a pass kept the device supplied: the mean number of requests in flight while any was
+// (`in_flight`), and the share of the pass with at least one in flight (`busy`).
+struct PassStats {
+  double in_flight = 0;
+  double busy = 0;
+};
+
 // One sequential pass through the store: objects of object_bytes, one per buffer in flight.
-// `depth` receives the mean number of requests the store had in flight while busy.
 Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, uint64_t object_bytes,
-                          std::vector<cpu::PinnedBuffer>& bufs, double& depth) {
+                          std::vector<cpu::PinnedBuffer>& bufs, PassStats& stats) {
   const nvme::SwapQueueStats before = store.queue_stats();
   const uint64_t objects = std::max<uint64_t>(1, total / object_bytes);
   std::vector<nvme::IoHandle> h(bufs.size());
@@ -97,7 +103,8 @@ Result<double> store_pass(nvme::SwapStore& store, bool write, uint64_t total, ui
   const double seconds = seconds_since(t0);
   const nvme::SwapQueueStats after = store.queue_stats();
   const double busy = after.busy_seconds - before.busy_seconds;
-  depth = busy > 0 ? (after.in_flight_seconds - before.in_flight_seconds) / busy : 0;
+  stats.in_flight = busy > 0 ? (after.in_flight_seconds - before.in_flight_seconds) / busy : 0;
+  stats.busy = seconds > 0 ? busy / seconds : 0;
   return static_cast<double>(objects * object_bytes) / seconds / 1e9;
 }
 
@@ -282,9 +289,9 @@ int main(int argc, char** argv) {
     // The pass compared with fio: the store's, or with --fio-vs-fio a second fio on its own file
     // (its in-flight count is fio's depth).
     const std::string fio_file_b = dir + "/strata_bench_fio_b.bin";
-    auto measured_pass = [&](bool write, double& in_flight) -> Result<double> {
-      if (!fio_vs_fio) return store_pass(**store, write, total, row.object_bytes, bufs, in_flight);
-      in_flight = d;
+    auto measured_pass = [&](bool write, PassStats& stats) -> Result<double> {
+      if (!fio_vs_fio) return store_pass(**store, write, total, row.object_bytes, bufs, stats);
+      stats = {double(d), 1.0};
       auto g = fio_gbps(fio_file_b, write, total, block_bytes, d, fixed, fio_huge, check);
       if (!g) return make_error(ErrorCode::kIo, "--fio-vs-fio: fio is missing or failed");
       return *g;
@@ -293,7 +300,7 @@ int main(int argc, char** argv) {
       const bool fio_first = rep % 2 == 1;
       std::optional<double> fa, fb, fb_plain;
       if (fio_first) fa = fio(true, check);
-      double wd = 0, rd = 0;
+      PassStats wd, rd;
       auto a = measured_pass(true, wd);
       if (!a.ok()) return fail(a.status());
       if (!fio_first) fa = fio(true, check);
@@ -305,8 +312,8 @@ int main(int argc, char** argv) {
       if (rep == 0) continue;
       row.w.push_back(*a);
       row.r.push_back(*b);
-      row.w_depth.push_back(wd);
-      row.r_depth.push_back(rd);
+      row.w_depth.push_back(wd.in_flight);
+      row.r_depth.push_back(rd.in_flight);
       if (fa && fb) {
         row.fw.push_back(*fa);
         row.fr.push_back(*fb);
@@ -316,8 +323,9 @@ int main(int argc, char** argv) {
       if (fb_plain) row.fr_plain.push_back(*fb_plain);
       std::printf(
           "depth %3d, %zu dir(s), repeat %d: store write %.3f read %.3f GB/s (in flight %.1f, "
-          "%.1f), fio write %.3f read %.3f GB/s",
-          d, ndirs, rep, *a, *b, wd, rd, fa.value_or(0.0), fb.value_or(0.0));
+          "%.1f; busy %.0f%%, %.0f%%), fio write %.3f read %.3f GB/s",
+          d, ndirs, rep, *a, *b, wd.in_flight, rd.in_flight, 100 * wd.busy, 100 * rd.busy,
+          fa.value_or(0.0), fb.value_or(0.0));
       if (fb_plain) std::printf(", fio read unchecked %.3f GB/s", *fb_plain);
       std::printf("\n");
     }
