@@ -117,4 +117,10 @@ PinnedPool& default_pinned_pool() {
   return pool;
 }
 
+Result<PinnedBuffer> allocate_io_buffer(size_t size_bytes) {
+  PinnedPoolOptions o;
+  o.force_unlocked = true;
+  return PinnedPool(o).allocate(size_bytes);
+}
+
 }  // namespace strata::cpu

@@ -108,4 +108,8 @@ class PinnedPool {
 // The process-wide pool (no cap, locking attempted).
 PinnedPool& default_pinned_pool();
 
+// A buffer for direct I/O that needs no page-locking (no device copies from it): page-aligned,
+// on huge pages when it is 2 MiB or more, not locked and outside every pool's cap.
+Result<PinnedBuffer> allocate_io_buffer(size_t size_bytes);
+
 }  // namespace strata::cpu

@@ -41,15 +41,6 @@ json scaling_json(const StepScaling::State& s) {
           {"skipped", s.scaler.skipped}};
 }
 
-// A buffer the swap store reads a partition into with direct I/O: page-aligned, on huge pages
-// (a request from 4 KiB pages is split into many on a virtio disk, cpu/pinned_memory.h), not
-// page-locked.
-Result<cpu::PinnedBuffer> read_buffer(uint64_t bytes) {
-  cpu::PinnedPoolOptions o;
-  o.force_unlocked = true;
-  return cpu::PinnedPool(o).allocate(bytes);
-}
-
 }  // namespace
 
 CheckpointSave::CheckpointSave(std::string root, int keep, comm::Communicator& comm,
@@ -91,9 +82,10 @@ void CheckpointSave::write_optimizer(const json& scaling) {
     for (size_t p = 0; p < opt_.num_partitions(); ++p) {
       if (opt_.on_nvme(p)) max_nvme = std::max(max_nvme, opt_.numel(p));
     }
+    // The NVMe partitions are read into these with direct I/O (huge pages: cpu/pinned_memory.h).
     cpu::PinnedBuffer buf[2];
     for (auto& one : buf) {
-      auto made = read_buffer(12 * uint64_t(max_nvme));
+      auto made = cpu::allocate_io_buffer(12 * uint64_t(max_nvme));
       if (!made.ok()) return made.status().with_context("checkpoint " + tmp_);
       one = std::move(*made);
     }

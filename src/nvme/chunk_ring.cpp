@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include <fcntl.h>
@@ -34,9 +33,7 @@ Status ChunkRing::open(const std::string& path, int flags, bool direct, size_t c
   if (!q.ok()) return q.status().with_context(path);
   queue_.emplace(std::move(*q));
   chunk_bytes_ = chunk_bytes;
-  cpu::PinnedPoolOptions po;
-  po.force_unlocked = true;  // huge pages for the disk's sake; nothing needs them locked
-  auto mem = cpu::PinnedPool(po).allocate(chunk_bytes * chunks);
+  auto mem = cpu::allocate_io_buffer(chunk_bytes * chunks);
   if (!mem.ok()) return mem.status().with_context(path + ": I/O buffers");
   mem_ = std::move(*mem);
   busy_.assign(chunks, false);
