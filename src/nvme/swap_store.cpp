@@ -269,6 +269,18 @@ void SwapStore::Impl::run() {
   std::vector<std::pair<Job*, uint32_t>> completed_extents;
   auto last = std::chrono::steady_clock::now();
   size_t last_in_flight = 0;  // requests in flight since `last`
+  // Adds the time since `last` to the queue statistics (busy if anything was in flight).
+  const auto account_queue = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (last_in_flight > 0) {
+      const auto ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+      busy_ns.fetch_add(ns, std::memory_order_relaxed);
+      in_flight_ns.fetch_add(ns * last_in_flight, std::memory_order_relaxed);
+    }
+    last = now;
+    last_in_flight = queue->in_flight();
+  };
   for (;;) {
     {
       std::unique_lock lock(mu);
@@ -335,15 +347,7 @@ void SwapStore::Impl::run() {
       }
     }
     completions.clear();
-    const auto now = std::chrono::steady_clock::now();
-    if (last_in_flight > 0) {
-      const auto ns = static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
-      busy_ns.fetch_add(ns, std::memory_order_relaxed);
-      in_flight_ns.fetch_add(ns * last_in_flight, std::memory_order_relaxed);
-    }
-    last = now;
-    last_in_flight = queue->in_flight();
+    account_queue();
     if (queue_status.ok() && queue->in_flight() > 0) {
       bool wait = !unhashed;
       if (wait) {
@@ -353,6 +357,7 @@ void SwapStore::Impl::run() {
       }
       queue_status = queue->reap(completions, wait);
       io_waiting.store(false);
+      account_queue();  // before any job it completes is finished: its caller sees the time
     }
     for (auto& c : completions) {
       auto* p = reinterpret_cast<Piece*>(c.tag);
