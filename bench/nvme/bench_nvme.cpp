@@ -235,6 +235,16 @@ int main(int argc, char** argv) {
     regions.push_back({b->data(), b->mapped_bytes()});
     bufs.push_back(std::move(b).value());
   }
+  // The store's buffers are on reserved huge pages when enough were free (cpu/pinned_memory.h).
+  const bool store_reserved =
+      !bufs.empty() && std::all_of(bufs.begin(), bufs.end(), [](const cpu::PinnedBuffer& b) {
+        return b.on_reserved_huge_pages();
+      });
+  // Reserved huge pages for the store's buffers and the deepest fio's, with a little slack.
+  const uint64_t huge_pages_wanted =
+      (uint64_t(buffers) * largest_object + uint64_t(max_depth) * block_bytes) /
+          cpu::kHugePageBytes +
+      8;
   // Per queue depth: a store of that depth, then repeats of store write, fio write, store read,
   // fio read, the store first on even repeats and fio first on odd ones (rep 0 is the warm-up);
   // the ratios are per repeat (neighbouring passes), their median and range reported.
@@ -273,12 +283,18 @@ int main(int argc, char** argv) {
     if (d == depth && ndirs == 1) setup = desc;
     const bool fixed = desc.find("fixed buffers") != std::string::npos;
     // fio's buffers as the store's: huge pages, when enough are reserved for its depth.
-    const bool fio_huge = !no_huge && free_huge_page_bytes() >= 2 * uint64_t(d) * block_bytes;
+    // fio's buffers as the store's: reserved huge pages (--mem=shmhuge: depth x block, rounded
+    // up to whole pages, and one more) when the store's are and enough are free; else 4 KiB
+    // pages, as the store's only with --no-huge-pages (fio has no way to transparent huge pages).
+    const uint64_t fio_need = uint64_t(d) * block_bytes + 2 * cpu::kHugePageBytes;
+    const bool fio_huge = store_reserved && free_huge_page_bytes() >= fio_need;
     if (!no_huge && !fio_huge) {
       std::printf(
-          "depth %d: fio's buffers are of 4 KiB pages, the store's of huge pages (not like for "
-          "like): reserve huge pages for fio, e.g. echo %llu > /proc/sys/vm/nr_hugepages\n",
-          d, static_cast<unsigned long long>(2 * uint64_t(d) * block_bytes / (2 << 20) + 16));
+          "depth %d: fio's buffers are of 4 KiB pages, the store's of %s huge pages (not like for "
+          "like; fio is the slower for it): reserve huge pages for both, "
+          "echo %llu > /proc/sys/vm/nr_hugepages\n",
+          d, store_reserved ? "reserved" : "transparent",
+          static_cast<unsigned long long>(huge_pages_wanted));
     }
     fio_huge_all = fio_huge_all && (fio_huge || no_huge);
     const std::string fio_file = dir + "/strata_bench_fio.bin";
@@ -360,7 +376,9 @@ int main(int argc, char** argv) {
         "schedule: the ratios show what this disk's noise alone gives\n");
   }
   std::printf("store: %s; buffers %s\n", setup.c_str(),
-              no_huge ? "of 4 KiB pages" : "advised for 2 MiB huge pages");
+              no_huge          ? "of 4 KiB pages"
+              : store_reserved ? "on reserved 2 MiB huge pages"
+                               : "advised for transparent 2 MiB huge pages");
   std::printf(
       "store objects: %s; fio: %s\n",
       fio_footprint
@@ -620,6 +638,7 @@ int main(int argc, char** argv) {
       fio_footprint ? nlohmann::json("fio footprint") : nlohmann::json(uint64_t(object_mib) << 20);
   j["huge_pages"] = !no_huge;
   j["fio_like_for_like_pages"] = fio_huge_all;
+  j["store_buffers_on_reserved_huge_pages"] = store_reserved;
   j["fio_vs_fio"] = fio_vs_fio;
   j["step_s"] = s_med;
   j["pure_io_s"] = io_med;

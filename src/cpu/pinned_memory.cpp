@@ -23,6 +23,38 @@ void raise_peak(PinnedPoolCounters& c) {
   }
 }
 
+// `bytes` (whole huge pages) from the reserved huge pages, or nullptr when too few are free. A
+// private MAP_HUGETLB mapping takes its pages from the reserved pool at mmap, never at first
+// touch, so a shortage is seen here and not as a SIGBUS later.
+void* map_reserved_huge(size_t bytes) {
+#ifdef MAP_HUGE_SHIFT
+  constexpr int kHuge2Mb = 21 << MAP_HUGE_SHIFT;  // log2(2 MiB): not the system's default size
+#else
+  constexpr int kHuge2Mb = 0;
+#endif
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | kHuge2Mb, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// `bytes` of anonymous memory (errno set and nullptr on failure). With `huge`, on a 2 MiB
+// boundary and advised MADV_HUGEPAGE: cut out of a mapping one huge page longer, the slack
+// before and after it unmapped at once.
+void* map_anonymous(size_t bytes, bool huge) {
+  const size_t reserve = huge ? bytes + kHugePageBytes : bytes;
+  void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  if (!huge) return raw;
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (start > base) munmap(raw, start - base);
+  const uintptr_t end = start + bytes;
+  if (base + reserve > end) munmap(reinterpret_cast<void*>(end), base + reserve - end);
+  void* p = reinterpret_cast<void*>(start);
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice: refused or ignored, the pages stay 4 KiB
+  return p;
+}
+
 }  // namespace
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
@@ -31,12 +63,16 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     data_ = other.data_;
     size_bytes_ = other.size_bytes_;
     mapped_bytes_ = other.mapped_bytes_;
+    mapping_bytes_ = other.mapping_bytes_;
     locked_ = other.locked_;
+    reserved_huge_pages_ = other.reserved_huge_pages_;
     counters_ = std::move(other.counters_);
     other.data_ = nullptr;
     other.size_bytes_ = 0;
     other.mapped_bytes_ = 0;
+    other.mapping_bytes_ = 0;
     other.locked_ = false;
+    other.reserved_huge_pages_ = false;
   }
   return *this;
 }
@@ -44,7 +80,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
 void PinnedBuffer::release() {
   if (data_ == nullptr) return;
   if (locked_) munlock(data_, mapped_bytes_);
-  munmap(data_, mapped_bytes_);
+  munmap(data_, mapping_bytes_);
   if (counters_) {
     (locked_ ? counters_->locked_bytes : counters_->unlocked_bytes).fetch_sub(mapped_bytes_);
     counters_->allocations.fetch_sub(1);
@@ -52,7 +88,9 @@ void PinnedBuffer::release() {
   data_ = nullptr;
   size_bytes_ = 0;
   mapped_bytes_ = 0;
+  mapping_bytes_ = 0;
   locked_ = false;
+  reserved_huge_pages_ = false;
   counters_.reset();
 }
 
@@ -69,27 +107,21 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
                       held_bytes(), " held)");
   }
   const bool huge = options_.huge_pages && mapped >= kHugePageBytes;
-  // A huge buffer is cut out of a mapping one huge page longer, on a 2 MiB boundary; the slack
-  // before and after it is unmapped at once.
-  const size_t reserve = huge ? mapped + kHugePageBytes : mapped;
-  void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    return make_error(ErrorCode::kOutOfMemory, "pinned pool: mmap of ", reserve,
-                      " bytes failed: ", std::strerror(errno));
-  }
-  void* p = raw;
-  if (huge) {
-    const auto base = reinterpret_cast<uintptr_t>(raw);
-    const uintptr_t start = (base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    if (start > base) munmap(raw, start - base);
-    const uintptr_t end = start + mapped;
-    if (base + reserve > end) munmap(reinterpret_cast<void*>(end), base + reserve - end);
-    p = reinterpret_cast<void*>(start);
-    madvise(p, mapped, MADV_HUGEPAGE);  // advice: refused or ignored, the pages stay 4 KiB
+  const size_t whole_huge = (mapped + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  void* p = huge && options_.reserved_huge_pages ? map_reserved_huge(whole_huge) : nullptr;
+  const bool reserved = p != nullptr;
+  if (!reserved) {
+    p = map_anonymous(mapped, huge);
+    if (p == nullptr) {
+      return make_error(ErrorCode::kOutOfMemory, "pinned pool: mmap of ", mapped,
+                        " bytes failed: ", std::strerror(errno));
+    }
   }
   bool locked = false;
   if (!options_.force_unlocked) {
-    if (mlock(p, mapped) == 0) {
+    // Reserved huge pages are never swapped out: locked without mlock (and without being
+    // charged to RLIMIT_MEMLOCK).
+    if (reserved || mlock(p, mapped) == 0) {
       locked = true;
     } else {
       const int err = errno;
@@ -104,7 +136,9 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
   buf.data_ = p;
   buf.size_bytes_ = size_bytes;
   buf.mapped_bytes_ = mapped;
+  buf.mapping_bytes_ = reserved ? whole_huge : mapped;
   buf.locked_ = locked;
+  buf.reserved_huge_pages_ = reserved;
   buf.counters_ = counters_;
   (locked ? counters_->locked_bytes : counters_->unlocked_bytes).fetch_add(mapped);
   counters_->allocations.fetch_add(1);

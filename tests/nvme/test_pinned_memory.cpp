@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace strata::cpu {
 namespace {
@@ -64,7 +65,7 @@ std::string thp_mode() {
 }
 
 TEST(PinnedPool, LargeBuffersAreAlignedAndAdvisedForHugePages) {
-  PinnedPool pool;
+  PinnedPool pool(PinnedPoolOptions{.reserved_huge_pages = false});
   PinnedPoolOptions off;
   off.huge_pages = false;
   PinnedPool plain(off);
@@ -86,6 +87,80 @@ TEST(PinnedPool, LargeBuffersAreAlignedAndAdvisedForHugePages) {
   } else {
     std::printf("transparent huge pages '%s': eligibility not checked\n", mode.c_str());
   }
+}
+
+// The "KernelPageSize" of the mapping holding p in KiB (/proc/self/smaps), or -1.
+long kernel_page_kib(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
+      inside = at >= lo && at < hi;
+    } else if (inside && line.rfind("KernelPageSize:", 0) == 0) {
+      return std::atol(line.c_str() + 15);
+    }
+  }
+  return -1;
+}
+
+// HugePages_Free of /proc/meminfo (reserved 2 MiB pages not in use).
+long free_reserved_huge_pages() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("HugePages_Free:", 0) == 0) return std::atol(line.c_str() + 15);
+  }
+  return 0;
+}
+
+TEST(PinnedPool, LargeBuffersTakeReservedHugePagesWhileFree) {
+  if (free_reserved_huge_pages() < 4) {
+    GTEST_SKIP() << "fewer than 4 reserved huge pages free (vm.nr_hugepages): the path that "
+                    "takes them is not reachable here";
+  }
+  PinnedPool pool;
+  auto big = pool.allocate(2 * kHugePageBytes + 12345);
+  auto small = pool.allocate(kHugePageBytes - kPinnedAlignment);
+  PinnedPool transparent(PinnedPoolOptions{.reserved_huge_pages = false});
+  auto thp = transparent.allocate(2 * kHugePageBytes);
+  ASSERT_TRUE(big.ok() && small.ok() && thp.ok());
+  ASSERT_TRUE(big->on_reserved_huge_pages()) << "free reserved pages, but not taken";
+  EXPECT_FALSE(small->on_reserved_huge_pages());
+  EXPECT_FALSE(thp->on_reserved_huge_pages());
+  EXPECT_EQ(kernel_page_kib(big->data()), 2048);  // the kernel's view, not the flag
+  EXPECT_EQ(kernel_page_kib(small->data()), 4);
+  EXPECT_EQ(kernel_page_kib(thp->data()), 4);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->data()) % kHugePageBytes, 0u);
+  EXPECT_TRUE(big->locked());  // never swapped out
+  // Accounted as any buffer: page-rounded bytes (the slack to the 2 MiB boundary is not).
+  EXPECT_EQ(big->mapped_bytes(), 2 * kHugePageBytes + 4 * kPinnedAlignment);
+  EXPECT_EQ(pool.held_bytes(), big->mapped_bytes() + small->mapped_bytes());
+  for (size_t i = 0; i < big->size_bytes(); i += 4093) ASSERT_EQ(big->as<uint8_t>()[i], 0);
+  std::memset(big->data(), 0x7e, big->size_bytes());
+  EXPECT_EQ(big->as<uint8_t>()[big->size_bytes() - 1], 0x7e);
+}
+
+// When the reserved pages run out, buffers come from transparent huge pages instead.
+TEST(PinnedPool, ReservedHugePagesRunningOutFallsBack) {
+  const long free_pages = free_reserved_huge_pages();
+  if (free_pages < 1) GTEST_SKIP() << "no reserved huge pages free (vm.nr_hugepages)";
+  PinnedPool pool;
+  std::vector<PinnedBuffer> held;
+  for (long i = 0; i <= free_pages + 8; ++i) {
+    auto b = pool.allocate(kHugePageBytes);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    const bool reserved = b->on_reserved_huge_pages();
+    held.push_back(std::move(b).value());
+    if (!reserved) break;
+  }
+  const PinnedBuffer& last = held.back();
+  ASSERT_FALSE(last.on_reserved_huge_pages()) << "more buffers than free pages all reserved";
+  EXPECT_EQ(kernel_page_kib(last.data()), 4);
+  std::memset(last.data(), 0x11, last.size_bytes());
+  EXPECT_EQ(pool.held_bytes(), held.size() * kHugePageBytes);
 }
 
 TEST(PinnedPool, ForcedUnlockedFallback) {
