@@ -225,21 +225,36 @@ int main(int argc, char** argv) {
   so.block_bytes = block_bytes;
   so.queue.queue_depth = static_cast<uint32_t>(depth);
   so.verify_checksums = !no_verify;
-  std::vector<cpu::PinnedBuffer> bufs;
-  std::vector<nvme::BufferRegion> regions;
-  for (int i = 0; i < buffers; ++i) {
-    auto b = pool.allocate(largest_object);
-    if (!b.ok()) return fail(b.status());
-    for (uint64_t k = 0; k < largest_object; k += 8)
-      *reinterpret_cast<uint64_t*>(b->bytes() + k) = k * 2654435761u + i;
-    regions.push_back({b->data(), b->mapped_bytes()});
-    bufs.push_back(std::move(b).value());
+  // The store's buffers are allocated afresh for each of its passes and freed after it, as fio's
+  // are (a new process per pass). On this VM the rate of reads depends on which physical pages
+  // they land in, by up to 20% from one 32 MiB window to the next and steadily so within a
+  // process (docs/benchmarks.md): buffers kept for the whole run would tie every store pass to
+  // one draw. Reserved huge pages are handed out last freed, first taken, so the store and the
+  // fio passes beside it mostly read into the same pages.
+  auto fresh_buffers = [&](uint64_t object_bytes) -> Result<std::vector<cpu::PinnedBuffer>> {
+    std::vector<cpu::PinnedBuffer> out;
+    for (int i = 0; i < buffers; ++i) {
+      STRATA_ASSIGN_OR_RETURN(cpu::PinnedBuffer b, pool.allocate(object_bytes));
+      for (uint64_t k = 0; k + 8 <= object_bytes; k += 8)
+        *reinterpret_cast<uint64_t*>(b.bytes() + k) = k * 2654435761u + i;
+      out.push_back(std::move(b));
+    }
+    return out;
+  };
+  auto regions_of = [](const std::vector<cpu::PinnedBuffer>& bufs) {
+    std::vector<nvme::BufferRegion> regions;
+    for (const auto& b : bufs) regions.push_back({b.data(), b.mapped_bytes()});
+    return regions;
+  };
+  // Whether the store's buffers get reserved huge pages (cpu/pinned_memory.h), from a probe.
+  bool store_reserved = false;
+  {
+    auto probe = fresh_buffers(largest_object);
+    if (!probe.ok()) return fail(probe.status());
+    store_reserved = std::all_of(probe->begin(), probe->end(), [](const cpu::PinnedBuffer& b) {
+      return b.on_reserved_huge_pages();
+    });
   }
-  // The store's buffers are on reserved huge pages when enough were free (cpu/pinned_memory.h).
-  const bool store_reserved =
-      !bufs.empty() && std::all_of(bufs.begin(), bufs.end(), [](const cpu::PinnedBuffer& b) {
-        return b.on_reserved_huge_pages();
-      });
   // Reserved huge pages for the store's buffers and the deepest fio's, with a little slack.
   const uint64_t huge_pages_wanted =
       (uint64_t(buffers) * largest_object + uint64_t(max_depth) * block_bytes) /
@@ -278,8 +293,14 @@ int main(int argc, char** argv) {
     }
     auto store = nvme::SwapStore::open(so);
     if (!store.ok()) return fail(store.status());
-    if (Status st = (*store)->register_buffers(regions); !st.ok()) return fail(st);
-    const std::string desc = (*store)->describe();
+    std::string desc;
+    {
+      auto probe = fresh_buffers(row.object_bytes);
+      if (!probe.ok()) return fail(probe.status());
+      if (Status st = (*store)->register_buffers(regions_of(*probe)); !st.ok()) return fail(st);
+      desc = (*store)->describe();
+      if (Status st = (*store)->register_buffers({}); !st.ok()) return fail(st);
+    }
     if (d == depth && ndirs == 1) setup = desc;
     const bool fixed = desc.find("fixed buffers") != std::string::npos;
     // fio's buffers as the store's: huge pages, when enough are reserved for its depth.
@@ -306,7 +327,14 @@ int main(int argc, char** argv) {
     // (fio keeps its depth in flight; its stats are not printed).
     const std::string fio_file_b = dir + "/strata_bench_fio_b.bin";
     auto measured_pass = [&](bool write, PassStats& stats) -> Result<double> {
-      if (!fio_vs_fio) return store_pass(**store, write, total, row.object_bytes, bufs, stats);
+      if (!fio_vs_fio) {
+        STRATA_ASSIGN_OR_RETURN(auto bufs, fresh_buffers(row.object_bytes));
+        STRATA_RETURN_IF_ERROR((*store)->register_buffers(regions_of(bufs)));
+        auto gbps = store_pass(**store, write, total, row.object_bytes, bufs, stats);
+        // Unregistered before they are freed: registration holds the pages.
+        STRATA_RETURN_IF_ERROR((*store)->register_buffers({}));
+        return gbps;
+      }
       stats = {double(d), 1.0};
       auto g = fio_gbps(fio_file_b, write, total, block_bytes, d, fixed, fio_huge, check);
       if (!g) return make_error(ErrorCode::kIo, "--fio-vs-fio: fio is missing or failed");
@@ -357,7 +385,6 @@ int main(int argc, char** argv) {
   }
   so.queue.queue_depth = static_cast<uint32_t>(depth);  // the optimizer step's store below
   so.dirs = {dir};
-  bufs.clear();
   const bool have_fio = std::all_of(rows.begin(), rows.end(), [](const DepthRow& x) {
     return !x.w_ratio.empty() && !x.r_ratio.empty();
   });

@@ -109,6 +109,8 @@ struct Job {
   std::vector<uint32_t> extent_pending;  // pieces of each extent not yet completed
   std::vector<size_t> extent_end;        // one past the last piece of each extent
   size_t hashed = 0;                     // a write's extents hashed so far
+  std::vector<uint32_t> to_verify;       // a read's completed extents, in completion order
+  size_t verified = 0;                   // of to_verify, checked so far
   std::shared_ptr<IoHandle::State> handle;
 };
 
@@ -175,6 +177,7 @@ struct SwapStore::Impl {
   void start_job(Job& job);
   void finish_job(Job& job);
   void extent_done(Job& job, uint32_t k);
+  bool verify_completed(Job& job, uint64_t& budget);
   bool hash_submitted(Job& job, uint64_t& budget);
   void run();
 };
@@ -228,25 +231,39 @@ bool SwapStore::Impl::hash_submitted(Job& job, uint64_t& budget) {
   return false;
 }
 
-// A read verifies extent k as soon as its last piece completes, so verification is spread over
-// the job and the queue never runs dry while a whole object is hashed. (A write's extents are
-// hashed once submitted: hash_submitted.)
+// A read verifies each extent once its last piece completed: oldest job first, and at most
+// `budget` bytes per pass of the I/O loop (less what was hashed). A disk that completes a deep
+// queue in one burst hands over whole objects at once; verified in slices, the first object
+// completes (its caller can queue the next one) while the next waits its turn, and requests
+// queued meanwhile go out between two slices, so verification overlaps the transfers instead
+// of idling the disk. Returns whether completed extents are left unverified.
+bool SwapStore::Impl::verify_completed(Job& job, uint64_t& budget) {
+  if (job.op != IoOp::kRead) return false;
+  const uint64_t extent = options.extent_bytes;
+  while (job.error.ok() && job.verified < job.to_verify.size()) {
+    if (budget == 0) return true;
+    const uint32_t k = job.to_verify[job.verified++];
+    const uint64_t len = std::min(extent, job.size_bytes - k * extent);
+    const uint64_t got = XXH3_64bits(job.user + k * extent, len);
+    budget -= std::min(budget, len);
+    if (got != job.checksums[k]) {
+      job.error = make_error(ErrorCode::kCorrupt, "nvme swap: checksum mismatch reading key ",
+                             job.key, " from ", files[job.extents[k].file].path, " at offset ",
+                             job.extents[k].offset, " (", len, " bytes): stored ", std::hex,
+                             job.checksums[k], ", read ", got);
+    }
+  }
+  return false;
+}
+
+// Extent k of a job has all its pieces done: a read's odd tail is copied out of the bounce
+// block, and the extent joins those waiting for verification.
 void SwapStore::Impl::extent_done(Job& job, uint32_t k) {
   if (!job.error.ok() || job.op != IoOp::kRead) return;
-  const uint64_t extent = options.extent_bytes;
-  const uint64_t begin = k * extent;
-  const uint64_t len = std::min(extent, job.size_bytes - begin);
   if (k + 1 == job.extents.size() && job.tail_bytes > 0) {
     std::memcpy(job.user + job.size_bytes - job.tail_bytes, job.bounce.get(), job.tail_bytes);
   }
-  if (!options.verify_checksums) return;
-  const uint64_t got = XXH3_64bits(job.user + begin, len);
-  if (got != job.checksums[k]) {
-    job.error =
-        make_error(ErrorCode::kCorrupt, "nvme swap: checksum mismatch reading key ", job.key,
-                   " from ", files[job.extents[k].file].path, " at offset ", job.extents[k].offset,
-                   " (", len, " bytes): stored ", std::hex, job.checksums[k], ", read ", got);
-  }
+  if (options.verify_checksums) job.to_verify.push_back(k);
 }
 
 void SwapStore::Impl::finish_job(Job& job) {
@@ -264,9 +281,6 @@ void SwapStore::Impl::finish_job(Job& job) {
 void SwapStore::Impl::run() {
   std::deque<std::shared_ptr<Job>> active;
   std::vector<IoCompletion> completions;
-  // Extents whose last piece completed in the last reap, verified (a read's checksum) only after
-  // the freed queue slots were refilled and submitted: the hashing overlaps the transfers.
-  std::vector<std::pair<Job*, uint32_t>> completed_extents;
   auto last = std::chrono::steady_clock::now();
   size_t last_in_flight = 0;  // requests in flight since `last`
   // Adds the time since `last` to the queue statistics (busy if anything was in flight).
@@ -325,19 +339,21 @@ void SwapStore::Impl::run() {
       if (!queue->can_submit() || !queue_status.ok()) break;
     }
     if (queue_status.ok()) queue_status = queue->flush();
-    for (const auto& [job, k] : completed_extents) extent_done(*job, k);
-    completed_extents.clear();
-    // Hashing between reaps is bounded, so completions are reaped and their slots refilled
-    // while a deep queue's worth of submitted writes waits to be hashed.
+    // Hashing (writes) and verification (reads) come after the freed queue slots were refilled
+    // and submitted, so they overlap the transfers; bounded between two reaps, so completions
+    // are reaped, new jobs taken in and slots refilled while a deep queue's worth waits.
     uint64_t hash_budget = kHashBytesPerPass;
     bool unhashed = false;
     for (auto& job : active) {
-      if (job->started) unhashed = hash_submitted(*job, hash_budget) || unhashed;
+      if (!job->started) continue;
+      unhashed = hash_submitted(*job, hash_budget) || unhashed;
+      unhashed = verify_completed(*job, hash_budget) || unhashed;
     }
     // Jobs with every piece done and verified (a read) or hashed (a write).
     for (auto it = active.begin(); it != active.end();) {
       Job& job = **it;
-      const bool hashed = job.op == IoOp::kRead || job.hashed == job.extents.size();
+      const bool hashed = job.op == IoOp::kRead ? job.verified == job.to_verify.size()
+                                                : job.hashed == job.extents.size();
       if (job.started && job.next_piece == job.pieces.size() && job.pending == 0 &&
           (hashed || !job.error.ok())) {
         finish_job(job);
@@ -369,7 +385,7 @@ void SwapStore::Impl::run() {
             "nvme swap " + std::string(job.op == IoOp::kWrite ? "write" : "read") + " of key " +
             std::to_string(job.key) + " in " + files[p->file].path);
       }
-      if (extent_complete) completed_extents.emplace_back(&job, p->extent);
+      if (extent_complete) extent_done(job, p->extent);
     }
     if (!queue_status.ok()) {
       // The queue itself failed: nothing more can be trusted; fail every job not yet finished.
