@@ -45,9 +45,10 @@ std::string run_command(const std::string& cmd) {
 // fio bandwidth in GB/s for one sequential pass, or nullopt when fio is missing or fails. fio is
 // set up as the store is: O_DIRECT through io_uring, the same request size and depth, every
 // free slot submitted at once and completions reaped from the first one, registered buffers
-// when the store registered its own, a preallocated file, buffers not rewritten between
-// requests (the store writes what the caller filled), and buffers of huge pages when the store's
-// are (fio's only way to them is the kernel's reserved huge pages: --mem=shmhuge). With `check`,
+// when the store registered its own, a preallocated file (or several, `file` joined by ':', taken
+// in turn as a striped store's files are), buffers not rewritten between requests (the store
+// writes what the caller filled), and buffers of reserved huge pages when the store's are on
+// them (--mem=shmhuge; fio has no way to transparent huge pages). With `check`,
 // fio touches every byte as the store's checksums do: it writes a pattern and, reading, compares
 // each block with it (--verify=pattern, the cheapest check fio has: a compare at memory speed).
 std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t size, uint64_t bs,
@@ -72,10 +73,6 @@ std::optional<double> fio_gbps(const std::string& file, bool write, uint64_t siz
   const double bw = j["jobs"][0][write ? "write" : "read"]["bw_bytes"].get<double>();
   return bw / 1e9;
 }
-
-struct Buffers {
-  std::vector<cpu::PinnedBuffer> bufs;
-};
 
 // How a pass kept the device supplied: the mean number of requests in flight while any was
 // (`in_flight`), and the share of the pass with at least one in flight (`busy`).
@@ -166,7 +163,7 @@ int main(int argc, char** argv) {
   int buffers = 4;
   app.add_option("--object-mib", object_mib,
                  "MiB per store write or read in the sequential passes, from --buffers buffers "
-                 "(default 0: fio's buffer footprint, two objects of depth x block / 2)")
+                 "(default 0: fio's buffer footprint, four objects of depth x block / 4)")
       ->check(CLI::Range(0, 1024));
   app.add_option("--buffers", buffers, "with --object-mib: objects in flight (default 4)")
       ->check(CLI::Range(1, 64));
@@ -193,14 +190,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The store's objects: by default as many bytes of buffers as fio has (depth x block: fio
-  // reuses one buffer per request slot), in two objects so that one is refilled while the
-  // other is in flight. Buffer footprint matters on a virtual disk served from the host's page
-  // cache (docs/benchmarks.md): the host copies into buffers still in its cache faster.
+  // reuses one buffer per request slot), in four objects, so that the first ones completed are
+  // refilled while the rest are still verified or in flight (this disk completes a deep queue
+  // in one burst: with two objects, half the verification left the queue empty). Buffer
+  // footprint matters on a virtual disk served from the host's page cache
+  // (docs/benchmarks.md): the host copies into buffers still in its cache faster.
   const bool fio_footprint = object_mib == 0;
-  if (fio_footprint) buffers = 2;
+  if (fio_footprint) buffers = 4;
   const int max_depth = std::max(depth, *std::max_element(depths.begin(), depths.end()));
   auto object_bytes_at = [&](int d) {
-    return fio_footprint ? std::max<uint64_t>(block_bytes, uint64_t(d) * block_bytes / 2)
+    return fio_footprint ? std::max<uint64_t>(block_bytes, uint64_t(d) * block_bytes / 4)
                          : uint64_t(object_mib) << 20;
   };
   const uint64_t largest_object = object_bytes_at(max_depth);
@@ -273,7 +272,7 @@ int main(int argc, char** argv) {
   std::string setup;
   bool fio_huge_all = true;  // every fio run's buffers were of the same pages as the store's
   // The last row: the store striped over `stripe` directories on the same disk, at --queue-depth,
-  // against the same fio (one file).
+  // against fio over one file in each of those directories.
   std::vector<std::pair<int, size_t>> configs;
   for (int d : depths) configs.emplace_back(d, 1);
   if (stripe > 1) configs.emplace_back(depth, static_cast<size_t>(stripe));
@@ -318,14 +317,26 @@ int main(int argc, char** argv) {
           static_cast<unsigned long long>(huge_pages_wanted));
     }
     fio_huge_all = fio_huge_all && (fio_huge || no_huge);
-    const std::string fio_file = dir + "/strata_bench_fio.bin";
+    // fio's file, or with a striped store one file in each of its directories: fio then
+    // spreads the size over them and takes them in turn, one request each (its default
+    // round-robin file service), as the store's 1 MiB extents alternate between its files.
+    std::vector<std::string> fio_paths;
+    const auto fio_files = [&](const std::string& name) {
+      std::string joined;
+      for (const auto& sd : (ndirs > 1 ? so.dirs : std::vector<std::string>{dir})) {
+        fio_paths.push_back(sd + "/" + name);
+        joined += (joined.empty() ? "" : ":") + fio_paths.back();
+      }
+      return joined;
+    };
+    const std::string fio_file = fio_files("strata_bench_fio.bin");
     const bool check = !no_verify;
     auto fio = [&](bool write, bool with_check) {
       return fio_gbps(fio_file, write, total, block_bytes, d, fixed, fio_huge, with_check);
     };
     // The pass compared with fio: the store's, or with --fio-vs-fio a second fio on its own file
     // (fio keeps its depth in flight; its stats are not printed).
-    const std::string fio_file_b = dir + "/strata_bench_fio_b.bin";
+    const std::string fio_file_b = fio_files("strata_bench_fio_b.bin");
     auto measured_pass = [&](bool write, PassStats& stats) -> Result<double> {
       if (!fio_vs_fio) {
         STRATA_ASSIGN_OR_RETURN(auto bufs, fresh_buffers(row.object_bytes));
@@ -375,8 +386,7 @@ int main(int argc, char** argv) {
       if (fb_plain) std::printf(", fio read unchecked %.3f GB/s", *fb_plain);
       std::printf("\n");
     }
-    std::filesystem::remove(fio_file);
-    std::filesystem::remove(fio_file_b);
+    for (const auto& f : fio_paths) std::filesystem::remove(f);
     store->reset();
     if (ndirs > 1) {
       for (const auto& sd : so.dirs) std::filesystem::remove(sd);
@@ -409,7 +419,7 @@ int main(int argc, char** argv) {
   std::printf(
       "store objects: %s; fio: %s\n",
       fio_footprint
-          ? "two of depth x block / 2 (fio's buffer bytes: depth x block)"
+          ? "four of depth x block / 4 (fio's buffer bytes: depth x block)"
           : (std::to_string(buffers) + " of " + std::to_string(object_mib) + " MiB").c_str(),
       no_verify ? "plain reads and writes (store checksums off)"
                 : "writes a pattern and compares every block it reads with it (store checksums "

@@ -18,7 +18,9 @@
 // buffer is taken from them instead (MAP_HUGETLB; the slack up to the next 2 MiB is mapped but
 // not counted), else from transparent huge pages as above: on this project's test machine,
 // O_DIRECT reads into reserved huge pages ran at 1.2x the rate of reads into transparent ones
-// (docs/benchmarks.md), and fio's buffers are such pages (--mem=shmhuge).
+// at one time and at the same rate an hour later (docs/benchmarks.md: the virtual disk's rate
+// depends on the destination pages), and fio's buffers are such pages (--mem=shmhuge), so the
+// NVMe benchmark compares like with like.
 // PinnedPoolOptions::reserved_huge_pages = false keeps to transparent huge pages.
 //
 // Ownership: a PinnedBuffer owns its mapping (move-only, unmapped on destruction) and keeps the

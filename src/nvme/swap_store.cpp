@@ -142,6 +142,7 @@ struct SwapStore::Impl {
   std::optional<std::vector<BufferRegion>> pending_register;
   Status register_result;
   bool register_done = false;
+  bool logged_registration = false;
   std::optional<FaultInjection> pending_fault;
   bool stop = false;
   std::string queue_desc;
@@ -304,7 +305,14 @@ void SwapStore::Impl::run() {
         pending_register.reset();
         queue_desc = queue->describe();
         register_done = true;
-        STRATA_LOG(kInfo, "nvme swap: staging buffers registered; " << queue_desc);
+        // Said once per store; callers that register buffer after buffer (bench_nvme, per
+        // pass) would fill the log.
+        if (logged_registration) {
+          STRATA_LOG(kDebug, "nvme swap: staging buffers registered; " << queue_desc);
+        } else {
+          STRATA_LOG(kInfo, "nvme swap: staging buffers registered; " << queue_desc);
+          logged_registration = true;
+        }
         cv.notify_all();
       }
       if (idle()) {
