@@ -38,8 +38,9 @@ TEST(PinnedPool, AlignedZeroedAndAccounted) {
   EXPECT_EQ(pool.peak_bytes(), 5 * kPinnedAlignment);
 }
 
-// The "THPeligible" flag of the mapping holding p (/proc/self/smaps), or -1 when not found.
-int thp_eligible(const void* p) {
+// The value of `field` (e.g. "THPeligible:") for the mapping holding p (/proc/self/smaps), or
+// -1 when not found.
+long smaps_field(const void* p, const std::string& field) {
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
   bool inside = false;
@@ -48,12 +49,14 @@ int thp_eligible(const void* p) {
     unsigned long lo = 0, hi = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
       inside = at >= lo && at < hi;
-    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
-      return std::atoi(line.c_str() + 12);
+    } else if (inside && line.rfind(field, 0) == 0) {
+      return std::atol(line.c_str() + field.size());
     }
   }
   return -1;
 }
+
+int thp_eligible(const void* p) { return static_cast<int>(smaps_field(p, "THPeligible:")); }
 
 // The kernel's transparent huge page mode: "always", "madvise" or "never".
 std::string thp_mode() {
@@ -89,22 +92,8 @@ TEST(PinnedPool, LargeBuffersAreAlignedAndAdvisedForHugePages) {
   }
 }
 
-// The "KernelPageSize" of the mapping holding p in KiB (/proc/self/smaps), or -1.
-long kernel_page_kib(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  while (std::getline(smaps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 16) {
-      inside = at >= lo && at < hi;
-    } else if (inside && line.rfind("KernelPageSize:", 0) == 0) {
-      return std::atol(line.c_str() + 15);
-    }
-  }
-  return -1;
-}
+// The page size the kernel maps p with, in KiB (-1 when not found).
+long kernel_page_kib(const void* p) { return smaps_field(p, "KernelPageSize:"); }
 
 // HugePages_Free of /proc/meminfo (reserved 2 MiB pages not in use).
 long free_reserved_huge_pages() {
