@@ -302,7 +302,6 @@ int main(int argc, char** argv) {
     }
     if (d == depth && ndirs == 1) setup = desc;
     const bool fixed = desc.find("fixed buffers") != std::string::npos;
-    // fio's buffers as the store's: huge pages, when enough are reserved for its depth.
     // fio's buffers as the store's: reserved huge pages (--mem=shmhuge: depth x block, rounded
     // up to whole pages, and one more) when the store's are and enough are free; else 4 KiB
     // pages, as the store's only with --no-huge-pages (fio has no way to transparent huge pages).
@@ -311,7 +310,7 @@ int main(int argc, char** argv) {
     if (!no_huge && !fio_huge) {
       std::printf(
           "depth %d: fio's buffers are of 4 KiB pages, the store's of %s huge pages (not like for "
-          "like; fio is the slower for it): reserve huge pages for both, "
+          "like): reserve huge pages for both, "
           "echo %llu > /proc/sys/vm/nr_hugepages\n",
           d, store_reserved ? "reserved" : "transparent",
           static_cast<unsigned long long>(huge_pages_wanted));
