@@ -8,8 +8,11 @@
 //
 // I/O runs on one thread owned by the store, with its own IoQueue (one ring per submitting
 // thread), keeping up to queue_depth block-sized requests in flight across all pending
-// operations. Files are opened O_DIRECT; when the filesystem refuses (tmpfs), buffered I/O is
-// used with one warning (SwapStoreOptions::direct_io = false forces that path).
+// operations. The same thread hashes a write's extents while their requests are in flight and
+// verifies a read's extents as they complete, oldest operation first, a few MiB between two
+// looks at the queue, so the queue is refilled while a deep batch is checked. Files are opened
+// O_DIRECT; when the filesystem refuses (tmpfs), buffered I/O is used with one warning
+// (SwapStoreOptions::direct_io = false forces that path).
 //
 // Buffers: with O_DIRECT, buffers must be 4 KiB aligned (the pinned pool's are); an odd size
 // is fine (the tail goes through an internal bounce block, the caller's buffer is touched only
