@@ -13,6 +13,14 @@ namespace {
 
 class SwapEngines : public ::testing::TestWithParam<EngineCase> {};
 
+// small_options with 64 KiB requests in 128 KiB extents: many requests per object.
+SwapStoreOptions fine_options(const std::string& dir, const EngineCase& engine) {
+  auto options = small_options(dir, engine.engine, engine.direct);
+  options.block_bytes = 64 << 10;
+  options.extent_bytes = 128 << 10;
+  return options;
+}
+
 TEST_P(SwapEngines, RoundTripOddSizes) {
   strata::test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
@@ -42,9 +50,7 @@ TEST_P(SwapEngines, RoundTripOddSizes) {
 TEST_P(SwapEngines, ManyRequestsInFlight) {
   strata::test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  auto options = small_options(dir.path(), GetParam().engine, GetParam().direct);
-  options.block_bytes = 64 << 10;
-  options.extent_bytes = 128 << 10;
+  const auto options = fine_options(dir.path(), GetParam());
   STRATA_OPEN_STORE_OR_SKIP(store, options);
   constexpr int kKeys = 48;
   const size_t size = 300 * 1024 + 123;
@@ -70,9 +76,7 @@ TEST_P(SwapEngines, ManyRequestsInFlight) {
 TEST_P(SwapEngines, QueueStatsAreCompleteWhenHandlesAre) {
   strata::test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  auto options = small_options(dir.path(), GetParam().engine, GetParam().direct);
-  options.block_bytes = 64 << 10;
-  options.extent_bytes = 128 << 10;
+  const auto options = fine_options(dir.path(), GetParam());
   STRATA_OPEN_STORE_OR_SKIP(store, options);
   constexpr int kKeys = 16;
   const size_t size = 256 << 10;  // four block-sized requests each
