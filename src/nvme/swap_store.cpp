@@ -347,6 +347,7 @@ void SwapStore::Impl::run() {
       if (!queue->can_submit() || !queue_status.ok()) break;
     }
     if (queue_status.ok()) queue_status = queue->flush();
+    account_queue();  // the requests just submitted are in flight from here on
     // Hashing (writes) and verification (reads) come after the freed queue slots were refilled
     // and submitted, so they overlap the transfers; bounded between two reaps, so completions
     // are reaped, new jobs taken in and slots refilled while a deep queue's worth waits.
