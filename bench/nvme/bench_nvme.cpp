@@ -477,10 +477,11 @@ int main(int argc, char** argv) {
         row.fr_plain.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(row.fr_plain));
   }
   // Writes against fio beside the store's hashing (with checksums, not --fio-vs-fio).
-  nlohmann::json w_hashing_by_depth = nlohmann::json::object(), stripe_w_hashing(nullptr);
+  nlohmann::json w_hashing_by_depth(nullptr), stripe_w_hashing(nullptr);
   const bool have_hashing = std::all_of(
       rows.begin(), rows.end(), [](const DepthRow& x) { return !x.w_ratio_hashing.empty(); });
   if (have_fio && have_hashing) {
+    w_hashing_by_depth = nlohmann::json::object();
     std::printf(
         "\nwrites against fio beside a thread hashing as the store does (depth x block bytes at a "
         "time, at the store's write rate; this VM's disk slows with the guest's CPU work):\n");
