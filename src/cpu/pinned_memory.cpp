@@ -117,6 +117,10 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
                         " bytes failed: ", std::strerror(errno));
     }
   }
+  // Never copied into a child process (popen, a launcher's helper): a fork would write-protect
+  // every pinned page for copy-on-write, and copy at once those held for I/O (registered with
+  // io_uring or CUDA), each reserved huge page into a free one, failing when none is.
+  madvise(p, reserved ? whole_huge : mapped, MADV_DONTFORK);
   bool locked = false;
   if (!options_.force_unlocked) {
     // Reserved huge pages are never swapped out: locked without mlock (and without being

@@ -23,6 +23,9 @@
 // NVMe benchmark compares like with like.
 // PinnedPoolOptions::reserved_huge_pages = false keeps to transparent huge pages.
 //
+// Child processes: every buffer is MADV_DONTFORK, absent from a forked child (popen included),
+// so a fork neither write-protects the pinned memory nor copies the pages held for I/O.
+//
 // Ownership: a PinnedBuffer owns its mapping (move-only, unmapped on destruction) and keeps the
 // pool's counters alive, so it may outlive the PinnedPool object that made it.
 // Thread safety: PinnedPool::allocate and the counters are safe to call from any thread; a
