@@ -34,9 +34,6 @@ class HashLoad {
     thread_.join();
   }
 
-  // Bytes hashed so far.
-  uint64_t hashed_bytes() const { return hashed_.load(); }
-
  private:
   void run() {
     constexpr size_t kPiece = size_t{1} << 20;
@@ -46,7 +43,6 @@ class HashLoad {
       for (size_t off = 0; off < buffer_.size(); off += kPiece) {
         sink += XXH3_64bits(buffer_.data() + off, std::min(kPiece, buffer_.size() - off));
       }
-      hashed_.fetch_add(buffer_.size());
       std::this_thread::sleep_until(
           begin + std::chrono::duration_cast<std::chrono::steady_clock::duration>(period_));
     }
@@ -56,7 +52,6 @@ class HashLoad {
   std::vector<std::byte> buffer_;
   std::chrono::duration<double> period_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> hashed_{0};
   uint64_t sink_ = 0;  // keeps the hashing from being optimised away
   std::thread thread_;
 };
