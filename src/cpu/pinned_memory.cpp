@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 
 #include "core/log.h"
 
@@ -56,6 +57,16 @@ void* map_anonymous(size_t bytes, bool huge) {
 }
 
 }  // namespace
+
+std::string transparent_huge_page_mode(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const size_t open = line.find('[');
+  const size_t close = line.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
+}
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
@@ -115,6 +126,19 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
     if (p == nullptr) {
       return make_error(ErrorCode::kOutOfMemory, "pinned pool: mmap of ", mapped,
                         " bytes failed: ", std::strerror(errno));
+    }
+  }
+  if (huge && !reserved) {
+    static const bool thp_off = transparent_huge_page_mode() == "never";
+    if (thp_off) {
+      std::call_once(counters_->warned_small_pages, [&] {
+        STRATA_LOG(kWarn,
+                   "pinned pool: buffers of 2 MiB and more are of 4 KiB pages: no reserved "
+                   "huge pages are free and transparent ones are off "
+                   "(/sys/kernel/mm/transparent_hugepage/enabled: never); transfers from "
+                   "them can be several times slower (docs/training.md): reserve huge "
+                   "pages (echo N > /proc/sys/vm/nr_hugepages) or set that mode to madvise");
+      });
     }
   }
   // Never copied into a child process (popen, a launcher's helper): a fork would write-protect

@@ -21,7 +21,9 @@
 // at one time and at the same rate an hour later (docs/benchmarks.md: the virtual disk's rate
 // depends on the destination pages), and fio's buffers are such pages (--mem=shmhuge), so the
 // NVMe benchmark compares like with like.
-// PinnedPoolOptions::reserved_huge_pages = false keeps to transparent huge pages.
+// PinnedPoolOptions::reserved_huge_pages = false keeps to transparent huge pages. Where neither
+// is to be had (no reserved page free, transparent ones switched off: mode "never"), a large
+// buffer is of 4 KiB pages and the pool says so once, with what to do.
 //
 // Child processes: every buffer is MADV_DONTFORK, absent from a forked child (popen included),
 // so a fork neither write-protects the pinned memory nor copies the pages held for I/O.
@@ -37,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/status.h"
 
@@ -65,7 +68,13 @@ struct PinnedPoolCounters {
   std::atomic<size_t> peak_bytes{0};      // most ever held at once (locked + unlocked)
   std::atomic<size_t> allocations{0};     // buffers held now
   std::once_flag warned;                  // the fallback warning is logged once
+  std::once_flag warned_small_pages;      // so is the one about 4 KiB pages for large buffers
 };
+
+// The transparent huge page mode selected in `path` ("always", "madvise" or "never": the word
+// in brackets), or "" when it cannot be read.
+std::string transparent_huge_page_mode(
+    const std::string& path = "/sys/kernel/mm/transparent_hugepage/enabled");
 
 class PinnedBuffer {
  public:

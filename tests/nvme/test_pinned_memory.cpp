@@ -186,6 +186,23 @@ TEST(PinnedPool, BuffersAreNotInheritedByChildProcesses) {
   }
 }
 
+TEST(PinnedPool, TransparentHugePageModeIsTheBracketedWord) {
+  const std::string path = testing::TempDir() + "strata_thp_enabled";
+  const auto mode_of = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return transparent_huge_page_mode(path);
+  };
+  EXPECT_EQ(mode_of("always [madvise] never\n"), "madvise");
+  EXPECT_EQ(mode_of("[always] madvise never\n"), "always");
+  EXPECT_EQ(mode_of("always madvise [never]\n"), "never");
+  EXPECT_EQ(mode_of("always madvise never\n"), "");
+  EXPECT_EQ(mode_of(""), "");
+  std::remove(path.c_str());
+  EXPECT_EQ(transparent_huge_page_mode(path), "");  // missing
+  const std::string here = transparent_huge_page_mode();
+  EXPECT_TRUE(here.empty() || here == "always" || here == "madvise" || here == "never") << here;
+}
+
 TEST(PinnedPool, ForcedUnlockedFallback) {
   PinnedPool pool(PinnedPoolOptions{.force_unlocked = true});
   auto a = pool.allocate(10000);
