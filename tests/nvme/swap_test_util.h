@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "cpu/pinned_memory.h"
@@ -44,6 +45,21 @@ inline cpu::PinnedBuffer sentinel_buffer(size_t size_bytes) {
   auto buf = random_buffer(size_bytes, 0);
   std::memset(buf.data(), 0xcd, buf.mapped_bytes());
   return buf;
+}
+
+// Writes keys 0..n-1 of `size_bytes` random bytes each (seeds seed, seed + 1, ...) together and
+// waits for all: `src` gets the bytes written, `dst` a sentinel-filled buffer per key to read
+// into. Call under ASSERT_NO_FATAL_FAILURE.
+inline void write_random_keys(SwapStore& store, int n, size_t size_bytes, uint64_t seed,
+                              std::vector<cpu::PinnedBuffer>& src,
+                              std::vector<cpu::PinnedBuffer>& dst) {
+  std::vector<IoHandle> handles;
+  for (int k = 0; k < n; ++k) {
+    src.push_back(random_buffer(size_bytes, seed + k));
+    dst.push_back(sentinel_buffer(size_bytes));
+    handles.push_back(store.write(k, src.back().data(), size_bytes));
+  }
+  for (auto& h : handles) ASSERT_TRUE(h.wait().ok());
 }
 
 struct EngineCase {

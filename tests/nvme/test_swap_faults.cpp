@@ -221,13 +221,7 @@ TEST(SwapStore, LargeReadsInFlightTogetherAreVerifiedInSlices) {
   constexpr int kKeys = 4;
   const size_t size = 12 * (size_t{1} << 20) + 777;  // 13 extents, an odd tail
   std::vector<cpu::PinnedBuffer> src, dst;
-  std::vector<IoHandle> handles;
-  for (int k = 0; k < kKeys; ++k) {
-    src.push_back(random_buffer(size, 1200 + k));
-    dst.push_back(sentinel_buffer(size));
-    handles.push_back(store->write(k, src.back().data(), size));
-  }
-  for (auto& h : handles) ASSERT_TRUE(h.wait().ok());
+  ASSERT_NO_FATAL_FAILURE(write_random_keys(*store, kKeys, size, 1200, src, dst));
   const std::vector<std::pair<int, size_t>> damaged = {{0, 12}, {3, 6}};  // key, extent
   std::vector<ExtentLocation> hit;
   for (const auto& [k, e] : damaged) {
@@ -237,7 +231,7 @@ TEST(SwapStore, LargeReadsInFlightTogetherAreVerifiedInSlices) {
     hit.push_back((*loc)[e]);
     flip_byte(hit.back().path, hit.back().offset + hit.back().size_bytes / 3);
   }
-  handles.clear();
+  std::vector<IoHandle> handles;
   for (int k = 0; k < kKeys; ++k) handles.push_back(store->read(k, dst[k].data(), size));
   for (int k = 0; k < kKeys; ++k) {
     const Status st = handles[k].wait();

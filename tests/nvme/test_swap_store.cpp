@@ -55,14 +55,8 @@ TEST_P(SwapEngines, ManyRequestsInFlight) {
   constexpr int kKeys = 48;
   const size_t size = 300 * 1024 + 123;
   std::vector<cpu::PinnedBuffer> src, dst;
+  ASSERT_NO_FATAL_FAILURE(write_random_keys(*store, kKeys, size, 1000, src, dst));
   std::vector<IoHandle> handles;
-  for (int k = 0; k < kKeys; ++k) {
-    src.push_back(random_buffer(size, 1000 + k));
-    dst.push_back(sentinel_buffer(size));
-    handles.push_back(store->write(k, src.back().data(), size));
-  }
-  for (auto& h : handles) ASSERT_TRUE(h.wait().ok());
-  handles.clear();
   for (int k = kKeys - 1; k >= 0; --k) handles.push_back(store->read(k, dst[k].data(), size));
   for (auto& h : handles) {
     const Status st = h.wait();
