@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -388,12 +389,17 @@ Status walk(const json& obj, const std::string& prefix, Ctx& c) {
 
 Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
                     const std::function<bool(const std::string&)>& given) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return make_error(ErrorCode::kConfig, "--config ", path,
+                      " is a directory (give a DeepSpeed JSON file)");
+  }
   std::ifstream in(path);
   if (!in) return make_error(ErrorCode::kIo, "--config ", path, ": cannot open the file");
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     return make_error(ErrorCode::kCorrupt, "--config ", path, ": not JSON (", e.what(), ")");
   }
   if (!j.is_object()) {

@@ -8,6 +8,18 @@
 namespace strata::train_gpt {
 
 namespace {
+// Sizes are not negative (CLI11 would wrap "-5" into an unsigned value). A transform, so that it
+// runs before AsSizeValue (transforms run last added, first).
+CLI::Validator non_negative_size() {
+  return CLI::Validator(
+      [](std::string& v) {
+        return !v.empty() && v[0] == '-'
+                   ? "'" + v + "' is not accepted (a size in bytes, e.g. 8GiB, 512MiB, 0)"
+                   : std::string();
+      },
+      "");
+}
+
 // A tier flag (--offload-optimizer, -param, -activations): none, cpu or nvme; nvme needs
 // --nvme-path.
 Status check_tier(const char* flag, const std::string& value, const std::string& nvme_path,
@@ -150,19 +162,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
                       " needs --schedule planned (the transfers are tasks of the plan)");
   }
-  // Output files: their directory must exist now, not after training.
-  for (const auto& [flag, path] :
-       {std::pair<const char*, const std::string&>{"--save-model", f.save_model},
-        {"--export-safetensors", f.export_safetensors},
-        {"--metrics", f.metrics},
-        {"--trace", f.trace}}) {
-    if (path.empty()) continue;
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-      return make_error(ErrorCode::kConfig, flag, " ", path, ": the directory ", dir.string(),
-                        " does not exist");
-    }
-  }
   STRATA_RETURN_IF_ERROR(check_schedule(schedule_of(f)));
   if (f.nvme_block_size == 0 || f.nvme_block_size % 4096 != 0) {
     return make_error(ErrorCode::kConfig, "--nvme-block-size ", f.nvme_block_size,
@@ -212,6 +211,7 @@ void add_flags(CLI::App& app, Flags& f) {
                  "1 GiB, a GPU's free memory less 1 GiB); a model that does not fit is refused "
                  "before training with the bytes requested, in use and the limit")
       ->transform(CLI::AsSizeValue(true))
+      ->transform(non_negative_size())
       ->capture_default_str();
   app.add_option("--host-memory-limit", f.host_memory_limit,
                  "SIZE: pinned host memory this rank's engine may use (optimizer state in RAM, "
@@ -219,6 +219,7 @@ void add_flags(CLI::App& app, Flags& f) {
                  "is refused before its large allocations, naming the bytes and the flags that "
                  "would make it fit")
       ->transform(CLI::AsSizeValue(true))
+      ->transform(non_negative_size())
       ->capture_default_str();
   app.add_flag("--delayed-update", f.delayed_update,
                "ZeRO-Offload's one-step delayed parameter update: after the warm-up, the CPU "
@@ -411,6 +412,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--nvme-block-size", f.nvme_block_size,
                  "SIZE: bytes per NVMe request (a multiple of 4 KiB; DeepSpeed's aio.block_size)")
       ->transform(CLI::AsSizeValue(true))
+      ->transform(non_negative_size())
       ->capture_default_str();
   app.add_option("--nvme-queue-depth", f.nvme_queue_depth,
                  "NVMe requests in flight per swap store (DeepSpeed's aio.queue_depth)")
@@ -436,6 +438,10 @@ void add_flags(CLI::App& app, Flags& f) {
                  "[DIR]: continue from the newest complete checkpoint in DIR (or DIR itself; "
                  "without DIR: --checkpoint-dir), bit for bit; --steps counts from the start")
       ->expected(0, 1);
+  app.add_flag("--resume-override", f.resume_override,
+               "let --seed, --batch, --grad-accum, --seq-len, --data, --val-data, --data-order "
+               "differ from the checkpoint's (each said; the data then starts over); the model's "
+               "shape never does");
   app.add_option("--config", f.config,
                  "FILE: a DeepSpeed JSON config; flags given beside it win (docs/training.md "
                  "lists each key with its flag)");

@@ -67,6 +67,7 @@ struct Flags {
   std::string config;  // a DeepSpeed JSON config (ds_config.h)
   // Checkpoints (engine/checkpoint.h)
   std::string checkpoint_dir, resume;
+  bool resume_override = false;  // the run flags may differ from the checkpoint's
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 2;
   // The planner (engine/plan_report.h, engine/calibration.h)

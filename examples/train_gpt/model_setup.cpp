@@ -6,6 +6,7 @@
 #include "engine/checkpoint.h"
 #include "model/gpt.h"
 #include "model/model_file.h"
+#include "resume_check.h"
 
 namespace strata::train_gpt {
 
@@ -80,7 +81,9 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   // --init-from: the file's shape, its values as every block's initial parameters.
   if (!f.init_from.empty()) {
     auto fc = model::read_model_file_config(f.init_from);
-    if (!fc.ok()) return fc.status().with_context("--init-from");
+    // Resuming, the file is the checkpoint's: errors name --resume.
+    const char* flag = m.resume_dir.empty() ? "--init-from" : "--resume";
+    if (!fc.ok()) return fc.status().with_context(flag);
     if (task && (fc->vocab < kAddVocab || fc->max_seq < task->seq())) {
       return (make_error(
           ErrorCode::kConfig, "--init-from ", f.init_from, ": its model (", fc->describe(),
@@ -98,7 +101,11 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
       m.initial.emplace_back(v, v + model::GptModel::block_numel(cfg, int64_t(m.initial.size())));
       return ok_status();
     });
-    if (!st.ok()) return st.with_context("--init-from");
+    if (!st.ok()) return st.with_context(flag);
+  }
+  // --resume: the flags beside it against the run the checkpoint recorded (resume_check.h).
+  if (!m.resume_dir.empty()) {
+    STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, cfg));
   }
   resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0));
   // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,

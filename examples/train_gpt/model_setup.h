@@ -20,6 +20,7 @@ struct ModelSetup {
   model::RunShape shape;
   std::vector<std::vector<float>> initial;  // by block: the values of --init-from / the checkpoint
   std::string resume_dir;                   // the checkpoint --resume found
+  bool restart_data = false;  // --resume-override changed the data: read it from its start
 };
 
 // Fills the shape flags from the preset and from the config's model-dependent keys.

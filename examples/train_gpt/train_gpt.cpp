@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +32,8 @@
 #include "comm/comm.h"
 #include "comm/mpi_comm.h"
 #include "core/dtype.h"
+#include "core/file_identity.h"
+#include "core/interrupt.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "data.h"
@@ -41,10 +44,12 @@
 #include "engine/planned_step.h"
 #include "engine/serial_step.h"
 #include "engine/zero_step.h"
+#include "file_guard.h"
 #include "flags.h"
 #include "gpu/device.h"
 #include "gpu/planning_device.h"
 #include "lr_schedule.h"
+#include "metrics_file.h"
 #include "mfu.h"
 #include "model/gpt.h"
 #include "model/init.h"
@@ -55,6 +60,7 @@
 #include "nvme/swap_store.h"
 #include "planning.h"
 #include "progress.h"
+#include "resume_check.h"
 #include "scheduler/trace.h"
 
 namespace {
@@ -78,6 +84,11 @@ int fail(const Status& st, int rank = -1) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Step lines reach a log file as they are printed, whatever ends the run.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // SIGINT/SIGTERM: at once (removing swap and partial files) until training starts, then at
+  // the next step (core/interrupt.h).
+  install_interrupt_handlers();
   CLI::App app{
       "train_gpt: trains a GPT (llm.c token files or a synthetic task) with ZeRO and offload"};
   Flags f;
@@ -124,7 +135,21 @@ int main(int argc, char** argv) {
     }
     nvme_dirs = *dirs;
   }
+  // Inputs are never written, and every output can be written now (file_guard.h).
+  {
+    const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+    const uint64_t bytes = static_cast<uint64_t>(cfg.num_params()) * dtype_size(stored);
+    const train_gpt::OutputSizes sizes{1024 + bytes, bytes};  // the header; safetensors' is less
+    if (Status st = train_gpt::check_files(f, source, resume_dir, nvme_dirs, sizes); !st.ok()) {
+      return fail(st);
+    }
+  }
 
+  if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0 && resume_dir.empty()) {
+    return fail(make_error(ErrorCode::kConfig, "--checkpoint-dir ", f.checkpoint_dir,
+                           " saves nothing without --checkpoint-every N (give N, or leave the "
+                           "directory out)"));
+  }
   if (!f.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(f.checkpoint_dir, ec);
@@ -144,9 +169,20 @@ int main(int argc, char** argv) {
   // Past this point every rank must stop together: a failing rank ends the whole job.
   auto die = [&](const Status& st) -> int {
     fail(st, ranks > 1 ? rank : -1);
-    if (ranks > 1) world.abort(st);
+    if (ranks > 1) {
+      remove_cleanup_paths();  // MPI_Abort runs no destructors: this rank's swap files go now
+      world.abort(st);
+    }
     return 1;
   };
+  // One run writes a checkpoint directory at a time: rank 0 holds a lock on it (flock on the
+  // directory itself, so that no file is left; released by any exit).
+  DirectoryLock checkpoint_lock;
+  if (lead && !f.checkpoint_dir.empty() && f.checkpoint_every > 0 && !f.plan) {
+    if (Status st = checkpoint_lock.lock(f.checkpoint_dir, "--checkpoint-dir"); !st.ok()) {
+      return die(st);
+    }
+  }
   // The data: token files opened and their headers checked before anything large is allocated.
   auto data_r = train_gpt::TrainData::open(source, f, f.batch * ranks, T, cfg.vocab);
   if (!data_r.ok()) return die(data_r.status());
@@ -165,7 +201,7 @@ int main(int argc, char** argv) {
     if (!v.ok()) return die(v.status().with_context("--resume"));
     resumed = *v;
     const auto extra = nlohmann::json::parse(resumed.extra_json);
-    if (extra.contains("data_epoch")) {
+    if (extra.contains("data_epoch") && !setup.restart_data) {
       const model::LoaderPosition pos{extra["data_epoch"].get<int64_t>(),
                                       extra["data_batch"].get<int64_t>()};
       if (Status st = data.seek(pos); !st.ok()) return die(st.with_context("--resume"));
@@ -190,11 +226,19 @@ int main(int argc, char** argv) {
   const int gpus = gpu::cuda_device_count();
   dev_opts.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
   auto dev_r = gpu::create_device(*kind, dev_opts);
+  // --plan allocates nothing: a limit the real pool cannot reserve (a model far larger than
+  // this machine) is planned against anyway, on a device with its default pool.
+  size_t plan_limit = 0;
+  if (f.plan && !dev_r.ok() && dev_r.status().code() == ErrorCode::kOutOfMemory) {
+    plan_limit = f.gpu_memory_limit;
+    dev_opts.memory_limit_bytes = 0;
+    dev_r = gpu::create_device(*kind, dev_opts);
+  }
   if (!dev_r.ok()) return die(dev_r.status());
   // --plan: the model and the engine lay themselves out on a device that only accounts, with an
   // optimizer that allocates nothing (engine/plan_report.h).
   std::unique_ptr<gpu::PlanningDevice> planning;
-  if (f.plan) planning = std::make_unique<gpu::PlanningDevice>(*dev_r.value());
+  if (f.plan) planning = std::make_unique<gpu::PlanningDevice>(*dev_r.value(), plan_limit);
   gpu::Device& dev = f.plan ? *planning : *dev_r.value();
   if (f.auto_plan) {  // the stage-3 settings: rank 0 chooses, every rank takes its choice
     if (Status st =
@@ -211,11 +255,20 @@ int main(int argc, char** argv) {
       dev, cfg, shape,
       engine::ZeroStep::block_storage(*parts, stage, f.offload_activations != "none"));
   if (!model_r.ok() && model_r.status().code() == ErrorCode::kOutOfMemory) {
+    // Advice for this run: what it has not tried yet.
+    const std::string fewer_blocks =
+        stage < 2    ? "keep fewer blocks there with --zero-stage 2 or 3, "
+        : stage == 2 ? "keep fewer blocks there with --zero-stage 3, "
+        : f.offload_param == "none" || f.param_gpu_fraction > 0.0
+            ? "keep fewer parameters there with --offload-param cpu and a lower "
+              "--param-gpu-fraction, "
+            : "";
+    const std::string fewer_acts =
+        f.offload_activations == "none" ? "--offload-activations cpu, " : "";
     return die(model_r.status().with_context(
-        "the model does not fit the device (raise --gpu-memory-limit, keep fewer blocks there "
-        "with --zero-stage 2 or 3, or fewer activations with --checkpoint-interval, "
-        "--offload-activations cpu or a smaller "
-        "--batch)"));
+        "the model does not fit the device (raise --gpu-memory-limit, " + fewer_blocks +
+        "or fewer activations with --checkpoint-interval, " + fewer_acts +
+        "or a smaller --batch)"));
   }
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
@@ -405,11 +458,21 @@ int main(int argc, char** argv) {
           "held the initial state)\n",
           static_cast<unsigned long long>(opt.host_state_bytes()));
     } else {
-      std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging%s\n",
+      std::printf("optimizer: %llu state bytes in host RAM, %llu on NVMe, %llu pinned staging%s",
                   static_cast<unsigned long long>(opt.host_state_bytes()),
                   static_cast<unsigned long long>(opt.nvme_state_bytes()),
                   static_cast<unsigned long long>(opt.staging_bytes()),
                   ranks > 1 ? " (rank 0)" : "");
+      if (oo.nvme_fraction > 0.0) {  // shares are whole partitions: what the fraction became
+        uint64_t all = 0;
+        for (int64_t n : numel) all += 12 * static_cast<uint64_t>(n);
+        std::printf(
+            "; NVMe share %.3f (--optimizer-nvme-fraction %g, rounded to whole "
+            "partitions of %zu)",
+            double(opt.nvme_state_bytes()) / double(std::max<uint64_t>(all, 1)), oo.nvme_fraction,
+            numel.size());
+      }
+      std::printf("\n");
     }
     if (store) std::printf("nvme: %s\n", store->describe().c_str());
     if (zstep) std::printf("memory (rank 0): %s\n", zstep->memory().describe().c_str());
@@ -451,6 +514,7 @@ int main(int argc, char** argv) {
     return ok_status();
   };
   auto save_model = [&]() -> bool {
+    set_interrupt_polled(false);  // a signal now exits at once, removing the partial files
     if (f.save_model.empty() && f.export_safetensors.empty()) return true;
     if (planned) {
       if (Status st = planned->flush(); !st.ok()) return die(st) == 0;
@@ -520,7 +584,11 @@ int main(int argc, char** argv) {
   // --metrics: rank 0 writes one JSON object per line, flushed as it goes.
   std::ofstream metrics;
   if (lead && !f.metrics.empty()) {
-    // A resumed run adds to the file of the run it continues.
+    // A resumed run adds to the file of the run it continues, less the records of the steps it
+    // is about to train again.
+    if (!resume_dir.empty()) {
+      if (Status st = train_gpt::trim_metrics(f.metrics, resumed.step); !st.ok()) return die(st);
+    }
     metrics.open(f.metrics, resume_dir.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) {
       return die(make_error(ErrorCode::kIo, "--metrics ", f.metrics, ": cannot create the file"));
@@ -572,11 +640,14 @@ int main(int argc, char** argv) {
   // optimizer file is written in the background during the next step (engine/checkpoint.h) and
   // the save completed after it (finish_save).
   std::unique_ptr<engine::CheckpointSave> pending_save;
+  int64_t saved_step = 0;     // the last checkpoint this run completed
   double save_start_s = 0.0;  // its time in the training thread so far
   auto checkpoint = [&](int64_t step) -> Status {
     if (planned) STRATA_RETURN_IF_ERROR(planned->flush());
     if (zstep) STRATA_RETURN_IF_ERROR(zstep->flush());
-    nlohmann::json extra = {{"seed", f.seed}, {"config", train_gpt::effective_config(f)}};
+    nlohmann::json extra = {{"seed", f.seed},
+                            {"config", train_gpt::effective_config(f)},
+                            {"run", train_gpt::run_record(f, T)}};
     if (const auto pos = data.position()) {
       extra["data_epoch"] = pos->epoch;
       extra["data_batch"] = pos->batch;
@@ -612,10 +683,43 @@ int main(int argc, char** argv) {
           save_start_s + pending_save->update_wait_seconds() + finish_s, save_start_s,
           pending_save->update_wait_seconds(), finish_s, pending_save->write_seconds());
     }
+    if (st.ok()) saved_step = pending_save->step();
     pending_save.reset();
     return st.with_context("--checkpoint-dir");
   };
+  // A signal to any rank stops every rank before the same step (one tiny all-reduce a step).
+  auto interrupted = [&]() -> Result<int> {
+    const float mine = static_cast<float>(interrupt_signal());
+    float any = mine;
+    if (ranks > 1) {
+      STRATA_RETURN_IF_ERROR(world.all_reduce(&mine, &any, 1, DType::kF32, comm::ReduceOp::kMax));
+    }
+    return static_cast<int>(any);
+  };
+  set_interrupt_polled(true);
   for (int64_t step = resumed.step + 1; step <= f.steps; ++step) {
+    auto sig = interrupted();
+    if (!sig.ok()) return die(sig.status());
+    if (*sig != 0) {
+      if (Status st = finish_save(); !st.ok()) return die(st);
+      if (lead) {
+        progress.clear();
+        const std::string kept =
+            saved_step > 0
+                ? "the checkpoint of step " + std::to_string(saved_step) + " under " +
+                      f.checkpoint_dir + " (--resume " + f.checkpoint_dir + " continues from it)"
+            : !resume_dir.empty() ? "the checkpoint resumed from, " + resume_dir
+                                  : "no checkpoint (--checkpoint-every saves them)";
+        std::printf(
+            "train_gpt: %s before step %lld of %lld; %lld steps done this run; kept: %s; "
+            "swap files removed\n",
+            *sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+            static_cast<long long>(step), static_cast<long long>(f.steps),
+            static_cast<long long>(step - 1 - resumed.step), kept.c_str());
+      }
+      summary();
+      return 128 + *sig;
+    }
     const auto t0 = Clock::now();
     // The K global batches of this step (one per micro-batch); of each, this rank trains on rows
     // [rank*B, (rank+1)*B).
@@ -640,6 +744,13 @@ int main(int argc, char** argv) {
     if (!result.ok()) return die(result.status());
     if (Status st = finish_save(); !st.ok()) return die(st);  // the save after the last step
     const float loss = result->loss;
+    if (!std::isfinite(loss)) {  // the same mean on every rank: all stop here
+      return die(make_error(
+          ErrorCode::kInternal, "step ", step, ": the loss is ", loss,
+          " (training diverged, or the model holds non-finite values); stopped",
+          saved_step > 0 ? ", the checkpoint of step " + std::to_string(saved_step) + " is kept"
+                         : std::string()));
+    }
     const double norm = result->grad_norm;
     if (executor != nullptr && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
       if (lead) progress.clear();

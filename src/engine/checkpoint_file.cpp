@@ -20,8 +20,10 @@ using json = nlohmann::json;
 void kill_point() {
   static const char* env = std::getenv("STRATA_TEST_CHECKPOINT_KILL");
   static const long at = env != nullptr ? std::atol(env) : 0;
+  static const char* sig_env = std::getenv("STRATA_TEST_CHECKPOINT_SIGNAL");
+  static const int sig = sig_env != nullptr ? std::atoi(sig_env) : SIGKILL;
   static std::atomic<long> seen{0};
-  if (at > 0 && seen.fetch_add(1) + 1 == at) ::kill(::getpid(), SIGKILL);
+  if (at > 0 && seen.fetch_add(1) + 1 == at) ::kill(::getpid(), sig);
 }
 
 Status io_error(const std::string& path, const char* what) {
@@ -140,7 +142,7 @@ std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::p
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
     if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos &&
-        fs::exists(e.path() / "DONE")) {
+        fs::exists(e.path() / "DONE") && fs::exists(e.path() / "manifest.json")) {
       out.push_back(e.path());
     }
   }

@@ -21,12 +21,14 @@ namespace strata::engine::ckpt {
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'K'};
 constexpr int kVersion = 2;
 
-// Complete checkpoints under root (step_N directories with DONE), oldest first.
+// Complete checkpoints under root (step_N directories with DONE and a manifest: a stray DONE
+// alone does not count), oldest first.
 std::vector<std::filesystem::path> complete_checkpoints(const std::filesystem::path& root);
 
 // Tests of crash safety: with STRATA_TEST_CHECKPOINT_KILL=k in the environment, the process
 // kills itself (SIGKILL) at the k-th point of a save (each write, sync, rename and removal),
-// counted over every thread of the process.
+// counted over every thread of the process. STRATA_TEST_CHECKPOINT_SIGNAL=n sends signal n
+// there instead (an interrupt arriving during a save).
 void kill_point();
 
 Status io_error(const std::string& path, const char* what);  // kIo with errno's text

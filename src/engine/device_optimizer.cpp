@@ -14,6 +14,9 @@ std::vector<bool> DeviceOptimizer::choose(const OffloadedOptimizer& optimizer, d
   double taken = 0;
   for (size_t k = 0; k < np; ++k) {
     const size_t p = np - 1 - k;
+    // NVMe takes partitions from the front, the device from the back: they meet, never overlap,
+    // so that shares adding up to at most 1 are always accepted (the device's may round down).
+    if (optimizer.on_nvme(p)) break;
     const double n = static_cast<double>(optimizer.numel(p));
     // Take the partition while that brings the share nearer to the fraction.
     if (std::abs(taken + n - fraction * total) > std::abs(taken - fraction * total)) break;

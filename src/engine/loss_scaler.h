@@ -40,6 +40,11 @@ class LossScaler {
   // Records one step's overflow check; returns whether that step's update is to be applied.
   bool update(bool overflow);
   int64_t skipped_steps() const { return skipped_; }
+  // Dynamic scaling whose next overflow would lower the scale, already at min_loss_scale: the
+  // run cannot recover from one (the caller stops, as DeepSpeed does).
+  bool exhausted() const {
+    return dynamic() && hysteresis_left_ <= 1 && scale_ <= options_.min_loss_scale;
+  }
 
   // The scaler's counters, for checkpoints: restoring them continues the same sequence.
   struct State {

@@ -33,6 +33,15 @@ Result<StepScaling::Decision> StepScaling::decide(double sum_squares, bool finit
   d.norm = std::sqrt(sum_squares) / scale;
   if (!finite) {
     if (!scaler_) return nonfinite_gradient_error(step);
+    // DeepSpeed's raise_error_at_min_scale: an overflow with nothing left to lower stops the run
+    // instead of skipping every step that follows.
+    if (scaler_->exhausted()) {
+      return make_error(ErrorCode::kInternal, "step ", step,
+                        ": the gradients overflow with the fp16 loss scale already at its minimum ",
+                        scaler_->scale(),
+                        " (fp16.min_loss_scale); stopped (lower the learning rate, train in bf16, "
+                        "or check the model for non-finite values)");
+    }
     scaler_->update(true);
     return d;  // skipped
   }

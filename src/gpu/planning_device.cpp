@@ -27,10 +27,12 @@ class NullEvent final : public Event {
 
 }  // namespace
 
-PlanningDevice::PlanningDevice(Device& real) : real_(real) {}
+PlanningDevice::PlanningDevice(Device& real, size_t limit_bytes)
+    : real_(real), limit_bytes_(limit_bytes) {}
 
 MemoryInfo PlanningDevice::memory_info() const {
   MemoryInfo info = real_.memory_info();
+  if (limit_bytes_ > 0) info.limit_bytes = limit_bytes_;
   std::lock_guard<std::mutex> lock(mu_);
   info.used_bytes = used_;
   info.peak_bytes = peak_;

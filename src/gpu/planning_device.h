@@ -20,7 +20,8 @@ namespace strata::gpu {
 
 class PlanningDevice final : public Device {
  public:
-  explicit PlanningDevice(Device& real);
+  // limit_bytes: the limit to plan against, when not the real device's (0: the real device's).
+  explicit PlanningDevice(Device& real, size_t limit_bytes = 0);
   DeviceKind kind() const override { return real_.kind(); }
   std::string name() const override { return real_.name() + " (planning only)"; }
   MemoryInfo memory_info() const override;
@@ -35,6 +36,7 @@ class PlanningDevice final : public Device {
 
  private:
   Device& real_;
+  size_t limit_bytes_ = 0;
   mutable std::mutex mu_;
   size_t used_ = 0, peak_ = 0;
 };

@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,31 +21,55 @@
 namespace strata::model {
 namespace {
 
-// A read-only mapping of a whole file, unmapped when the last owner goes.
-Result<std::shared_ptr<const void>> map_file(const std::string& path, uint64_t& size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+// An open token file, closed when the last loader holding it goes. Files are read, not mapped,
+// so that one truncated under a running job is an error naming it, not a SIGBUS.
+struct OpenFile {
+  int fd = -1;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Result<std::shared_ptr<const OpenFile>> open_token_file(const std::string& path, uint64_t& size) {
+  auto f = std::make_shared<OpenFile>();
+  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot open: ", std::strerror(errno));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return make_error(ErrorCode::kIo, "token file ", path, ": not a regular file");
   }
   size = static_cast<uint64_t>(st.st_size);
   if (size < kTokenFileHeaderBytes) {
-    ::close(fd);
     return make_error(ErrorCode::kCorrupt, "token file ", path, ": truncated header (", size,
                       " bytes; needs 1024)");
   }
-  void* at = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (at == MAP_FAILED) {
-    return make_error(ErrorCode::kIo, "token file ", path, ": cannot map: ", std::strerror(err));
+  ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+  return std::shared_ptr<const OpenFile>(std::move(f));
+}
+
+// Reads `bytes` at `offset`; fewer means the file shrank since it was opened.
+Status read_at(int fd, void* dst, size_t bytes, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(dst) + done, bytes - done,
+                              static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return make_error(ErrorCode::kIo, "token file ", path, ": read at offset ", offset + done,
+                        ": ", std::strerror(errno));
+    }
+    if (n == 0) {
+      struct stat st {};
+      ::fstat(fd, &st);
+      return make_error(ErrorCode::kCorrupt, "token file ", path, ": changed under the run (now ",
+                        st.st_size, " bytes; ", bytes, " bytes at offset ", offset,
+                        " are gone); stopped");
+    }
+    done += static_cast<size_t>(n);
   }
-  return std::shared_ptr<const void>(
-      at, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  return ok_status();
 }
 
 }  // namespace
@@ -71,14 +94,12 @@ Result<DataLoader> DataLoader::open(const std::vector<std::string>& files, int64
   DataLoader dl;
   for (const std::string& path : files) {
     uint64_t size = 0;
-    STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const void> map, map_file(path, size));
-    STRATA_ASSIGN_OR_RETURN(
-        const int64_t count,
-        check_token_file_header(path, static_cast<const int32_t*>(map.get()), size));
-    const auto* tokens = reinterpret_cast<const uint16_t*>(
-        static_cast<const std::byte*>(map.get()) + kTokenFileHeaderBytes);
-    ::madvise(const_cast<void*>(map.get()), size, MADV_RANDOM);
-    dl.shards_.push_back({path, tokens, count, std::move(map)});
+    STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const OpenFile> file, open_token_file(path, size));
+    int32_t header[kTokenFileHeaderBytes / 4];
+    STRATA_RETURN_IF_ERROR(read_at(file->fd, header, sizeof(header), 0, path));
+    STRATA_ASSIGN_OR_RETURN(const int64_t count, check_token_file_header(path, header, size));
+    const int fd = file->fd;
+    dl.shards_.push_back({path, nullptr, fd, count, std::move(file)});
   }
   STRATA_RETURN_IF_ERROR(dl.init(batch, seq, order, seed, vocab));
   return dl;
@@ -88,7 +109,7 @@ Result<DataLoader> DataLoader::create(std::vector<uint16_t> tokens, int64_t batc
                                       uint64_t seed, DataOrder order) {
   DataLoader dl;
   auto owned = std::make_shared<std::vector<uint16_t>>(std::move(tokens));
-  dl.shards_.push_back({"(memory)", owned->data(), static_cast<int64_t>(owned->size()), owned});
+  dl.shards_.push_back({"(memory)", owned->data(), -1, static_cast<int64_t>(owned->size()), owned});
   STRATA_RETURN_IF_ERROR(dl.init(batch, seq, order, seed, 0));
   return dl;
 }
@@ -174,6 +195,13 @@ Status DataLoader::next(int32_t* inputs, int32_t* targets) {
     const auto [k, start] = locate(pos_.batch, b);
     const Shard& s = shards_[k];
     const uint16_t* src = s.tokens + start;
+    if (s.tokens == nullptr) {  // a file: this row's T+1 tokens
+      row_.resize(static_cast<size_t>(seq_ + 1));
+      STRATA_RETURN_IF_ERROR(read_at(s.fd, row_.data(), row_.size() * sizeof(uint16_t),
+                                     kTokenFileHeaderBytes + static_cast<uint64_t>(start) * 2,
+                                     s.path));
+      src = row_.data();
+    }
     for (int64_t t = 0; t <= seq_; ++t) {
       if (vocab_ > 0 && src[t] >= vocab_) {
         return make_error(ErrorCode::kCorrupt, "token file ", s.path, ": token ", src[t],

@@ -10,9 +10,10 @@
 //               epoch) with a counter-based RNG, B consecutive windows per batch, a partial last
 //               batch dropped.
 // The position (epoch, batch) can be read and restored, so a resumed run sees the same batches.
-// Token files are memory-mapped (shards are not read whole); their headers and sizes are checked
-// when opened, and every token against the vocabulary as it is read.
-// Ownership: owns its mappings / its copy of the tokens. Thread safety: none (one thread).
+// Token files are read row by row (pread; shards are not read whole, nor mapped, so that a file
+// truncated under a running job is an error naming it, not a SIGBUS); their headers and sizes are
+// checked when opened, and every token against the vocabulary as it is read.
+// Ownership: owns its open files / its copy of the tokens. Thread safety: none (one thread).
 #pragma once
 
 #include <cstdint>
@@ -57,9 +58,10 @@ class DataLoader {
  private:
   struct Shard {
     std::string path;
-    const uint16_t* tokens = nullptr;
+    const uint16_t* tokens = nullptr;  // in memory; null for a file, read row by row
+    int fd = -1;                       // the file's
     int64_t count = 0;
-    std::shared_ptr<const void> keep;  // the mapping or the vector
+    std::shared_ptr<const void> keep;  // the open file or the vector
   };
   DataLoader() = default;
   Status init(int64_t batch, int64_t seq, DataOrder order, uint64_t seed, int64_t vocab);
@@ -76,6 +78,7 @@ class DataLoader {
   std::vector<int64_t> order_;  // shuffled: permutation of the windows for order_epoch_
   int64_t order_epoch_ = -1;
   LoaderPosition pos_;
+  std::vector<uint16_t> row_;  // a row read from a file
 };
 
 // The files of a --data value: a path, or a glob pattern (sorted matches). kConfig naming the

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
@@ -23,6 +25,7 @@ constexpr size_t kHeaderBytes = kHeaderInts * 4;
 // file offset, count) for every tensor.
 struct Piece {
   int64_t block_offset, file_offset, numel;
+  const char* name;
 };
 std::vector<Piece> pieces(const GptConfig& c, int64_t b) {
   TensorSpan shared[4], layer[12];
@@ -32,17 +35,17 @@ std::vector<Piece> pieces(const GptConfig& c, int64_t b) {
   const int64_t layer_numel = layer[11].offset + layer[11].numel;
   std::vector<Piece> out;
   if (b == c.layers) {
-    out.push_back({shared[0].offset, 0, shared[0].numel});
-    out.push_back({shared[1].offset, shared[0].numel, shared[1].numel});
+    out.push_back({shared[0].offset, 0, shared[0].numel, shared[0].name});
+    out.push_back({shared[1].offset, shared[0].numel, shared[1].numel, shared[1].name});
     const int64_t tail = head + c.layers * layer_numel;  // lnfw, lnfb
-    out.push_back({shared[2].offset, tail, shared[2].numel});
-    out.push_back({shared[3].offset, tail + shared[2].numel, shared[3].numel});
+    out.push_back({shared[2].offset, tail, shared[2].numel, shared[2].name});
+    out.push_back({shared[3].offset, tail + shared[2].numel, shared[3].numel, shared[3].name});
     return out;
   }
   for (int t = 0; t < 12; ++t) {
     // Tensor t of every layer comes after tensors 0..t-1 of every layer.
-    out.push_back(
-        {layer[t].offset, head + c.layers * layer[t].offset + b * layer[t].numel, layer[t].numel});
+    out.push_back({layer[t].offset, head + c.layers * layer[t].offset + b * layer[t].numel,
+                   layer[t].numel, layer[t].name});
   }
   return out;
 }
@@ -158,8 +161,15 @@ Status read_model_file(const std::string& path, const GptConfig& expect, const B
       STRATA_RETURN_IF_ERROR(read_exact(f.fd, raw.data(), raw.size(),
                                         kHeaderBytes + static_cast<uint64_t>(p.file_offset) * es,
                                         path));
-      convert(raw.data(), c.dtype, block.data() + p.block_offset, DType::kF32,
-              static_cast<size_t>(p.numel));
+      float* values = block.data() + p.block_offset;
+      convert(raw.data(), c.dtype, values, DType::kF32, static_cast<size_t>(p.numel));
+      for (int64_t i = 0; i < p.numel; ++i) {
+        if (std::isfinite(values[i])) continue;
+        return make_error(ErrorCode::kCorrupt, "model file ", path, ": tensor ", p.name,
+                          b < c.layers ? " of layer " + std::to_string(b) : std::string(),
+                          " holds ", values[i], " at element ", i,
+                          " (a model with non-finite values cannot be trained)");
+      }
     }
     STRATA_RETURN_IF_ERROR(sink(b, block.data()));
   }
@@ -174,6 +184,7 @@ Status write_model_file(const std::string& path, const GptConfig& config, DType 
   }
   STRATA_RETURN_IF_ERROR(config.validate());
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
   Fd f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f.fd < 0) {

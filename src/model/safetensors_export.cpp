@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
@@ -78,6 +79,7 @@ Status write_safetensors(const std::string& path, const GptConfig& config, DType
   std::string header = h.str();
   header.append((8 - header.size() % 8) % 8, ' ');
   const std::string tmp = path + ".tmp";
+  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return make_error(ErrorCode::kIo, "safetensors file ", path, ": cannot create ", tmp);

@@ -1,6 +1,7 @@
 #include "nvme/swap_store.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,8 +14,10 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/xxh3.h"
+#include "nvme/swap_owner.h"
 
 namespace strata::nvme {
 
@@ -118,9 +121,46 @@ struct SwapFile {
   std::string path;
   int fd = -1;
   bool direct = false;
-  uint64_t size_bytes = 0;
+  uint64_t size_bytes = 0;             // of data; the owner record follows (swap_owner.h)
+  int cleanup_slot = -1;               // core/interrupt.h: removed on an interrupted exit
   std::vector<uint64_t> free_offsets;  // a stack: back() is the lowest offset
 };
+
+// The error for a reservation that failed, with what the file system has and what other runs'
+// swap files hold there.
+Status reservation_error(const std::string& path, const std::string& dir, uint64_t bytes, int rc,
+                         const SwapScan& scan) {
+  std::string where;
+  struct statvfs vfs {};
+  if (statvfs(dir.c_str(), &vfs) == 0) {
+    where = "; " + std::to_string(uint64_t(vfs.f_bavail) * vfs.f_frsize) + " bytes free there";
+  }
+  if (!scan.kept.empty()) {
+    where += ", " + std::to_string(scan.kept_bytes()) + " held by " +
+             std::to_string(scan.kept.size()) + " swap file(s) of other runs (" +
+             scan.kept.front().owner + (scan.kept.size() > 1 ? ", ..." : "") + ")";
+  }
+  return make_error(ErrorCode::kIo, "nvme swap: cannot reserve ", bytes, " bytes in ", path, ": ",
+                    std::strerror(rc), where);
+}
+
+// Writes the owner record after the data (O_DIRECT: from an aligned buffer, at an aligned
+// offset).
+Status write_owner_record(const SwapFile& f, const std::string& record) {
+  void* buf = nullptr;
+  if (posix_memalign(&buf, kSwapAlignment, kSwapOwnerRecordBytes) != 0) {
+    return make_error(ErrorCode::kOutOfMemory, "nvme swap: no memory for the owner record");
+  }
+  std::memcpy(buf, record.data(), kSwapOwnerRecordBytes);
+  const ssize_t n = pwrite(f.fd, buf, kSwapOwnerRecordBytes, static_cast<off_t>(f.size_bytes));
+  const int err = errno;
+  std::free(buf);
+  if (n != static_cast<ssize_t>(kSwapOwnerRecordBytes)) {
+    return make_error(ErrorCode::kIo, "nvme swap: cannot write the owner record of ", f.path, ": ",
+                      n < 0 ? std::strerror(err) : "short write");
+  }
+  return ok_status();
+}
 
 std::atomic<uint64_t> g_store_counter{0};
 
@@ -167,6 +207,7 @@ struct SwapStore::Impl {
     for (auto& f : files) {
       if (f.fd >= 0) close(f.fd);
       if (!f.path.empty()) unlink(f.path.c_str());
+      unregister_cleanup_path(f.cleanup_slot);
     }
   }
 
@@ -436,11 +477,14 @@ Result<std::unique_ptr<SwapStore>> SwapStore::open(const SwapStoreOptions& optio
       (options.capacity_bytes + options.extent_bytes - 1) / options.extent_bytes;
   const uint64_t extents_per_file = (extents_total + n - 1) / n;
   const uint64_t id = g_store_counter.fetch_add(1);
+  const std::string owner_record = SwapOwner::self().encode();
   bool all_direct = true;
   for (uint64_t i = 0; i < n; ++i) {
+    // Files left by runs that are gone go first; what other live runs hold is said on failure.
+    STRATA_ASSIGN_OR_RETURN(const SwapScan scan, clean_stale_swap_files(options.dirs[i]));
     SwapFile f;
-    f.path = options.dirs[i] + "/strata_swap_" + std::to_string(getpid()) + "_" +
-             std::to_string(id) + "_" + std::to_string(i) + ".bin";
+    f.path = options.dirs[i] + "/" + swap_file_prefix() + std::to_string(id) + "_" +
+             std::to_string(i) + ".bin";
     const int base = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
     f.fd = options.direct_io ? ::open(f.path.c_str(), base | O_DIRECT, 0600) : -1;
     f.direct = f.fd >= 0;
@@ -463,12 +507,15 @@ Result<std::unique_ptr<SwapStore>> SwapStore::open(const SwapStoreOptions& optio
     all_direct = all_direct && f.direct;
     impl->any_direct = impl->any_direct || f.direct;
     f.size_bytes = extents_per_file * options.extent_bytes;
+    f.cleanup_slot = register_cleanup_path(f.path, /*open_only=*/true);
     impl->files.push_back(f);  // registered first so the destructor removes it on failure
-    const int rc = posix_fallocate(f.fd, 0, static_cast<off_t>(f.size_bytes));
+    const int rc =
+        posix_fallocate(f.fd, 0, static_cast<off_t>(f.size_bytes + kSwapOwnerRecordBytes));
     if (rc != 0) {
-      return make_error(ErrorCode::kIo, "nvme swap: cannot reserve ", f.size_bytes, " bytes in ",
-                        f.path, ": ", std::strerror(rc));
+      return reservation_error(f.path, options.dirs[i], f.size_bytes + kSwapOwnerRecordBytes, rc,
+                               scan);
     }
+    STRATA_RETURN_IF_ERROR(write_owner_record(f, owner_record));
     auto& fr = impl->files.back().free_offsets;
     for (uint64_t e = extents_per_file; e > 0; --e) fr.push_back((e - 1) * options.extent_bytes);
     impl->paths.push_back(f.path);

@@ -6,6 +6,10 @@
 // error or an unrecoverable short transfer completes the handle with an error naming the file
 // and offset.
 //
+// Each file ends in an owner record (swap_owner.h); open() first removes the files of runs that
+// are gone from each directory and leaves those of live runs alone. The files are registered
+// with core/interrupt.h, so that an interrupted exit removes them too.
+//
 // I/O runs on one thread owned by the store, with its own IoQueue (one ring per submitting
 // thread), keeping up to queue_depth block-sized requests in flight across all pending
 // operations. The same thread hashes a write's extents while their requests are in flight and

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/loss_scaler.h"
+#include "engine/offload_step.h"
 
 namespace strata::engine {
 namespace {
@@ -65,6 +66,38 @@ TEST(LossScaler, WithoutHysteresisEachOverflowHalvesDownToTheMinimum) {
   EXPECT_EQ(s.scale(), 1.5);  // not below the minimum
   EXPECT_FALSE(s.update(true));
   EXPECT_EQ(s.scale(), 1.5);
+}
+
+// DeepSpeed stops when an overflow comes with the scale already at its minimum and no
+// hysteresis left (raise_error_at_min_scale): every step after would be skipped.
+TEST(LossScaler, AnOverflowAtTheMinimumScaleStopsTheRun) {
+  OffloadStepOptions o;
+  o.loss_scaling.initial_scale_power = 2;  // 4
+  o.loss_scaling.hysteresis = 2;
+  o.loss_scaling.min_loss_scale = 2.0;
+  auto made = StepScaling::create(o, DType::kF16);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  StepScaling s = made.value();
+  // 4, budget 2 -> 1: kept; 4 -> 2: halved to the minimum; at the minimum with budget 1: stop.
+  for (int step = 1; step <= 2; ++step) {
+    auto d = s.decide(1.0, /*finite=*/false, step);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_FALSE(d->apply);
+  }
+  EXPECT_EQ(s.loss_scale(), 2.0f);
+  const auto stopped = s.decide(1.0, false, 3);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_NE(stopped.status().message().find("step 3: the gradients overflow with the fp16 loss "
+                                            "scale already at its minimum 2"),
+            std::string::npos)
+      << stopped.status().to_string();
+  // A static scale is not lowered: DeepSpeed skips its overflows without stopping.
+  o.loss_scaling.loss_scale = 2.0;
+  StepScaling fixed = StepScaling::create(o, DType::kF16).value();
+  for (int step = 1; step <= 5; ++step) EXPECT_TRUE(fixed.decide(1.0, false, step).ok());
+  // Without fp16 a non-finite gradient stops at once.
+  StepScaling bf16 = StepScaling::create(o, DType::kBF16).value();
+  EXPECT_FALSE(bf16.decide(1.0, false, 1).ok());
 }
 
 TEST(LossScaler, ConsecutiveHysteresisRestoresTheBudgetAfterACleanStep) {

@@ -263,6 +263,23 @@ TEST(DataLoader, BadFilesAndTokensAreRefusedNamingTheFile) {
   std::remove(bad.c_str());
 }
 
+// A token file truncated under a running loader: the next batch that reaches past its new end is
+// an error naming the file (a mapped file would have been a SIGBUS).
+TEST(DataLoader, AFileTruncatedUnderTheLoaderIsAnErrorNamingIt) {
+  const std::string path = temp_path("shrinks.bin");
+  ASSERT_TRUE(write_token_file(path, random_tokens(1000, 4)).ok());
+  auto dl = DataLoader::open({path}, 2, 8, DataOrder::kSequential, 0, 0);
+  ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+  std::vector<int32_t> in(16), tgt(16);
+  ASSERT_TRUE(dl->next(in.data(), tgt.data()).ok());
+  ASSERT_EQ(truncate(path.c_str(), 1024 + 2 * 20), 0);  // 20 tokens left
+  const Status st = dl->next(in.data(), tgt.data());    // tokens 16..32
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(st.message().find("token file " + path + ": changed under the run"), std::string::npos)
+      << st.to_string();
+  std::remove(path.c_str());
+}
+
 TEST(DataLoader, GlobsExpandSortedAndNoMatchIsAnError) {
   const std::string dir = temp_path("glob");
   std::filesystem::create_directories(dir);

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "nvme/swap_owner.h"
 #include "swap_test_util.h"
 
 namespace strata::nvme::test {
@@ -117,7 +118,9 @@ TEST(SwapStore, StripesRoundRobinOverTwoDirectories) {
   for (const auto& p : store->paths()) {
     struct stat st {};
     ASSERT_EQ(stat(p.c_str(), &st), 0);
-    EXPECT_EQ(static_cast<uint64_t>(st.st_size), 8ull << 20) << "space reserved up front: " << p;
+    // The data, then the owner record (swap_owner.h).
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), (8ull << 20) + strata::nvme::kSwapOwnerRecordBytes)
+        << "space reserved up front: " << p;
   }
   const size_t size = 6 * (1 << 20) + 777;
   auto src = random_buffer(size, 5);

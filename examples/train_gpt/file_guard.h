@@ -1,0 +1,28 @@
+// train_gpt's files, checked before anything is opened for writing: no output is an input
+// (by file identity: links and other spellings of a path included), no two outputs are one
+// file, nothing is written inside the checkpoint --resume reads, no input lies where this run
+// writes checkpoints or swap files, and every output can be created now (its directory takes a
+// new file, a model file's bytes are free), so that a run never fails after training for an
+// output it could not write. Every refusal is one line naming both flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "data.h"
+#include "flags.h"
+
+namespace strata::train_gpt {
+
+struct OutputSizes {
+  uint64_t model_file = 0;   // --save-model's bytes
+  uint64_t safetensors = 0;  // --export-safetensors' bytes
+};
+
+// `resume_dir`: the checkpoint --resume found (empty without); `nvme_dirs`: --nvme-path's.
+Status check_files(const Flags& f, const DataSource& source, const std::string& resume_dir,
+                   const std::vector<std::string>& nvme_dirs, const OutputSizes& sizes);
+
+}  // namespace strata::train_gpt

@@ -1,0 +1,135 @@
+#include "resume_check.h"
+
+#include <fstream>
+#include <vector>
+
+#include "core/file_identity.h"
+#include "model/dataloader.h"
+
+namespace strata::train_gpt {
+namespace {
+using json = nlohmann::json;
+
+// The recorded run: extra.run, or what older checkpoints kept (the seed and the batch keys).
+json recorded_run(const std::string& dir) {
+  std::ifstream in(dir + "/manifest.json");
+  const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return json::object();
+  const json extra = m.value("extra", json::object());
+  if (extra.contains("run")) return extra["run"];
+  json run = json::object();
+  if (extra.contains("seed")) run["seed"] = extra["seed"];
+  const json cfg = extra.value("config", json::object());
+  if (cfg.contains("train_micro_batch_size_per_gpu")) {
+    run["batch"] = cfg["train_micro_batch_size_per_gpu"];
+  }
+  if (cfg.contains("gradient_accumulation_steps")) {
+    run["grad_accum"] = cfg["gradient_accumulation_steps"];
+  }
+  return run;
+}
+
+// The same data: the same string, or patterns that name the same files in the same order.
+bool same_data(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (a.empty() || b.empty() || a.rfind("synthetic:", 0) == 0 || b.rfind("synthetic:", 0) == 0) {
+    return false;
+  }
+  auto fa = model::expand_data_files(a), fb = model::expand_data_files(b);
+  if (!fa.ok() || !fb.ok() || fa->size() != fb->size()) return false;
+  for (size_t i = 0; i < fa->size(); ++i) {
+    if (!same_file((*fa)[i], (*fb)[i])) return false;
+  }
+  return true;
+}
+
+std::string shown(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+json run_record(const Flags& f, int64_t seq) {
+  return {{"seed", f.seed},
+          {"batch", f.batch},
+          {"grad_accum", f.grad_accum},
+          {"seq", seq},
+          {"data", f.data},
+          {"val_data", f.val_data},
+          {"data_order", f.data_order},
+          {"digits", f.digits}};
+}
+
+Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& source,
+                          const std::string& dir, const model::GptConfig& saved) {
+  std::vector<std::string> refused, overridden;
+  // The shape: the checkpoint's parameters define it.
+  const Flags defaults;
+  auto shape = [&](const char* flag, int64_t mine, int64_t def, int64_t theirs) {
+    const bool given = app.count(flag) > 0 || mine != def;
+    if (given && mine != theirs) {
+      refused.push_back(std::string(flag) + " " + std::to_string(mine) + " (the checkpoint's " +
+                        std::to_string(theirs) + ")");
+    }
+  };
+  shape("--layers", f.layers, defaults.layers, saved.layers);
+  shape("--channels", f.channels, defaults.channels, saved.channels);
+  shape("--heads", f.heads, defaults.heads, saved.heads);
+  if (f.vocab != 0) shape("--vocab", f.vocab, f.vocab, saved.vocab);
+  // The run: taken from the checkpoint when not given.
+  const json run = recorded_run(dir);
+  bool restart = false;
+  auto check = [&](const char* flag, const char* key, auto& mine, auto def, bool adoptable) {
+    if (!run.contains(key)) return;
+    using T = std::decay_t<decltype(mine)>;
+    const T theirs = run[key].get<T>();
+    const bool given = app.count(flag) > 0 || mine != static_cast<T>(def);
+    bool same = mine == theirs;
+    if constexpr (std::is_same_v<T, std::string>) same = same || same_data(mine, theirs);
+    if (same) return;
+    if (!given && adoptable) {
+      mine = theirs;
+      return;
+    }
+    json m = mine;
+    const std::string line = std::string(flag) + " " + shown(m) + (given ? "" : " (the default)") +
+                             " (the checkpoint's " + shown(run[key]) + ")";
+    (f.resume_override ? overridden : refused).push_back(line);
+    restart = restart || std::string(key) != "seed";
+  };
+  check("--seed", "seed", f.seed, defaults.seed, true);
+  check("--batch", "batch", f.batch, defaults.batch, true);
+  check("--grad-accum", "grad_accum", f.grad_accum, defaults.grad_accum, true);
+  check("--data-order", "data_order", f.data_order, defaults.data_order, true);
+  // The data was read before the checkpoint was found: given or default, it must match.
+  check("--data", "data", f.data, defaults.data, false);
+  check("--val-data", "val_data", f.val_data, defaults.val_data, false);
+  if (source.task) check("--digits", "digits", f.digits, defaults.digits, false);
+  if (run.contains("seq")) {
+    const int64_t seq = run["seq"].get<int64_t>();
+    const int64_t mine =
+        source.task ? source.task->seq() : (f.seq_len != 0 ? f.seq_len : saved.max_seq);
+    if (mine != seq && !source.task) {
+      if (app.count("--seq-len") == 0 && f.seq_len == 0) {
+        f.seq_len = seq;
+      } else {
+        (f.resume_override ? overridden : refused)
+            .push_back("--seq-len " + std::to_string(mine) + " (the checkpoint's " +
+                       std::to_string(seq) + ")");
+        restart = true;
+      }
+    }
+  }
+  if (!refused.empty()) {
+    std::string all;
+    for (const std::string& r : refused) all += (all.empty() ? "" : ", ") + r;
+    return make_error(ErrorCode::kConfig, "--resume ", dir, ": ", all,
+                      "; give the checkpoint's values or leave them out",
+                      f.resume_override ? " (the shape cannot be overridden)"
+                                        : " (--resume-override lets the run flags differ)");
+  }
+  for (const std::string& o : overridden) {
+    std::fprintf(stderr, "train_gpt: resume: %s, as --resume-override allows\n", o.c_str());
+  }
+  return restart;
+}
+
+}  // namespace strata::train_gpt
