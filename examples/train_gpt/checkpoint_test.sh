@@ -68,14 +68,19 @@ for k in 1 2 3 4 6 8 10 13 16 20 25 30; do
     exit $?) 2>/dev/null ||
     rc=$?
   [ "$rc" -eq 137 ] && killed=$((killed + 1))
-  "$train" "${common[@]}" "${extra[@]}" --steps 20 --resume "$ck" 2>"$scratch/err.txt" |
+  # The resumed run owns the directory (--checkpoint-dir; no save before step 20): it removes
+  # what the killed save left.
+  "$train" "${common[@]}" "${extra[@]}" --steps 20 --resume "$ck" --checkpoint-dir "$ck" \
+    --checkpoint-every 100 2>"$scratch/err.txt" |
     strip >"$scratch/after$k.txt" || fail "kill point $k: no loadable checkpoint: $(cat "$scratch/err.txt")"
+  leftover=$(find "$ck" -name '*.tmp*')
+  [ -z "$leftover" ] || fail "kill point $k: the next run left $leftover"
   lines=$(wc -l <"$scratch/after$k.txt")
   diff -u <(tail -n "$lines" "$scratch/straight1.txt") "$scratch/after$k.txt" ||
     fail "kill point $k: the resumed run differs from the straight one"
 done
 [ "$killed" -ge 10 ] || fail "only $killed of 12 runs were killed inside a save"
-echo "train_gpt: killed at $killed points of a save: the checkpoint left always resumes bit for bit"
+echo "train_gpt: killed at $killed points of a save: the checkpoint left always resumes bit for bit; the next run removes the partial save"
 
 # 3. Damage is refused naming the file; so are another rank count, stage and model.
 good="$scratch/ck1/step_00000010"

@@ -182,6 +182,9 @@ int main(int argc, char** argv) {
     if (Status st = checkpoint_lock.lock(f.checkpoint_dir, "--checkpoint-dir"); !st.ok()) {
       return die(st);
     }
+    for (const std::string& p : engine::remove_incomplete_checkpoints(f.checkpoint_dir)) {
+      std::printf("checkpoint: removed %s, left by a save that did not complete\n", p.c_str());
+    }
   }
   // The data: token files opened and their headers checked before anything large is allocated.
   auto data_r = train_gpt::TrainData::open(source, f, f.batch * ranks, T, cfg.vocab);

@@ -19,6 +19,24 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace ckpt;
 
+std::vector<std::string> remove_incomplete_checkpoints(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step_", 0) != 0) continue;
+    const bool partial = n.size() > 4 && n.substr(n.size() - 4) == ".tmp";
+    const bool incomplete =
+        n.find('.') == std::string::npos &&
+        (!fs::exists(e.path() / "DONE") || !fs::exists(e.path() / "manifest.json"));
+    if (!partial && !incomplete) continue;
+    std::error_code rec;
+    fs::remove_all(e.path(), rec);
+    if (!rec) removed.push_back(e.path().string());
+  }
+  return removed;
+}
+
 Result<std::string> find_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "DONE")) return path;
   const std::vector<fs::path> all = complete_checkpoints(path);

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -117,6 +118,11 @@ Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
 Status save_checkpoint(const std::string& root, int keep, comm::Communicator& comm,
                        const CheckpointInfo& info, OffloadedOptimizer& opt,
                        const StepScaling::State& scaling, const WriteShared& write_shared);
+
+// Removes what saves that did not complete left under `root` (a crash or a second signal during
+// a save): step_N.tmp directories, and step_N directories without DONE or manifest. Call only
+// while this run owns the directory (it holds its lock). Returns the paths removed.
+std::vector<std::string> remove_incomplete_checkpoints(const std::string& root);
 
 // The checkpoint to resume from: `path` itself when it holds a DONE marker, else the newest
 // step_N under it that does. kConfig naming path when there is none.
