@@ -740,6 +740,10 @@ int main(int argc, char** argv) {
     if (planned) planned->set_lr(lr);
     if (serial) serial->set_lr(lr);
     world.reset_stats();  // per-step bytes by collective kind (printed with --trace)
+    // Only the steps --trace keeps pay for the trace (two stream callbacks a task).
+    const bool traced = !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps;
+    if (zstep) zstep->set_trace(traced);
+    if (planned) planned->set_trace(traced);
     const int micro = static_cast<int>(K);
     auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step, micro)
                   : planned ? planned->run(tokens.data(), targets.data(), step, micro)
@@ -755,7 +759,7 @@ int main(int argc, char** argv) {
                          : std::string()));
     }
     const double norm = result->grad_norm;
-    if (executor != nullptr && !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps) {
+    if (executor != nullptr && traced) {
       if (lead) progress.clear();
       trace.add_step(executor->plan(), executor->last_trace());
       if (lead) {

@@ -77,6 +77,7 @@ class PlannedStep {
   void restore_scaling(const StepScaling::State& s) { step_->restore_scaling(s); }
 
   const sched::Executor& executor() const { return step_->executor(); }
+  void set_trace(bool on) { step_->set_trace(on); }
   // The ZeRO step it runs (the planner reads its plan and memory).
   const ZeroStep& zero() const { return *step_; }
 

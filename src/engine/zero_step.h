@@ -262,6 +262,9 @@ class ZeroStep {
   // K replays of the plan, taken as K times one.
   Result<sched::Prediction> predict(const sched::Rates& rates, int micro_batches = 1) const;
   const sched::Executor& executor() const { return *executor_; }
+  // Whether the next steps record a trace (sched::Executor::set_trace): only traced steps pay
+  // the stream callbacks.
+  void set_trace(bool on) { executor_->set_trace(on); }
   const Partitioning& partitioning() const { return parts_; }
   int stage() const { return options_.stage; }
   // Traffic of the last run() (measured from the communicator's counters).

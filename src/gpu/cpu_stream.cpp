@@ -159,6 +159,7 @@ Status CpuStream::wait(Event& event) {
 
 Status CpuStream::host_callback(std::function<void()> fn) {
   if (!fn) return make_error(ErrorCode::kConfig, "host_callback() with an empty function");
+  host_callbacks_.fetch_add(1);
   enqueue([fn = std::move(fn)]() -> Status {
     fn();
     return ok_status();

@@ -13,6 +13,7 @@
 // synchronize and CpuEvent::query/synchronize from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -66,12 +67,15 @@ class CpuStream final : public Stream {
   // Enqueues a work item (kernels use this); it runs on the worker thread in queue order.
   void enqueue(Work work);
   CpuDevice* device() const { return device_; }
+  // Host callbacks enqueued on this stream so far (each a host round trip on a GPU).
+  uint64_t host_callbacks() const { return host_callbacks_.load(); }
   // Host scratch owned by this stream, for the top level of a work item only (the worker runs
   // one item at a time): slot in [0, kScratchSlots), at least n floats, reused across items.
   static constexpr int kScratchSlots = 4;
   float* scratch(int slot, size_t n);
 
  private:
+  std::atomic<uint64_t> host_callbacks_{0};
   void run();
 
   CpuDevice* device_;

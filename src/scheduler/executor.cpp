@@ -30,7 +30,7 @@ Status run_task(const Plan::Task& task, const TaskContext& ctx) {
 }  // namespace
 
 Executor::Executor(gpu::Device& device, Plan plan, const ExecutorOptions& options)
-    : device_(device), plan_(std::move(plan)), options_(options) {}
+    : device_(device), plan_(std::move(plan)), options_(options), trace_on_(options.trace) {}
 
 Result<std::unique_ptr<Executor>> Executor::create(gpu::Device& device, Plan plan,
                                                    const ExecutorOptions& options) {
@@ -215,7 +215,7 @@ void Executor::worker_loop(HostLane& hl, int worker) {
 }
 
 void Executor::on_stream_task_done(TaskId t) {
-  if (options_.trace) trace_.spans[static_cast<size_t>(t)].end_ns = now_ns();
+  if (trace_on_.load()) trace_.spans[static_cast<size_t>(t)].end_ns = now_ns();
   if (!notify_[static_cast<size_t>(t)]) return;
   std::lock_guard<std::mutex> lock(mu_);
   stream_done_.push_back(t);
@@ -228,7 +228,7 @@ Status Executor::enqueue_stream_task(TaskId t) {
   for (TaskId w : stream_waits_[static_cast<size_t>(t)]) {
     STRATA_RETURN_IF_ERROR(s.wait(*events_[static_cast<size_t>(w)]));
   }
-  if (options_.trace) {
+  if (trace_on_.load()) {
     STRATA_RETURN_IF_ERROR(s.host_callback([this, t] {
       Span& span = trace_.spans[static_cast<size_t>(t)];
       span.start_ns = now_ns();
@@ -239,7 +239,7 @@ Status Executor::enqueue_stream_task(TaskId t) {
   // The end stamp comes before the event, so a task that waits on the event starts after it.
   // The dispatcher enqueues the record before it looks at the callback's report, and the
   // event's synchronize() then waits for that record.
-  if (options_.trace || notify_[static_cast<size_t>(t)]) {
+  if (trace_on_.load() || notify_[static_cast<size_t>(t)]) {
     STRATA_RETURN_IF_ERROR(s.host_callback([this, t] { on_stream_task_done(t); }));
   }
   if (events_[static_cast<size_t>(t)]) {

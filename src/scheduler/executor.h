@@ -19,8 +19,10 @@
 // tasks in flight finish, the streams are drained, and replay() returns that Status. The
 // executor is then broken: every later replay() returns the same Status at once.
 //
-// Trace: with ExecutorOptions::trace, every task's start and end are recorded (trace.h); a
-// stream task costs two host callbacks on its stream for that.
+// Trace: with ExecutorOptions::trace (or set_trace(true) before a replay), every task's start
+// and end are recorded (trace.h); a stream task costs two host callbacks on its stream for that,
+// each a host round trip that stalls a GPU stream, so callers trace only the steps they keep.
+// Untraced, a stream task costs a callback only when a host task waits for it.
 //
 // Ownership: owns the plan, the streams, events, worker threads and arenas; the Device must
 // outlive it. Thread safety: replay() from one thread at a time.
@@ -73,6 +75,9 @@ class Executor {
   void* pinned_arena() const { return host_arena_.data(); }
   size_t pinned_arena_bytes() const { return host_arena_.mapped_bytes(); }
   const StepTrace& last_trace() const { return trace_; }
+  // Whether the next replays record stream tasks' spans (between replays only).
+  void set_trace(bool on) { trace_on_.store(on); }
+  bool tracing() const { return trace_on_.load(); }
   int64_t steps() const { return step_; }
 
  private:
@@ -125,6 +130,7 @@ class Executor {
   int64_t step_ = 0;
   std::chrono::steady_clock::time_point t0_;
   StepTrace trace_;
+  std::atomic<bool> trace_on_{true};  // read by stream callbacks
   std::vector<std::thread> threads_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/cpu_device.h"
+#include "gpu/cpu_stream.h"
 #include "gpu/kernels.h"
 #include "nvme/swap_store.h"
 #include "scheduler/executor.h"
@@ -202,6 +203,54 @@ TEST(Executor, ReplayGivesIdenticalResultsToAFreshExecutor) {
     EXPECT_EQ(first[size_t(i)], expected_sum(3, i));
     EXPECT_EQ(second[size_t(i)], expected_sum(1, i));
   }
+}
+
+// Host callbacks enqueued so far on the executor's streams (CpuStream counts them).
+int callbacks(Executor& ex) {
+  uint64_t n = 0;
+  for (Lane l : {Lane::kCompute, Lane::kH2D, Lane::kD2H}) {
+    n += dynamic_cast<gpu::CpuStream&>(ex.stream(l)).host_callbacks();
+  }
+  return static_cast<int>(n);
+}
+
+// Untraced steps cost a stream callback only where a host task waits for a stream task; traced
+// ones two for every stream task. The results are the same either way.
+TEST(Executor, OnlyTracedStepsPayTheTraceCallbacks) {
+  auto dev = cpu_device(0.0);
+  auto cp = chain_plan(*dev, 4, 2);
+  int stream_tasks = 0, waited_for = 0;
+  const Plan& plan = cp->plan;
+  std::vector<uint8_t> waited(plan.num_tasks(), 0);
+  for (size_t i = 0; i < plan.num_tasks(); ++i) {
+    const bool host = !is_stream_lane(plan.task(TaskId(i)).lane);
+    stream_tasks += host ? 0 : 1;
+    plan.for_each_predecessor(TaskId(i), [&](TaskId p) {
+      if (host && is_stream_lane(plan.task(p).lane)) waited[static_cast<size_t>(p)] = 1;
+    });
+  }
+  for (uint8_t w : waited) waited_for += w;
+  ASSERT_GT(waited_for, 0);
+  ASSERT_GT(stream_tasks, waited_for);
+  ExecutorOptions eo;
+  eo.trace = false;
+  std::vector<double>* sums = &cp->sums;
+  auto ex = Executor::create(*dev, std::move(cp->plan), eo);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  ASSERT_TRUE(ex.value()->replay().ok());
+  EXPECT_EQ(callbacks(*ex.value()), waited_for);
+  ex.value()->set_trace(true);
+  ASSERT_TRUE(ex.value()->replay().ok());
+  EXPECT_EQ(callbacks(*ex.value()), waited_for + 2 * stream_tasks);
+  for (size_t i = 0; i < ex.value()->plan().num_tasks(); ++i) {
+    EXPECT_GT(ex.value()->last_trace().spans[i].end_ns, 0)
+        << ex.value()->plan().task(TaskId(i)).name;
+  }
+  ex.value()->set_trace(false);
+  ASSERT_TRUE(ex.value()->replay().ok());
+  EXPECT_EQ(callbacks(*ex.value()), 2 * waited_for + 2 * stream_tasks);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ((*sums)[size_t(i)], expected_sum(3, i));
+  EXPECT_EQ(cp->mismatches.load(), 0);
 }
 
 TEST(Executor, TraceIsJsonAndInOrderLanesNeverOverlap) {
