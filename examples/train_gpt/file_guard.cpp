@@ -21,6 +21,7 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
   for (const auto& p : source.val_files) inputs.push_back({"--val-data", p});
   if (!f.config.empty()) inputs.push_back({"--config", f.config});
   if (resume_dir.empty() && !f.init_from.empty()) inputs.push_back({"--init-from", f.init_from});
+  // Written in place: --metrics, --trace; through a temporary file: the model files.
   const std::vector<Named> outputs = {{"--metrics", f.metrics},
                                       {"--trace", f.trace},
                                       {"--save-model", f.save_model},
@@ -71,11 +72,13 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
     }
     STRATA_RETURN_IF_ERROR(probe_directory("--nvme-path", dir));
   }
-  // Every output can be written now.
+  // Every output can be written now (--plan writes none).
+  if (f.plan) return ok_status();
   const uint64_t needs[] = {0, 0, sizes.model_file, sizes.safetensors};
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].path.empty()) continue;
-    STRATA_RETURN_IF_ERROR(probe_writable(outputs[o].flag, outputs[o].path, needs[o]));
+    const OutputWrite how = o < 2 ? OutputWrite::kInPlace : OutputWrite::kReplace;
+    STRATA_RETURN_IF_ERROR(probe_writable(outputs[o].flag, outputs[o].path, how, needs[o]));
   }
   if (!f.checkpoint_dir.empty() && std::filesystem::is_directory(f.checkpoint_dir)) {
     STRATA_RETURN_IF_ERROR(probe_directory("--checkpoint-dir", f.checkpoint_dir));

@@ -440,8 +440,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->expected(0, 1);
   app.add_flag("--resume-override", f.resume_override,
                "let --seed, --batch, --grad-accum, --seq-len, --data, --val-data, --data-order "
-               "differ from the checkpoint's (each said; the data then starts over); the model's "
-               "shape never does");
+               "differ from the checkpoint's (each said; when --data, --batch, --grad-accum, "
+               "--seq-len or --data-order differ the data starts over); the model's shape never "
+               "does");
   app.add_option("--config", f.config,
                  "FILE: a DeepSpeed JSON config; flags given beside it win (docs/training.md "
                  "lists each key with its flag)");

@@ -5,14 +5,21 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include "core/interrupt.h"
 
 namespace strata::train_gpt {
 
-Status trim_metrics(const std::string& path, int64_t last_step) {
+Result<int64_t> trim_metrics(const std::string& path, int64_t last_step) {
   std::ifstream in(path);
-  if (!in) return ok_status();
-  const std::string tmp = path + ".tmp";
+  if (!in) return int64_t{0};
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return int64_t{0};  // /dev/null, a pipe
+  // A symbolic link: its target is rewritten (the link stays a link).
+  const std::string target = std::filesystem::canonical(path, ec).string();
+  if (ec) return make_error(ErrorCode::kIo, "--metrics ", path, ": ", ec.message());
+  const std::string tmp = target + ".tmp" + std::to_string(::getpid());
   const CleanupPath cleanup(tmp);
   std::ofstream out(tmp, std::ios::trunc);
   if (!out) return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot create ", tmp);
@@ -34,15 +41,14 @@ Status trim_metrics(const std::string& path, int64_t last_step) {
   }
   if (dropped == 0) {
     std::remove(tmp.c_str());
-    return ok_status();
+    return int64_t{0};
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(tmp, target, ec);
   if (ec) {
     std::remove(tmp.c_str());
     return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot replace: ", ec.message());
   }
-  return ok_status();
+  return dropped;
 }
 
 }  // namespace strata::train_gpt

@@ -10,7 +10,8 @@
 namespace strata::train_gpt {
 
 // Keeps the lines of `path` whose "step" is at most `last_step` (lines without one are kept),
-// rewriting the file through a temporary one and a rename. A missing file is fine.
-Status trim_metrics(const std::string& path, int64_t last_step);
+// rewriting the file (a link's target) through a temporary one and a rename; returns how many
+// were dropped. A missing file, or one that is not a regular file, is left as it is.
+Result<int64_t> trim_metrics(const std::string& path, int64_t last_step);
 
 }  // namespace strata::train_gpt

@@ -1,9 +1,9 @@
 #include "resume_check.h"
 
-#include <fstream>
 #include <vector>
 
 #include "core/file_identity.h"
+#include "engine/checkpoint.h"
 #include "model/dataloader.h"
 
 namespace strata::train_gpt {
@@ -11,10 +11,9 @@ namespace {
 using json = nlohmann::json;
 
 // The recorded run: extra.run, or what older checkpoints kept (the seed and the batch keys).
-json recorded_run(const std::string& dir) {
-  std::ifstream in(dir + "/manifest.json");
-  const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (m.is_discarded() || !m.is_object()) return json::object();
+// The manifest is checked against its DONE marker first (a damaged one is refused as such).
+Result<json> recorded_run(const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(const json m, engine::read_manifest(dir));
   const json extra = m.value("extra", json::object());
   if (extra.contains("run")) return extra["run"];
   json run = json::object();
@@ -75,12 +74,20 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
   shape("--heads", f.heads, defaults.heads, saved.heads);
   if (f.vocab != 0) shape("--vocab", f.vocab, f.vocab, saved.vocab);
   // The run: taken from the checkpoint when not given.
-  const json run = recorded_run(dir);
-  bool restart = false;
-  auto check = [&](const char* flag, const char* key, auto& mine, auto def, bool adoptable) {
+  STRATA_ASSIGN_OR_RETURN(const json run, recorded_run(dir));
+  bool restart = false, damaged = false;
+  // `restarts`: a difference changes what the loader reads (its position is then meaningless).
+  auto check = [&](const char* flag, const char* key, auto& mine, auto def, bool adoptable,
+                   bool restarts) {
     if (!run.contains(key)) return;
     using T = std::decay_t<decltype(mine)>;
-    const T theirs = run[key].get<T>();
+    T theirs{};
+    try {
+      theirs = run[key].get<T>();
+    } catch (const json::exception&) {
+      damaged = true;
+      return;
+    }
     const bool given = app.count(flag) > 0 || mine != static_cast<T>(def);
     bool same = mine == theirs;
     if constexpr (std::is_same_v<T, std::string>) same = same || same_data(mine, theirs);
@@ -93,17 +100,21 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
     const std::string line = std::string(flag) + " " + shown(m) + (given ? "" : " (the default)") +
                              " (the checkpoint's " + shown(run[key]) + ")";
     (f.resume_override ? overridden : refused).push_back(line);
-    restart = restart || std::string(key) != "seed";
+    restart = restart || restarts;
   };
-  check("--seed", "seed", f.seed, defaults.seed, true);
-  check("--batch", "batch", f.batch, defaults.batch, true);
-  check("--grad-accum", "grad_accum", f.grad_accum, defaults.grad_accum, true);
-  check("--data-order", "data_order", f.data_order, defaults.data_order, true);
+  check("--seed", "seed", f.seed, defaults.seed, true, false);
+  check("--batch", "batch", f.batch, defaults.batch, true, true);
+  check("--grad-accum", "grad_accum", f.grad_accum, defaults.grad_accum, true, true);
+  check("--data-order", "data_order", f.data_order, defaults.data_order, true, true);
   // The data was read before the checkpoint was found: given or default, it must match.
-  check("--data", "data", f.data, defaults.data, false);
-  check("--val-data", "val_data", f.val_data, defaults.val_data, false);
-  if (source.task) check("--digits", "digits", f.digits, defaults.digits, false);
-  if (run.contains("seq")) {
+  check("--data", "data", f.data, defaults.data, false, true);
+  check("--val-data", "val_data", f.val_data, defaults.val_data, false, false);
+  if (source.task) check("--digits", "digits", f.digits, defaults.digits, false, false);
+  if (damaged) {
+    return make_error(ErrorCode::kCorrupt, "--resume ", dir,
+                      ": manifest.json's extra.run holds a value of the wrong type");
+  }
+  if (run.contains("seq") && run["seq"].is_number_integer()) {
     const int64_t seq = run["seq"].get<int64_t>();
     const int64_t mine =
         source.task ? source.task->seq() : (f.seq_len != 0 ? f.seq_len : saved.max_seq);
@@ -121,7 +132,9 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
   if (!refused.empty()) {
     std::string all;
     for (const std::string& r : refused) all += (all.empty() ? "" : ", ") + r;
-    return make_error(ErrorCode::kConfig, "--resume ", dir, ": ", all,
+    const std::string preset =
+        f.model_preset.empty() ? "" : " (--model " + f.model_preset + " sets the shape flags)";
+    return make_error(ErrorCode::kConfig, "--resume ", dir, ": ", all, preset,
                       "; give the checkpoint's values or leave them out",
                       f.resume_override ? " (the shape cannot be overridden)"
                                         : " (--resume-override lets the run flags differ)");

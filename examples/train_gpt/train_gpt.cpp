@@ -590,7 +590,15 @@ int main(int argc, char** argv) {
     // A resumed run adds to the file of the run it continues, less the records of the steps it
     // is about to train again.
     if (!resume_dir.empty()) {
-      if (Status st = train_gpt::trim_metrics(f.metrics, resumed.step); !st.ok()) return die(st);
+      auto dropped = train_gpt::trim_metrics(f.metrics, resumed.step);
+      if (!dropped.ok()) return die(dropped.status());
+      if (*dropped > 0) {
+        std::printf(
+            "metrics: %lld records after step %lld dropped from %s (this run writes them "
+            "again)\n",
+            static_cast<long long>(*dropped), static_cast<long long>(resumed.step),
+            f.metrics.c_str());
+      }
     }
     metrics.open(f.metrics, resume_dir.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) {
@@ -699,30 +707,37 @@ int main(int argc, char** argv) {
     }
     return static_cast<int>(any);
   };
+  // At a step boundary: whether a signal stops the run (every rank agrees), and its exit code
+  // once the save in progress is complete and the stop is said.
+  auto stop_code = [&](int64_t next) -> Result<int> {
+    STRATA_ASSIGN_OR_RETURN(const int sig, interrupted());
+    if (sig == 0) return 0;
+    STRATA_RETURN_IF_ERROR(finish_save());
+    if (lead) {
+      progress.clear();
+      const std::string kept =
+          saved_step > 0
+              ? "the checkpoint of step " + std::to_string(saved_step) + " under " +
+                    f.checkpoint_dir + " (--resume " + f.checkpoint_dir + " continues from it)"
+          : !resume_dir.empty() ? "the checkpoint resumed from, " + resume_dir
+                                : "no checkpoint (--checkpoint-every saves them)";
+      const bool outputs = !f.save_model.empty() || !f.export_safetensors.empty();
+      std::printf("train_gpt: %s %s %lld of %lld; %lld steps done this run; kept: %s%s%s\n",
+                  sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+                  next > f.steps ? "after step" : "before step",
+                  static_cast<long long>(std::min(next, f.steps)), static_cast<long long>(f.steps),
+                  static_cast<long long>(next - 1 - resumed.step), kept.c_str(),
+                  outputs ? "; --save-model/--export-safetensors not written" : "",
+                  store ? "; swap files removed" : "");
+    }
+    summary();
+    return 128 + sig;
+  };
   set_interrupt_polled(true);
   for (int64_t step = resumed.step + 1; step <= f.steps; ++step) {
-    auto sig = interrupted();
-    if (!sig.ok()) return die(sig.status());
-    if (*sig != 0) {
-      if (Status st = finish_save(); !st.ok()) return die(st);
-      if (lead) {
-        progress.clear();
-        const std::string kept =
-            saved_step > 0
-                ? "the checkpoint of step " + std::to_string(saved_step) + " under " +
-                      f.checkpoint_dir + " (--resume " + f.checkpoint_dir + " continues from it)"
-            : !resume_dir.empty() ? "the checkpoint resumed from, " + resume_dir
-                                  : "no checkpoint (--checkpoint-every saves them)";
-        std::printf(
-            "train_gpt: %s before step %lld of %lld; %lld steps done this run; kept: %s; "
-            "swap files removed\n",
-            *sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
-            static_cast<long long>(step), static_cast<long long>(f.steps),
-            static_cast<long long>(step - 1 - resumed.step), kept.c_str());
-      }
-      summary();
-      return 128 + *sig;
-    }
+    auto stop = stop_code(step);
+    if (!stop.ok()) return die(stop.status());
+    if (*stop != 0) return *stop;
     const auto t0 = Clock::now();
     // The K global batches of this step (one per micro-batch); of each, this rank trains on rows
     // [rank*B, (rank+1)*B).
@@ -883,6 +898,10 @@ int main(int argc, char** argv) {
         return save_model() ? 0 : 1;
       }
     }
+  }
+  // A signal during the last step stops the run too (the outputs are not written).
+  if (auto stop = stop_code(f.steps + 1); !stop.ok() || *stop != 0) {
+    return stop.ok() ? *stop : die(stop.status());
   }
   if (lead && task) {
     std::printf("train_gpt: %lld steps done, held-out accuracy %.3f (target %.3f not reached)\n",

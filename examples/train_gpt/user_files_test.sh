@@ -103,16 +103,22 @@ for n in 1 2; do
 done
 echo "train_gpt: SIGTERM during a save (1 and 2 ranks): the save completes, the run stops, it resumes"
 
-# A second signal exits at once.
+# A second signal exits at once: steps of about a second (a larger model), the first SIGINT noted
+# mid-step, the second a moment later, before the step can end.
 log="$s/twice.txt"
-"$train" "${common[@]}" "${nvme[@]}" --steps 100000 >"$log" 2>&1 &
+"$train" --device cpu --layers 4 --channels 512 --heads 8 --batch 64 --log-every 1 \
+  --target-accuracy 1.0 "${nvme[@]}" --steps 100000 >"$log" 2>&1 &
 pid=$!
-wait_steps "$log" 2
+wait_steps "$log" 1
 kill -INT "$pid"
+sleep 0.3
 kill -INT "$pid"
 wait "$pid"
 rc=$?
 [ "$rc" -eq 130 ] || fail "two SIGINTs: exit $rc, not 130"
+grep -q "strata: interrupted (SIGINT); exiting now" \
+  "$log" || fail "two SIGINTs: no immediate exit: $(tail -3 "$log")"
+grep -q "before step" "$log" && fail "two SIGINTs: the run stopped at a step boundary instead"
 no_swap_files "$s/nvme" "two SIGINTs"
 echo "train_gpt: a second SIGINT exits at once (130), removing the swap files"
 

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/log.h"
+
 namespace strata {
 namespace fs = std::filesystem;
 
@@ -50,6 +52,12 @@ Status DirectoryLock::lock(const std::string& dir, const std::string& what) {
                         " is being written by another run (one run per directory: give another, "
                         "or wait for that run to end)");
     }
+    if (err == EBADF || err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL) {
+      STRATA_LOG(kWarn, what << " " << dir << ": the file system takes no lock ("
+                             << std::strerror(err)
+                             << "): a second run writing this directory would not be refused");
+      return ok_status();
+    }
     return make_error(ErrorCode::kIo, what, " ", dir, ": cannot lock: ", std::strerror(err));
   }
   if (fd_ >= 0) ::close(fd_);
@@ -65,10 +73,13 @@ uint64_t free_bytes(const std::string& path) {
 
 namespace {
 
-// Creates and removes a file in `dir`; the error names `what` and `shown`.
+// Creates and removes a file in `dir` (a unique name: ranks on several hosts may probe one shared
+// directory at once); the error names `what` and `shown`.
 Status try_create_in(const std::string& what, const std::string& shown, const std::string& dir) {
-  const std::string probe = dir + "/.strata_probe_" + std::to_string(getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string probe = dir + "/.strata_probe_" + host + "_" + std::to_string(getpid()) + "_XXXXXX";
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
   if (fd < 0) {
     return make_error(ErrorCode::kIo, what, " ", shown, ": cannot write in ", dir, ": ",
                       std::strerror(errno));
@@ -88,10 +99,22 @@ Status probe_directory(const std::string& what, const std::string& dir) {
   return try_create_in(what, dir, dir);
 }
 
-Status probe_writable(const std::string& what, const std::string& path, uint64_t needed_bytes) {
+Status probe_writable(const std::string& what, const std::string& path, OutputWrite how,
+                      uint64_t needed_bytes) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     return make_error(ErrorCode::kConfig, what, " ", path, " is a directory (give a file name)");
+  }
+  // Written in place: an existing file (a regular one, /dev/null, a pipe) must open for
+  // writing, without truncation; a new one needs its directory to take it.
+  if (how == OutputWrite::kInPlace && fs::exists(path, ec)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno != ENXIO) {  // ENXIO: a FIFO with no reader yet
+      return make_error(ErrorCode::kIo, what, " ", path,
+                        ": cannot write it: ", std::strerror(errno));
+    }
+    if (fd >= 0) ::close(fd);
+    return ok_status();
   }
   const fs::path parent = fs::path(path).parent_path();
   const std::string dir = parent.empty() ? "." : parent.string();

@@ -17,12 +17,17 @@ bool same_file(const std::string& a, const std::string& b);
 // resolved as far as the paths exist.
 bool within_tree(const std::string& path, const std::string& dir);
 
-// That a file can be created at `path` now, replacing what is there by a rename (as every
-// output is written: a temporary file in the same directory, then a rename): `path` is not a
-// directory, its directory exists and takes a new file (created and removed at once; nothing at
-// `path` is touched), and the file system has `needed_bytes` free. `what` names the output in
-// the error ("--save-model").
-Status probe_writable(const std::string& what, const std::string& path, uint64_t needed_bytes = 0);
+// How an output is written: a temporary file in the same directory, then a rename (model files),
+// or opened where it is (logs: JSON Lines, traces).
+enum class OutputWrite { kReplace, kInPlace };
+
+// That the output at `path` can be written now: `path` is not a directory; kReplace: its
+// directory exists and takes a new file (one is created and removed at once; nothing at `path`
+// is touched) and the file system has `needed_bytes` free; kInPlace: an existing file opens for
+// writing without truncation, or else its directory takes a new file. `what` names the output
+// in the error ("--save-model").
+Status probe_writable(const std::string& what, const std::string& path, OutputWrite how,
+                      uint64_t needed_bytes = 0);
 
 // That `dir` (an existing directory) takes a new file now (created and removed at once).
 Status probe_directory(const std::string& what, const std::string& dir);
@@ -36,6 +41,7 @@ class DirectoryLock {
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
   // kConfig naming `what` and `dir` when another process holds it; kIo when it cannot be opened.
+  // A file system without locks (some NFS and Lustre mounts) is not an error: one warning.
   Status lock(const std::string& dir, const std::string& what);
 
  private:

@@ -1,6 +1,7 @@
 #include "core/interrupt.h"
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 
@@ -38,15 +39,16 @@ int remove_paths(bool open_only) {
 }
 
 void on_signal(int sig) {
+  const int saved_errno = errno;  // the interrupted code's
   const int before = g_signal.exchange(sig);
   if (before == 0 && g_polled.load()) {  // the polling loop stops at its next safe point
     remove_paths(/*open_only=*/true);
+    errno = saved_errno;
     return;
   }
-  const int removed = remove_paths(/*open_only=*/false);
+  remove_paths(/*open_only=*/false);
   write_stderr(sig == SIGINT ? "strata: interrupted (SIGINT)" : "strata: terminated (SIGTERM)");
-  write_stderr(removed > 0 ? "; this run's swap and partial files removed; exiting now\n"
-                           : "; exiting now\n");
+  write_stderr("; exiting now (this run's swap files and partial outputs are removed)\n");
   ::_exit(128 + sig);
 }
 

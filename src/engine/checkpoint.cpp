@@ -24,11 +24,13 @@ std::vector<std::string> remove_incomplete_checkpoints(const std::string& root) 
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
+    // Only the names saves make: step_ and digits, with .tmp while being written.
     if (!e.is_directory() || n.rfind("step_", 0) != 0) continue;
-    const bool partial = n.size() > 4 && n.substr(n.size() - 4) == ".tmp";
+    const bool partial = n.size() > 9 && n.substr(n.size() - 4) == ".tmp";
+    const std::string digits = n.substr(5, n.size() - 5 - (partial ? 4 : 0));
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const bool incomplete =
-        n.find('.') == std::string::npos &&
-        (!fs::exists(e.path() / "DONE") || !fs::exists(e.path() / "manifest.json"));
+        !fs::exists(e.path() / "DONE") || !fs::exists(e.path() / "manifest.json");
     if (!partial && !incomplete) continue;
     std::error_code rec;
     fs::remove_all(e.path(), rec);
@@ -47,8 +49,7 @@ Result<std::string> find_checkpoint(const std::string& path) {
   return all.back().string();
 }
 
-Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
-                                         const CheckpointInfo& expect) {
+Result<json> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/manifest.json";
   if (!fs::exists(fs::path(dir) / "DONE")) {
     return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, ": no DONE marker (incomplete)");
@@ -65,12 +66,18 @@ Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
                         have["xxh3"].get<std::string>(), ", the DONE marker says '", want, "'");
     }
   }
-  const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object() || m.value("format", "") != "strata-checkpoint" ||
       m.value("version", 0) != kVersion || !m.contains("files")) {
     return make_error(ErrorCode::kCorrupt, "checkpoint ", mpath,
                       ": not a strata checkpoint manifest of version ", kVersion);
   }
+  return m;
+}
+
+Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
+                                         const CheckpointInfo& expect) {
+  STRATA_ASSIGN_OR_RETURN(const json m, read_manifest(dir));
   CheckpointInfo got;
   got.step = m.value("step", int64_t{-1});
   got.ranks = m.value("ranks", 0);

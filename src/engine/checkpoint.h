@@ -128,6 +128,10 @@ std::vector<std::string> remove_incomplete_checkpoints(const std::string& root);
 // step_N under it that does. kConfig naming path when there is none.
 Result<std::string> find_checkpoint(const std::string& path);
 
+// dir/manifest.json, checked against the DONE marker's checksum and for its format (kCorrupt
+// naming the file otherwise).
+Result<nlohmann::json> read_manifest(const std::string& dir);
+
 // Reads and checks dir/manifest.json against `expect` (ranks, stage, model; step and extra are
 // filled in from the manifest) and the checksums of this rank's files and the shared ones (but
 // the optimizer file, which load_checkpoint checks as it reads it).

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,28 @@ Result<std::shared_ptr<const OpenFile>> open_token_file(const std::string& path,
   }
   ::posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
   return std::shared_ptr<const OpenFile>(std::move(f));
+}
+
+// Every shard stays open for the run (one descriptor each): a data set of thousands of shards
+// needs more than the usual soft limit of 1024, which is raised to the hard one when it must.
+Status room_for_open_files(size_t shards) {
+  constexpr rlim_t kSpare = 256;  // the run's other files: swap, checkpoints, MPI, the trace
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+      lim.rlim_cur >= shards + kSpare) {
+    return ok_status();
+  }
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < shards + kSpare) {
+    return make_error(ErrorCode::kConfig, "token data of ", shards,
+                      " files needs as many open files, and this process may open at most ",
+                      lim.rlim_max, " (ulimit -Hn): raise it, or join shards");
+  }
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+    return make_error(ErrorCode::kIo, "token data of ", shards,
+                      " files: cannot raise the open-file limit: ", std::strerror(errno));
+  }
+  return ok_status();
 }
 
 // Reads `bytes` at `offset`; fewer means the file shrank since it was opened.
@@ -91,6 +114,7 @@ Result<std::vector<std::string>> expand_data_files(const std::string& pattern) {
 
 Result<DataLoader> DataLoader::open(const std::vector<std::string>& files, int64_t batch,
                                     int64_t seq, DataOrder order, uint64_t seed, int64_t vocab) {
+  STRATA_RETURN_IF_ERROR(room_for_open_files(files.size()));
   DataLoader dl;
   for (const std::string& path : files) {
     uint64_t size = 0;
@@ -194,8 +218,10 @@ Status DataLoader::next(int32_t* inputs, int32_t* targets) {
   for (int64_t b = 0; b < batch_; ++b) {
     const auto [k, start] = locate(pos_.batch, b);
     const Shard& s = shards_[k];
-    const uint16_t* src = s.tokens + start;
-    if (s.tokens == nullptr) {  // a file: this row's T+1 tokens
+    const uint16_t* src = nullptr;
+    if (s.tokens != nullptr) {
+      src = s.tokens + start;
+    } else {  // a file: this row's T+1 tokens
       row_.resize(static_cast<size_t>(seq_ + 1));
       STRATA_RETURN_IF_ERROR(read_at(s.fd, row_.data(), row_.size() * sizeof(uint16_t),
                                      kTokenFileHeaderBytes + static_cast<uint64_t>(start) * 2,

@@ -66,22 +66,30 @@ TEST(FileIdentity, ProbeLeavesNothingAndRefusesWhatCannotBeWritten) {
   ASSERT_FALSE(t.path.empty());
   const std::string out = t.path + "/model.bin";
   std::ofstream(out) << "old weights";
-  ASSERT_TRUE(probe_writable("--save-model", out).ok());
+  ASSERT_TRUE(probe_writable("--save-model", out, OutputWrite::kReplace).ok());
   EXPECT_EQ(std::distance(fs::directory_iterator(t.path), fs::directory_iterator{}), 1);
   std::ifstream in(out);
   std::string kept;
   std::getline(in, kept);
   EXPECT_EQ(kept, "old weights");  // untouched
-  const Status dir = probe_writable("--metrics", t.path);
+  const Status dir = probe_writable("--metrics", t.path, OutputWrite::kInPlace);
   EXPECT_NE(dir.message().find("--metrics " + t.path + " is a directory"), std::string::npos)
       << dir.to_string();
-  const Status missing = probe_writable("--trace", t.path + "/no/t.json");
+  const Status missing = probe_writable("--trace", t.path + "/no/t.json", OutputWrite::kInPlace);
   EXPECT_NE(missing.message().find("does not exist"), std::string::npos) << missing.to_string();
-  const Status space = probe_writable("--save-model", out, ~uint64_t{0} / 2);
+  const Status space = probe_writable("--save-model", out, OutputWrite::kReplace, ~uint64_t{0} / 2);
   EXPECT_NE(space.message().find("--save-model " + out + ": needs"), std::string::npos)
       << space.to_string();
+  // In place: an existing file (or /dev/null) opens for writing, untouched; a new one needs
+  // its directory to take it.
+  EXPECT_TRUE(probe_writable("--metrics", out, OutputWrite::kInPlace).ok());
+  EXPECT_TRUE(probe_writable("--metrics", "/dev/null", OutputWrite::kInPlace).ok());
+  std::ifstream again(out);
+  std::getline(again, kept);
+  EXPECT_EQ(kept, "old weights");
+  EXPECT_FALSE(probe_writable("--metrics", "/proc/strata_m.jsonl", OutputWrite::kInPlace).ok());
   // A file system that takes no new file, whoever asks (root included).
-  const Status ro = probe_writable("--save-model", "/proc/strata_model.bin");
+  const Status ro = probe_writable("--save-model", "/proc/strata_model.bin", OutputWrite::kReplace);
   EXPECT_NE(ro.message().find("--save-model /proc/strata_model.bin: cannot write in /proc"),
             std::string::npos)
       << ro.to_string();
