@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
   // One GPU per rank (CudaDevice); ranks share GPUs round-robin when there are fewer.
   const int gpus = gpu::cuda_device_count();
   dev_opts.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
+  // Ranks on one GPU divide its default pool (gpu/pool_size.h) instead of the first taking it.
+  dev_opts.sharing = gpus > 0 ? (world.local_size() - dev_opts.ordinal + gpus - 1) / gpus : 1;
   auto dev_r = gpu::create_device(*kind, dev_opts);
   // --plan allocates nothing: a limit the real pool cannot reserve (a model far larger than
   // this machine) is planned against anyway, on a device with its default pool.

@@ -56,6 +56,10 @@ class NcclOp final : public PendingOp {
       done = true;
       return cuda_status(q, "cudaEventQuery");
     }
+    // Not ready is no error, but the runtime keeps it in this thread's last-error slot, where
+    // the next kernel launch's cudaGetLastError would report it as its own failure (as
+    // CudaEvent::query does).
+    (void)cudaGetLastError();
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
         async != ncclInProgress) {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/log.h"
+#include "cpu/pinned_registry.h"
 
 namespace strata::cpu {
 
@@ -77,6 +78,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     mapping_bytes_ = other.mapping_bytes_;
     locked_ = other.locked_;
     reserved_huge_pages_ = other.reserved_huge_pages_;
+    tracked_ = other.tracked_;
     counters_ = std::move(other.counters_);
     other.data_ = nullptr;
     other.size_bytes_ = 0;
@@ -84,12 +86,14 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     other.mapping_bytes_ = 0;
     other.locked_ = false;
     other.reserved_huge_pages_ = false;
+    other.tracked_ = false;
   }
   return *this;
 }
 
 void PinnedBuffer::release() {
   if (data_ == nullptr) return;
+  if (tracked_) untrack_pinned(data_);  // the device backend lets go of it first
   if (locked_) munlock(data_, mapped_bytes_);
   munmap(data_, mapping_bytes_);
   if (counters_) {
@@ -102,6 +106,7 @@ void PinnedBuffer::release() {
   mapping_bytes_ = 0;
   locked_ = false;
   reserved_huge_pages_ = false;
+  tracked_ = false;
   counters_.reset();
 }
 
@@ -168,6 +173,10 @@ Result<PinnedBuffer> PinnedPool::allocate(size_t size_bytes) {
   buf.locked_ = locked;
   buf.reserved_huge_pages_ = reserved;
   buf.counters_ = counters_;
+  if (options_.device_visible) {  // registered with the device backend (pinned_registry.h)
+    track_pinned(p, mapped);
+    buf.tracked_ = true;
+  }
   (locked ? counters_->locked_bytes : counters_->unlocked_bytes).fetch_add(mapped);
   counters_->allocations.fetch_add(1);
   raise_peak(*counters_);
@@ -182,6 +191,7 @@ PinnedPool& default_pinned_pool() {
 Result<PinnedBuffer> allocate_io_buffer(size_t size_bytes) {
   PinnedPoolOptions o;
   o.force_unlocked = true;
+  o.device_visible = false;
   return PinnedPool(o).allocate(size_bytes);
 }
 

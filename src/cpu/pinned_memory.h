@@ -4,8 +4,9 @@
 //
 // When the OS refuses to lock (RLIMIT_MEMLOCK, EPERM, ENOMEM), the pool falls back to unlocked
 // (still page-aligned) memory and logs one warning per pool; PinnedPoolOptions::force_unlocked
-// takes that path on purpose (for tests). A later CUDA backend registers the same memory with
-// the driver.
+// takes that path on purpose (for tests). A device backend (CUDA) registers every buffer with
+// its driver while it lives (pinned_registry.h), so that its copies from and to it are
+// asynchronous DMA.
 //
 // Huge pages: a buffer of at least 2 MiB starts on a 2 MiB boundary and is advised
 // MADV_HUGEPAGE (transparent huge pages, where the kernel allows them: the default "madvise"
@@ -56,6 +57,8 @@ struct PinnedPoolOptions {
   bool huge_pages = true;  // buffers of >= 2 MiB: 2 MiB-aligned and advised MADV_HUGEPAGE
   // With huge_pages: such buffers from the reserved huge pages first, while enough are free.
   bool reserved_huge_pages = true;
+  // Registered with the device backend (pinned_registry.h); false for memory only the disk sees.
+  bool device_visible = true;
 };
 
 // The huge page size the pool aligns large buffers to.
@@ -108,6 +111,7 @@ class PinnedBuffer {
   size_t mapping_bytes_ = 0;  // the length munmap needs (whole huge pages when reserved)
   bool locked_ = false;
   bool reserved_huge_pages_ = false;
+  bool tracked_ = false;  // in pinned_registry.h's live set
   std::shared_ptr<PinnedPoolCounters> counters_;
 };
 

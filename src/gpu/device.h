@@ -103,9 +103,11 @@ class Stream {
 class Kernels;
 
 struct DeviceOptions {
-  // Cap of the device memory pool. 0 means: CpuDevice 1 GiB; CudaDevice free memory less 1 GiB.
+  // Cap of the device memory pool. 0 means: CpuDevice 1 GiB; CudaDevice free memory less 1 GiB,
+  // at most a fair share of the GPU when `sharing` ranks use it (pool_size.h).
   size_t memory_limit_bytes = 0;
   int ordinal = 0;                // which GPU (CudaDevice)
+  int sharing = 1;                // CudaDevice: ranks of this machine on the same GPU
   double link_bytes_per_s = 0.0;  // CpuDevice: host<->device copy rate cap, 0 = unlimited
   int threads = 0;                // CpuDevice: kernel threads, 0 = all cores
 };

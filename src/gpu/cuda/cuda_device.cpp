@@ -3,18 +3,20 @@
 
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include "core/log.h"
+#include "cpu/pinned_registry.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/cuda_kernels.h"
 #include "gpu/cuda/cuda_status.h"
 #include "gpu/cuda/launch.h"
+#include "gpu/pool_size.h"
 
 namespace strata::gpu::cuda {
 namespace {
 
-constexpr size_t kGiB = size_t{1} << 30;
 constexpr size_t kMaxWorkspaceBytes = size_t{32} << 20;
 
 cudaMemcpyKind memcpy_kind(CopyKind kind) {
@@ -58,6 +60,28 @@ Result<std::unique_ptr<Device>> create_cuda_device(const DeviceOptions& options)
 
 // ---- CudaDevice ----
 
+// Every pinned buffer of the process, made before or after, registered with the driver
+// (portable: for every GPU of the process) while it lives (cpu/pinned_registry.h), once per
+// process: the first CudaDevice installs the hook and it stays (buffers may outlive devices).
+Status register_pinned_memory() {
+  static std::once_flag once;
+  static Status installed;
+  std::call_once(once, [] {
+    cpu::PinnedHook hook;
+    hook.name = "CUDA";
+    hook.attach = [](void* data, size_t bytes) {
+      return cuda_status(cudaHostRegister(data, bytes, cudaHostRegisterPortable),
+                         "cudaHostRegister");
+    };
+    hook.detach = [](void* data, size_t) {
+      (void)cudaHostUnregister(data);
+      (void)cudaGetLastError();  // at exit the runtime may be gone: nothing to report
+    };
+    installed = cpu::install_pinned_hook(std::move(hook));
+  });
+  return installed;
+}
+
 Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& options) {
   const int count = device_count();
   if (options.ordinal < 0 || options.ordinal >= count) {
@@ -72,12 +96,8 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& opti
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   size_t limit = options.memory_limit_bytes;
   if (limit == 0) {
-    if (free_bytes <= 2 * kGiB) {
-      return make_error(ErrorCode::kOutOfMemory, "GPU ", options.ordinal, " has ", free_bytes,
-                        " bytes free; the default pool (free memory less 1 GiB) needs more than "
-                        "2 GiB free (or set the GPU memory limit)");
-    }
-    limit = free_bytes - kGiB;
+    STRATA_ASSIGN_OR_RETURN(
+        limit, default_pool_bytes(free_bytes, total_bytes, options.sharing, options.ordinal));
   }
   limit = limit / OffsetArena::kAlignment * OffsetArena::kAlignment;
   if (limit == 0) {
@@ -96,6 +116,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& opti
   std::unique_ptr<CudaDevice> device(
       new CudaDevice(options.ordinal, std::move(name), total_bytes, base, limit));
   STRATA_ASSIGN_OR_RETURN(device->kernels_, CudaKernels::create(device.get()));
+  STRATA_RETURN_IF_ERROR(register_pinned_memory());
   return device;
 }
 
