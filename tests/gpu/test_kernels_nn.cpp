@@ -51,6 +51,7 @@ void layernorm_case(NnTest& t, DeviceFixture& d, DType dt, int64_t N, int64_t C,
 TEST_P(NnTest, LayernormForwardBackward) {
   layernorm_case(*this, d_, dt(), 11, 37, tol());
   layernorm_case(*this, d_, dt(), 70, 200, tol());
+  layernorm_case(*this, d_, dt(), 300, 64, tol());  // parameter gradients in 19 row chunks
 }
 
 void attention_case(DeviceFixture& d, DType dt, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -150,6 +151,29 @@ TEST_P(NnTest, EmbeddingBackwardSumsARepeatedTokenInFp32) {
                   .ok());
   ref::embedding_backward(dout, tokens, B, T, C, dwte, dwpe);
   expect_close(d_.download(pdwte, dwte.size(), dt()), dwte, tol(), "embedding dwte");
+}
+
+// Many positions, not a power of two (the CUDA kernel sorts (token, position) keys padded to
+// 1024), tokens repeated all over and in runs.
+TEST_P(NnTest, EmbeddingBackwardOverManyPositions) {
+  const int64_t B = 3, T = 200, C = 5, Vp = 64;
+  std::vector<int32_t> tokens(B * T);
+  std::mt19937 gen(47);
+  for (auto& tok : tokens) tok = static_cast<int32_t>(gen() % 37);
+  for (int64_t i = 100; i < 140; ++i) tokens[i] = 63;  // a run, and the largest token
+  Vec dout = random_vec(B * T * C, 48);
+  Vec dwte = random_vec(Vp * C, 49), dwpe = random_vec(T * C, 50);
+  auto ptok = d_.upload_i32(tokens);
+  auto pdout = d_.upload(dout, dt());
+  auto pdwte = d_.upload(dwte, dt());
+  auto pdwpe = d_.upload(dwpe, dt());
+  ASSERT_TRUE(d_.k()
+                  .embedding_backward(d_.stream(), pdwte.data(), pdwpe.data(), pdout.data(),
+                                      ptok.as<int32_t>(), B, T, C, dt())
+                  .ok());
+  ref::embedding_backward(dout, tokens, B, T, C, dwte, dwpe);
+  expect_close(d_.download(pdwte, dwte.size(), dt()), dwte, tol(), "embedding dwte");
+  expect_close(d_.download(pdwpe, dwpe.size(), dt()), dwpe, tol(), "embedding dwpe");
 }
 
 TEST_P(NnTest, SoftmaxCrossEntropyWithIgnoredRowsAndPaddedVocab) {

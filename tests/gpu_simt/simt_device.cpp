@@ -18,7 +18,7 @@ namespace {
 class SimtKernels final : public cuda::LaunchKernels {
  public:
   SimtKernels(Device* cpu, simt::Order order)
-      : cpu_(cpu), order_(order), scratch_(cuda::kSumSquaresScratchFloats) {}
+      : cpu_(cpu), order_(order), scratch_(cuda::kStreamScratchFloats) {}
 
   Status matmul(Stream& s, const MatmulArgs& args) override {
     return cpu_->kernels().matmul(s, args);

@@ -176,7 +176,7 @@ Result<std::unique_ptr<Stream>> CudaDevice::create_stream() {
   STRATA_RETURN_IF_ERROR(activate());
   STRATA_ASSIGN_OR_RETURN(DeviceBuffer workspace, allocate(workspace_bytes_));
   STRATA_ASSIGN_OR_RETURN(DeviceBuffer scratch,
-                          allocate(sizeof(float) * size_t{kSumSquaresScratchFloats}));
+                          allocate(sizeof(float) * size_t{kStreamScratchFloats}));
   cudaStream_t stream = nullptr;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return std::unique_ptr<Stream>(

@@ -1,6 +1,8 @@
 // LayerNorm forward and backward. Forward: one block per row, two passes for mean and variance
 // (fp32), rstd = 1 / sqrt(var + eps). Backward: one block per row for dinp; dweight and dbias by
-// a column kernel (32 columns x kRowGroups row groups per block, fixed summation order).
+// column kernels over row chunks, then the chunks in order (fixed summation order).
+#include <algorithm>
+
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -66,18 +68,26 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
   }
 }
 
-// dweight[c] += sum_r dout[r, c] * norm[r, c]; dbias[c] += sum_r dout[r, c].
+// dweight[c] += sum_r dout[r, c] * norm[r, c]; dbias[c] += sum_r dout[r, c], in two passes so
+// that the GPU is filled whatever C (one block per 32 columns alone is C/32 blocks: 24 for GPT-2
+// small). Pass 1: block (x, y) takes columns 32x.. and the rows of chunk y; thread (tx, ty) sums
+// rows ty, ty + kRowGroups, ... of the chunk in order, then row 0 adds the kRowGroups partials in
+// order and writes the chunk's sums to scratch[y][0, C) (dweight) and scratch[y][C, 2C) (dbias).
+// Pass 2: each column adds its chunks' sums in chunk order. No atomics: the same bits every run.
 template <typename T>
-__global__ void layernorm_backward_params_kernel(T* dweight, T* dbias, const T* dout, const T* inp,
-                                                 const float* mean, const float* rstd, int64_t N,
-                                                 int64_t C) {
+__global__ void layernorm_backward_params_partial_kernel(float* scratch, const T* dout,
+                                                         const T* inp, const float* mean,
+                                                         const float* rstd, int64_t N, int64_t C,
+                                                         int64_t rows_per_chunk) {
   __shared__ float partial_w[kRowGroups][32];
   __shared__ float partial_b[kRowGroups][32];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  const int64_t first = blockIdx.y * rows_per_chunk;
+  const int64_t end = first + rows_per_chunk < N ? first + rows_per_chunk : N;
   float dw = 0.0f;
   float db = 0.0f;
   if (col < C) {
-    for (int64_t r = threadIdx.y; r < N; r += kRowGroups) {
+    for (int64_t r = first + threadIdx.y; r < end; r += kRowGroups) {
       const float dy = load_f32(dout + r * C + col);
       const float norm = (load_f32(inp + r * C + col) - mean[r]) * rstd[r];
       dw += dy * norm;
@@ -94,9 +104,25 @@ __global__ void layernorm_backward_params_kernel(T* dweight, T* dbias, const T* 
       tw += partial_w[g][threadIdx.x];
       tb += partial_b[g][threadIdx.x];
     }
-    store_f32(dweight + col, load_f32(dweight + col) + tw);
-    store_f32(dbias + col, load_f32(dbias + col) + tb);
+    float* chunk = scratch + int64_t{blockIdx.y} * 2 * C;
+    chunk[col] = tw;
+    chunk[C + col] = tb;
   }
+}
+
+template <typename T>
+__global__ void layernorm_backward_params_final_kernel(T* dweight, T* dbias, const float* scratch,
+                                                       int64_t C, int chunks) {
+  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (col >= C) return;
+  float tw = 0.0f;
+  float tb = 0.0f;
+  for (int k = 0; k < chunks; ++k) {
+    tw += scratch[int64_t{k} * 2 * C + col];
+    tb += scratch[int64_t{k} * 2 * C + C + col];
+  }
+  store_f32(dweight + col, load_f32(dweight + col) + tw);
+  store_f32(dbias + col, load_f32(dbias + col) + tb);
 }
 
 struct LayernormForward {
@@ -114,17 +140,24 @@ struct LayernormBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, const float* mean, const float* rstd,
-                         int64_t N, int64_t C) {
+                         int64_t N, int64_t C, float* scratch) {
     layernorm_backward_dinp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, s>>>(
         static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
         static_cast<const T*>(weight), mean, rstd, C);
     cudaError_t err = launch_result();
     if (err != cudaSuccess) return err;
+    const int chunks = layernorm_param_chunks(N, C);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
     const dim3 block(32, kRowGroups);
-    const dim3 grid(static_cast<unsigned>((C + 31) / 32));
-    layernorm_backward_params_kernel<T><<<grid, block, 0, s>>>(
-        static_cast<T*>(dweight), static_cast<T*>(dbias), static_cast<const T*>(dout),
-        static_cast<const T*>(inp), mean, rstd, N, C);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+    layernorm_backward_params_partial_kernel<T>
+        <<<grid, block, 0, s>>>(scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
+                                mean, rstd, N, C, rows_per_chunk);
+    err = launch_result();
+    if (err != cudaSuccess) return err;
+    layernorm_backward_params_final_kernel<T>
+        <<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(
+            static_cast<T*>(dweight), static_cast<T*>(dbias), scratch, C, chunks);
     return launch_result();
   }
 };
@@ -141,10 +174,19 @@ cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean
 cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dweight, void* dbias,
                                       const void* dout, const void* inp, const void* weight,
                                       const float* mean, const float* rstd, int64_t N, int64_t C,
-                                      ElemType t) {
+                                      ElemType t, float* scratch) {
   if (N == 0 || C == 0) return cudaSuccess;
   return dispatch<LayernormBackward>(t, stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                     N, C);
+                                     N, C, scratch);
+}
+
+int layernorm_param_chunks(int64_t N, int64_t C) {
+  constexpr int64_t kTargetBlocks = 528;  // four blocks per SM of an H100/H200 (132 SMs)
+  const int64_t column_blocks = (C + 31) / 32;
+  int64_t chunks = (kTargetBlocks + column_blocks - 1) / column_blocks;
+  chunks = std::min(chunks, (N + kRowGroups - 1) / kRowGroups);  // a chunk: kRowGroups rows or more
+  chunks = std::min(chunks, kStreamScratchFloats / (2 * C));
+  return static_cast<int>(std::max<int64_t>(1, chunks));
 }
 
 }  // namespace strata::gpu::cuda

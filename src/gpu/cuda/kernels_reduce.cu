@@ -58,28 +58,62 @@ __global__ void embedding_backward_wpe_kernel(T* dwpe, const T* dout, int64_t B,
   }
 }
 
-// dwte: one block per position j. The block of the first position of each token sums, in fp32
-// and in position order, dout of every position holding that token, and adds the sum to the
-// token's row of dwte once (one rounding, as on the CpuDevice); the other blocks return.
+// dwte, linear in B*T (deterministic, no atomics): the positions are sorted by (token,
+// position) in the stream's scratch (a bitonic sort of 64-bit keys: token + 2^31 above, position
+// below, padded to a power of two with keys that sort last); then one block per sorted index
+// that starts a token's run sums, in fp32 and in position order, dout of every position of the
+// run, and adds the sum to the token's row of dwte once (one rounding, as on the CpuDevice).
+// Tokens below 0 (not scored) sort first and are skipped.
 constexpr int kEmbThreads = 256;
+constexpr int kSortThreads = 256;
+constexpr uint64_t kNoKey = ~uint64_t{0};
+
+__global__ void embedding_sort_keys_kernel(uint64_t* keys, const int32_t* tokens, int64_t BT,
+                                           int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t tok =
+        static_cast<uint64_t>(static_cast<int64_t>(tokens[i < BT ? i : 0]) + (int64_t{1} << 31));
+    keys[i] = i < BT ? (tok << 32) | static_cast<uint64_t>(i) : kNoKey;
+  }
+}
+
+// One compare-exchange pass of the bitonic sort (stage k, distance j): the lower index of each
+// pair orders it.
+__global__ void bitonic_pass_kernel(uint64_t* keys, int64_t n, int64_t j, int64_t k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t partner = i ^ j;
+    if (partner <= i) continue;
+    const uint64_t a = keys[i];
+    const uint64_t b = keys[partner];
+    const bool ascending = (i & k) == 0;
+    if ((a > b) == ascending) {
+      keys[i] = b;
+      keys[partner] = a;
+    }
+  }
+}
+
+__device__ inline int64_t key_token(uint64_t key) {
+  return static_cast<int64_t>(key >> 32) - (int64_t{1} << 31);
+}
 
 template <typename T>
-__global__ void embedding_backward_wte_kernel(T* dwte, const T* dout, const int32_t* tokens,
+__global__ void embedding_backward_wte_kernel(T* dwte, const T* dout, const uint64_t* keys,
                                               int64_t BT, int64_t C) {
-  __shared__ float shared[32];
-  const int64_t j = blockIdx.x;
-  const int32_t tok = tokens[j];
-  if (tok < 0) return;  // the whole block takes this branch
-  float seen = 0.0f;
-  for (int64_t i = threadIdx.x; i < j; i += blockDim.x) {
-    if (tokens[i] == tok) seen = 1.0f;
-  }
-  if (block_max(seen, shared) > 0.0f) return;  // uniform: an earlier block owns this token
-  T* row = dwte + int64_t{tok} * C;
+  const int64_t i = blockIdx.x;
+  const uint64_t key = keys[i];
+  const int64_t tok = key_token(key);
+  // The whole block takes these branches: not scored, or not the first of its token's run.
+  if (tok < 0) return;
+  if (i > 0 && key_token(keys[i - 1]) == tok) return;
+  T* row = dwte + tok * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t i = j; i < BT; ++i) {
-      if (tokens[i] == tok) acc += load_f32(dout + i * C + c);
+    for (int64_t k = i; k < BT && key_token(keys[k]) == tok; ++k) {
+      const int64_t pos = static_cast<int64_t>(keys[k] & 0xffffffffu);
+      acc += load_f32(dout + pos * C + c);
     }
     store_f32(row + c, load_f32(row + c) + acc);
   }
@@ -154,13 +188,26 @@ struct EmbeddingForward {
 struct EmbeddingBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dwte, void* dwpe, const void* dout,
-                         const int32_t* tokens, int64_t B, int64_t T_, int64_t C) {
+                         const int32_t* tokens, int64_t B, int64_t T_, int64_t C, float* scratch) {
     embedding_backward_wpe_kernel<T><<<grid_for(T_ * C, 256), 256, 0, s>>>(
         static_cast<T*>(dwpe), static_cast<const T*>(dout), B, T_, C);
     cudaError_t err = launch_result();
     if (err != cudaSuccess) return err;
-    embedding_backward_wte_kernel<T><<<static_cast<unsigned>(B * T_), kEmbThreads, 0, s>>>(
-        static_cast<T*>(dwte), static_cast<const T*>(dout), tokens, B * T_, C);
+    const int64_t BT = B * T_;
+    const int64_t n = embedding_sort_length(BT);
+    uint64_t* keys = reinterpret_cast<uint64_t*>(scratch);
+    const unsigned grid = grid_for(n, kSortThreads);
+    embedding_sort_keys_kernel<<<grid, kSortThreads, 0, s>>>(keys, tokens, BT, n);
+    err = launch_result();
+    for (int64_t k = 2; k <= n && err == cudaSuccess; k <<= 1) {
+      for (int64_t j = k >> 1; j > 0 && err == cudaSuccess; j >>= 1) {
+        bitonic_pass_kernel<<<grid, kSortThreads, 0, s>>>(keys, n, j, k);
+        err = launch_result();
+      }
+    }
+    if (err != cudaSuccess) return err;
+    embedding_backward_wte_kernel<T><<<static_cast<unsigned>(BT), kEmbThreads, 0, s>>>(
+        static_cast<T*>(dwte), static_cast<const T*>(dout), keys, BT, C);
     return launch_result();
   }
 };
@@ -196,9 +243,15 @@ cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32
 
 cudaError_t launch_embedding_backward(cudaStream_t stream, void* dwte, void* dwpe, const void* dout,
                                       const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                                      ElemType t) {
+                                      ElemType t, float* scratch) {
   if (B * T * C == 0) return cudaSuccess;
-  return dispatch<EmbeddingBackward>(t, stream, dwte, dwpe, dout, tokens, B, T, C);
+  return dispatch<EmbeddingBackward>(t, stream, dwte, dwpe, dout, tokens, B, T, C, scratch);
+}
+
+int64_t embedding_sort_length(int64_t BT) {
+  int64_t n = 1;
+  while (n < BT) n <<= 1;
+  return n;
 }
 
 cudaError_t launch_sum_squares(cudaStream_t stream, float* out, const void* x, int64_t n,

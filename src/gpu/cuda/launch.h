@@ -22,6 +22,11 @@ enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 inline constexpr int64_t kMaxHeadSize = 256;
 // Floats of per-stream scratch that sum_squares needs (partials of its first pass).
 inline constexpr int64_t kSumSquaresScratchFloats = 2 * 1024;
+// Floats of scratch every stream owns (4 MiB): sum_squares' partials, layernorm_backward's
+// per-row-chunk partial sums of dweight and dbias (2 x chunks x C floats), embedding_backward's
+// sorted (token, position) keys (8 bytes a position: up to 512K positions, B=512 at T=1024).
+inline constexpr int64_t kStreamScratchFloats = 1024 * 1024;
+static_assert(kStreamScratchFloats >= kSumSquaresScratchFloats);
 
 cudaError_t launch_add_bias_rows(cudaStream_t stream, void* c, const void* bias, int64_t m,
                                  int64_t n, ElemType t);
@@ -31,17 +36,28 @@ cudaError_t launch_bias_backward(cudaStream_t stream, void* dbias, const void* d
 cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32_t* tokens,
                                      const void* wte, const void* wpe, int64_t B, int64_t T,
                                      int64_t C, ElemType t);
+// `scratch` holds kStreamScratchFloats floats of device memory owned by the stream: the sorted
+// (token, position) keys, embedding_sort_length(B*T) of 8 bytes, so B*T is at most
+// kMaxEmbeddingPositions.
 cudaError_t launch_embedding_backward(cudaStream_t stream, void* dwte, void* dwpe, const void* dout,
                                       const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                                      ElemType t);
+                                      ElemType t, float* scratch);
+// B*T rounded up to a power of two (the bitonic sort's length).
+int64_t embedding_sort_length(int64_t BT);
+inline constexpr int64_t kMaxEmbeddingPositions = kStreamScratchFloats / 2;
 
 cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
                                      const void* inp, const void* weight, const void* bias,
                                      int64_t N, int64_t C, float eps, ElemType t);
+// `scratch` holds kStreamScratchFloats floats of device memory owned by the stream.
 cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dweight, void* dbias,
                                       const void* dout, const void* inp, const void* weight,
                                       const float* mean, const float* rstd, int64_t N, int64_t C,
-                                      ElemType t);
+                                      ElemType t, float* scratch);
+// How many row chunks layernorm_backward splits the parameter gradients into (1 when the
+// columns alone fill the GPU or the scratch holds no more); a function of N and C only, so the
+// summation order, and the bits, are the same on every run.
+int layernorm_param_chunks(int64_t N, int64_t C);
 
 cudaError_t launch_gelu_forward(cudaStream_t stream, void* out, const void* inp, int64_t n,
                                 ElemType t);

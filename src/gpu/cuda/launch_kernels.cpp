@@ -1,6 +1,7 @@
 // LaunchKernels: argument checks and launches of every op except matmul (launch_kernels.h).
 #include "gpu/cuda/launch_kernels.h"
 
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
 
@@ -78,14 +79,16 @@ Status LaunchKernels::embedding_backward(Stream& s, void* dwte, void* dwpe, cons
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0));
   STRATA_RETURN_IF_ERROR(check_count(op, "T", T, 0, kMaxGridX));
-  STRATA_RETURN_IF_ERROR(check_count(op, "B*T", B * T, 0, kMaxGridX));  // one block per position
+  // One block per position; the sorted positions' keys fit the stream's scratch.
+  STRATA_RETURN_IF_ERROR(
+      check_count(op, "B*T", B * T, 0, std::min<int64_t>(kMaxGridX, kMaxEmbeddingPositions)));
   STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 0));
   if (B * T * C == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dwte, dwpe, dout, tokens}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
-  return launched(
-      launch_embedding_backward(target.stream, dwte, dwpe, dout, tokens, B, T, C, elem_type(dtype)),
-      op);
+  return launched(launch_embedding_backward(target.stream, dwte, dwpe, dout, tokens, B, T, C,
+                                            elem_type(dtype), target.scratch),
+                  op);
 }
 
 Status LaunchKernels::layernorm_forward(Stream& s, void* out, float* mean, float* rstd,
@@ -110,12 +113,13 @@ Status LaunchKernels::layernorm_backward(Stream& s, void* dinp, void* dweight, v
   const char* op = "layernorm_backward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
-  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1, kMaxGridX));
+  // The parameter gradients' partial sums: one chunk of 2C floats at least in the scratch.
+  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1, kStreamScratchFloats / 2));
   if (N == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dinp, dweight, dbias, dout, inp, weight, mean, rstd}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(launch_layernorm_backward(target.stream, dinp, dweight, dbias, dout, inp, weight,
-                                            mean, rstd, N, C, elem_type(dtype)),
+                                            mean, rstd, N, C, elem_type(dtype), target.scratch),
                   op);
 }
 

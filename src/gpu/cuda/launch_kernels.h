@@ -47,7 +47,7 @@ class LaunchKernels : public Kernels {
                      bool accumulate) override;
 
  protected:
-  // Where an op is launched: the stream, and its kSumSquaresScratchFloats floats of scratch.
+  // Where an op is launched: the stream, and its kStreamScratchFloats floats of scratch.
   struct LaunchTarget {
     cudaStream_t stream = nullptr;
     float* scratch = nullptr;
