@@ -65,6 +65,38 @@ TEST_P(KernelTest, MatmulFp32OutputFrom16BitInputs) {
   run_matmul(*this, d_, dt(), DType::kF32, {19, 23, 31}, true, false, false, 1.0, 1.0, 1e-5);
 }
 
+// kernels.h: matmul accumulates in fp32. A long reduction whose partial sums are large and
+// cancel: every product is exact in 16 bits and every partial sum in fp32 (multiples of 2^-7
+// below 2^12), so fp32 accumulation gives the exact total (8192 / 3 terms of 2^-7, about
+// 21.3), while partial sums of a split reduction rounded to 16 bits (about 2048 each, a bf16
+// step of 16) would miss it by several units (cuBLASLt may split K; its reduction must then be
+// in fp32: the reduction-scheme preference of cuda_matmul.cpp).
+TEST_P(KernelTest, MatmulLongCancellingReductionAccumulatesInFp32) {
+  const int64_t m = 16, n = 16, k = 8192;
+  Vec a(m * k, 1.0), b(k * n), c(m * n, 0.0);
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      b[i * n + j] = (i < k / 2 ? 1.0 : -1.0) + (i % 3 == 0 ? 1.0 / 128.0 : 0.0);
+    }
+  }
+  auto da = d_.upload(a, dt());
+  auto db = d_.upload(b, dt());
+  auto dc = d_.upload(c, dt());
+  MatmulArgs args;
+  args.a = da.data();
+  args.b = db.data();
+  args.c = dc.data();
+  args.dtype_ab = dt();
+  args.dtype_c = dt();
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  ASSERT_TRUE(d_.k().matmul(d_.stream(), args).ok());
+  ref::matmul(a, b, c, Vec{}, m, n, k, false, false, 1.0, 0.0);
+  ASSERT_NEAR(c[0], 2731.0 / 128.0, 1e-9);  // the reference itself
+  expect_close(d_.download(dc, c.size(), dt()), c, tol(), "matmul k=8192, cancelling");
+}
+
 TEST_P(KernelTest, BiasBackward) {
   const int64_t m = 37, n = 70;
   for (bool accumulate : {false, true}) {
