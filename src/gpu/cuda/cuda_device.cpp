@@ -2,8 +2,10 @@
 #include "gpu/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "core/log.h"
@@ -105,7 +107,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& opti
                       " bytes is below the ", OffsetArena::kAlignment, "-byte minimum");
   }
   void* base = nullptr;
-  const cudaError_t err = cudaMalloc(&base, limit);
+  const char* memcheck_env = std::getenv("STRATA_CUDA_MEMCHECK");
+  const bool memcheck = memcheck_env != nullptr && std::string(memcheck_env) == "1";
+  const cudaError_t err = memcheck ? cudaSuccess : cudaMalloc(&base, limit);
   if (err != cudaSuccess) {
     return cuda_status(err, "cudaMalloc of the device pool")
         .with_context("GPU memory limit " + std::to_string(limit) + " bytes, " +
@@ -115,6 +119,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& opti
                      std::to_string(prop.minor) + ")";
   std::unique_ptr<CudaDevice> device(
       new CudaDevice(options.ordinal, std::move(name), total_bytes, base, limit));
+  device->memcheck_ = memcheck;
+  if (memcheck)
+    STRATA_LOG(kInfo, "GPU " << options.ordinal << ": memcheck mode, a cudaMalloc a buffer");
   STRATA_ASSIGN_OR_RETURN(device->kernels_, CudaKernels::create(device.get()));
   STRATA_RETURN_IF_ERROR(register_pinned_memory());
   return device;
@@ -165,10 +172,34 @@ Result<DeviceBuffer> CudaDevice::allocate(size_t bytes) {
     return make_error(ErrorCode::kOutOfMemory, "GPU memory: cannot allocate ", bytes,
                       " bytes: ", used, " bytes in use of the ", limit, "-byte limit");
   }
+  if (memcheck_) {  // its own allocation of exactly `bytes`; the arena only counts
+    if (Status st = activate(); !st.ok()) {
+      arena_.free(*offset);
+      return st;
+    }
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (err != cudaSuccess) {
+      arena_.free(*offset);
+      return cuda_status(err, "cudaMalloc (memcheck mode)");
+    }
+    std::lock_guard lock(memcheck_mu_);
+    memcheck_offsets_[p] = *offset;
+    return DeviceBuffer(this, p, bytes);
+  }
   return DeviceBuffer(this, static_cast<char*>(base_) + *offset, bytes);
 }
 
 void CudaDevice::release(void* ptr, size_t /*bytes*/) {
+  if (memcheck_) {
+    std::lock_guard lock(memcheck_mu_);
+    const auto it = memcheck_offsets_.find(ptr);
+    if (it == memcheck_offsets_.end()) return;
+    (void)cudaFree(ptr);
+    arena_.free(it->second);
+    memcheck_offsets_.erase(it);
+    return;
+  }
   arena_.free(static_cast<size_t>(static_cast<char*>(ptr) - static_cast<char*>(base_)));
 }
 

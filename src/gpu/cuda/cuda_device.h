@@ -15,7 +15,9 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "gpu/cuda/offset_arena.h"
 #include "gpu/device.h"
@@ -53,8 +55,14 @@ class CudaDevice final : public Device {
   int ordinal_;
   std::string name_;
   size_t physical_bytes_;
-  void* base_;  // the one cudaMalloc of the pool
+  void* base_;  // the one cudaMalloc of the pool (null in memcheck mode)
   OffsetArena arena_;
+  // STRATA_CUDA_MEMCHECK=1: every buffer is a cudaMalloc of exactly its size (the pool is only
+  // counted, not allocated), so that compute-sanitizer's memcheck sees a step past one tensor
+  // into the next. For checks only: slower, and the pool's layout is not the one of a run.
+  bool memcheck_ = false;
+  std::mutex memcheck_mu_;
+  std::unordered_map<void*, size_t> memcheck_offsets_;  // buffer -> its offset in the count
   size_t workspace_bytes_;
   std::unique_ptr<CudaKernels> kernels_;
 };
