@@ -106,12 +106,12 @@ echo "train_gpt: SIGTERM during a save (1 and 2 ranks): the save completes, the 
 # A second signal exits at once: steps of about a second (a larger model), the first SIGINT noted
 # mid-step, the second a moment later, before the step can end.
 log="$s/twice.txt"
-"$train" --device cpu --layers 4 --channels 512 --heads 8 --batch 64 --log-every 1 \
+"$train" --device cpu --layers 4 --channels 512 --heads 8 --batch 128 --log-every 1 \
   --target-accuracy 1.0 "${nvme[@]}" --steps 100000 >"$log" 2>&1 &
 pid=$!
 wait_steps "$log" 1
 kill -INT "$pid"
-sleep 0.3
+sleep 0.1
 kill -INT "$pid"
 wait "$pid"
 rc=$?
