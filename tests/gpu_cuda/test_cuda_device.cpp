@@ -1,5 +1,6 @@
 // CudaDevice: device counting without a GPU, and on a GPU the capped pool (alignment, the
 // out-of-memory Status), copies, stream/event ordering and host callbacks.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,6 +8,8 @@
 #include <numeric>
 #include <vector>
 
+#include "cpu/pinned_memory.h"
+#include "cpu/pinned_registry.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/device.h"
 #include "gpu/kernels.h"
@@ -44,6 +47,20 @@ class CudaDeviceTest : public ::testing::Test {
   }
   std::unique_ptr<Device> device_;
 };
+
+// Once a CudaDevice exists every pinned buffer is registered with the driver (small ones, and
+// large ones on huge pages), so that async copies from and to them are DMA; the driver agrees.
+TEST_F(CudaDeviceTest, PinnedBuffersAreRegisteredWithTheDriver) {
+  auto small = cpu::default_pinned_pool().allocate(64 << 10);
+  auto large = cpu::default_pinned_pool().allocate(8 << 20);
+  ASSERT_TRUE(small.ok() && large.ok());
+  EXPECT_EQ(cpu::attached_pinned_buffers(), cpu::live_pinned_buffers());
+  for (void* p : {small->data(), large->data()}) {
+    unsigned flags = 0;
+    EXPECT_EQ(cudaHostGetFlags(&flags, p), cudaSuccess) << "not registered: " << p;
+  }
+  (void)cudaGetLastError();
+}
 
 TEST_F(CudaDeviceTest, ReportsNameAndMemory) {
   EXPECT_EQ(device_->kind(), DeviceKind::kCuda);

@@ -65,17 +65,22 @@ Result<std::unique_ptr<Device>> create_cuda_device(const DeviceOptions& options)
 // Every pinned buffer of the process, made before or after, registered with the driver
 // (portable: for every GPU of the process) while it lives (cpu/pinned_registry.h), once per
 // process: the first CudaDevice installs the hook and it stays (buffers may outlive devices).
-Status register_pinned_memory() {
+// The hook runs on whichever thread allocates or frees a buffer: it makes the first device's
+// GPU current there, so that a thread that never chose one does not open a context on GPU 0
+// (with one GPU per rank, each rank would otherwise take memory on rank 0's GPU).
+Status register_pinned_memory(int ordinal) {
   static std::once_flag once;
   static Status installed;
-  std::call_once(once, [] {
+  std::call_once(once, [ordinal] {
     cpu::PinnedHook hook;
     hook.name = "CUDA";
-    hook.attach = [](void* data, size_t bytes) {
+    hook.attach = [ordinal](void* data, size_t bytes) {
+      STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(ordinal), "cudaSetDevice"));
       return cuda_status(cudaHostRegister(data, bytes, cudaHostRegisterPortable),
                          "cudaHostRegister");
     };
-    hook.detach = [](void* data, size_t) {
+    hook.detach = [ordinal](void* data, size_t) {
+      (void)cudaSetDevice(ordinal);
       (void)cudaHostUnregister(data);
       (void)cudaGetLastError();  // at exit the runtime may be gone: nothing to report
     };
@@ -123,7 +128,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const DeviceOptions& opti
   if (memcheck)
     STRATA_LOG(kInfo, "GPU " << options.ordinal << ": memcheck mode, a cudaMalloc a buffer");
   STRATA_ASSIGN_OR_RETURN(device->kernels_, CudaKernels::create(device.get()));
-  STRATA_RETURN_IF_ERROR(register_pinned_memory());
+  STRATA_RETURN_IF_ERROR(register_pinned_memory(options.ordinal));
   return device;
 }
 
@@ -194,7 +199,13 @@ void CudaDevice::release(void* ptr, size_t /*bytes*/) {
   if (memcheck_) {
     std::lock_guard lock(memcheck_mu_);
     const auto it = memcheck_offsets_.find(ptr);
-    if (it == memcheck_offsets_.end()) return;
+    if (it == memcheck_offsets_.end()) {
+      STRATA_LOG(kError, "GPU " << ordinal_
+                                << ": memcheck mode: release of a pointer it did not "
+                                   "hand out");
+      return;
+    }
+    (void)activate();
     (void)cudaFree(ptr);
     arena_.free(it->second);
     memcheck_offsets_.erase(it);

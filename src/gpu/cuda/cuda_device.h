@@ -57,9 +57,10 @@ class CudaDevice final : public Device {
   size_t physical_bytes_;
   void* base_;  // the one cudaMalloc of the pool (null in memcheck mode)
   OffsetArena arena_;
-  // STRATA_CUDA_MEMCHECK=1: every buffer is a cudaMalloc of exactly its size (the pool is only
-  // counted, not allocated), so that compute-sanitizer's memcheck sees a step past one tensor
-  // into the next. For checks only: slower, and the pool's layout is not the one of a run.
+  // STRATA_CUDA_MEMCHECK=1: every allocation is a cudaMalloc of exactly its size (the pool is
+  // only counted, not allocated), so that compute-sanitizer's memcheck sees a step past one
+  // allocation into the next: every tensor of the kernel tests; in a training step the plan's
+  // buffers are slices of one allocation still. For checks only: slower.
   bool memcheck_ = false;
   std::mutex memcheck_mu_;
   std::unordered_map<void*, size_t> memcheck_offsets_;  // buffer -> its offset in the count
