@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/dtype.h"
 #include "core/file_identity.h"
 
 namespace strata::train_gpt {
@@ -15,7 +16,12 @@ struct Named {
 }  // namespace
 
 Status check_files(const Flags& f, const DataSource& source, const std::string& resume_dir,
-                   const std::vector<std::string>& nvme_dirs, const OutputSizes& sizes) {
+                   const std::vector<std::string>& nvme_dirs, const model::GptConfig& cfg) {
+  if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0 && resume_dir.empty()) {
+    return make_error(ErrorCode::kConfig, "--checkpoint-dir ", f.checkpoint_dir,
+                      " saves nothing without --checkpoint-every N (give N, or leave the "
+                      "directory out)");
+  }
   std::vector<Named> inputs;
   for (const auto& p : source.files) inputs.push_back({"--data", p});
   for (const auto& p : source.val_files) inputs.push_back({"--val-data", p});
@@ -74,7 +80,10 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
   }
   // Every output can be written now (--plan writes none).
   if (f.plan) return ok_status();
-  const uint64_t needs[] = {0, 0, sizes.model_file, sizes.safetensors};
+  // The model files' bytes: llm.c's (a 1024-byte header) and safetensors' (less header).
+  const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  const uint64_t bytes = static_cast<uint64_t>(cfg.num_params()) * dtype_size(stored);
+  const uint64_t needs[] = {0, 0, 1024 + bytes, bytes};
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].path.empty()) continue;
     const OutputWrite how = o < 2 ? OutputWrite::kInPlace : OutputWrite::kReplace;

@@ -13,16 +13,14 @@
 #include "core/status.h"
 #include "data.h"
 #include "flags.h"
+#include "model/config.h"
 
 namespace strata::train_gpt {
 
-struct OutputSizes {
-  uint64_t model_file = 0;   // --save-model's bytes
-  uint64_t safetensors = 0;  // --export-safetensors' bytes
-};
-
-// `resume_dir`: the checkpoint --resume found (empty without); `nvme_dirs`: --nvme-path's.
+// `resume_dir`: the checkpoint --resume found (empty without); `nvme_dirs`: --nvme-path's;
+// `cfg`: the model, whose files' bytes must be free. Also refuses a --checkpoint-dir that would
+// save nothing (no --checkpoint-every, and not where --resume looked).
 Status check_files(const Flags& f, const DataSource& source, const std::string& resume_dir,
-                   const std::vector<std::string>& nvme_dirs, const OutputSizes& sizes);
+                   const std::vector<std::string>& nvme_dirs, const model::GptConfig& cfg);
 
 }  // namespace strata::train_gpt

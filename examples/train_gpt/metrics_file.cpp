@@ -51,4 +51,10 @@ Result<int64_t> trim_metrics(const std::string& path, int64_t last_step) {
   return dropped;
 }
 
+void say_trimmed(const std::string& path, int64_t last_step, int64_t dropped) {
+  std::printf(
+      "metrics: %lld records after step %lld dropped from %s (this run writes them again)\n",
+      static_cast<long long>(dropped), static_cast<long long>(last_step), path.c_str());
+}
+
 }  // namespace strata::train_gpt

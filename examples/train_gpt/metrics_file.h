@@ -13,5 +13,7 @@ namespace strata::train_gpt {
 // rewriting the file (a link's target) through a temporary one and a rename; returns how many
 // were dropped. A missing file, or one that is not a regular file, is left as it is.
 Result<int64_t> trim_metrics(const std::string& path, int64_t last_step);
+// The line that says so.
+void say_trimmed(const std::string& path, int64_t last_step, int64_t dropped);
 
 }  // namespace strata::train_gpt

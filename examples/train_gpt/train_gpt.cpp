@@ -61,7 +61,9 @@
 #include "planning.h"
 #include "progress.h"
 #include "resume_check.h"
+#include "run_setup.h"
 #include "scheduler/trace.h"
+#include "step_report.h"
 
 namespace {
 
@@ -136,19 +138,8 @@ int main(int argc, char** argv) {
     nvme_dirs = *dirs;
   }
   // Inputs are never written, and every output can be written now (file_guard.h).
-  {
-    const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-    const uint64_t bytes = static_cast<uint64_t>(cfg.num_params()) * dtype_size(stored);
-    const train_gpt::OutputSizes sizes{1024 + bytes, bytes};  // the header; safetensors' is less
-    if (Status st = train_gpt::check_files(f, source, resume_dir, nvme_dirs, sizes); !st.ok()) {
-      return fail(st);
-    }
-  }
-
-  if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0 && resume_dir.empty()) {
-    return fail(make_error(ErrorCode::kConfig, "--checkpoint-dir ", f.checkpoint_dir,
-                           " saves nothing without --checkpoint-every N (give N, or leave the "
-                           "directory out)"));
+  if (Status st = train_gpt::check_files(f, source, resume_dir, nvme_dirs, cfg); !st.ok()) {
+    return fail(st);
   }
   if (!f.checkpoint_dir.empty()) {
     std::error_code ec;
@@ -261,19 +252,7 @@ int main(int argc, char** argv) {
       engine::ZeroStep::block_storage(*parts, stage, f.offload_activations != "none"));
   if (!model_r.ok() && model_r.status().code() == ErrorCode::kOutOfMemory) {
     // Advice for this run: what it has not tried yet.
-    const std::string fewer_blocks =
-        stage < 2    ? "keep fewer blocks there with --zero-stage 2 or 3, "
-        : stage == 2 ? "keep fewer blocks there with --zero-stage 3, "
-        : f.offload_param == "none" || f.param_gpu_fraction > 0.0
-            ? "keep fewer parameters there with --offload-param cpu and a lower "
-              "--param-gpu-fraction, "
-            : "";
-    const std::string fewer_acts =
-        f.offload_activations == "none" ? "--offload-activations cpu, " : "";
-    return die(model_r.status().with_context(
-        "the model does not fit the device (raise --gpu-memory-limit, " + fewer_blocks +
-        "or fewer activations with --checkpoint-interval, " + fewer_acts +
-        "or a smaller --batch)"));
+    return die(model_r.status().with_context(train_gpt::out_of_memory_advice(f, stage)));
   }
   if (!model_r.ok()) return die(model_r.status());
   model::GptModel& gpt = *model_r.value();
@@ -285,67 +264,19 @@ int main(int argc, char** argv) {
 
   // One optimizer partition per parameter block, in backward order (engine/offload_step.h):
   // the whole block, or this rank's shard of it at ZeRO stages 1-3.
-  const int64_t nb = gpt.num_blocks();
   const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
   if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
                                              *std::max_element(numel.begin(), numel.end()));
       !st.ok()) {
     return die(st);
   }
-  std::unique_ptr<nvme::SwapStore> store;
-  const bool nvme_acts = f.offload_activations == "nvme";
-  if (!f.plan && (f.offload_optimizer == "nvme" || f.offload_param == "nvme" || nvme_acts)) {
-    nvme::SwapStoreOptions so;
-    so.dirs = nvme_dirs;
-    so.block_bytes = f.nvme_block_size;
-    so.extent_bytes = std::max<uint64_t>(so.extent_bytes, f.nvme_block_size);
-    so.queue.queue_depth = static_cast<uint32_t>(f.nvme_queue_depth);
-    // This rank's partitions (its shards from stage 1), 12 bytes per element, and its 16-bit
-    // parameter shards, plus slack for whole extents.
-    uint64_t elements = 0;
-    for (int64_t n : numel) elements += static_cast<uint64_t>(n);
-    so.capacity_bytes = 12ull * elements + (8ull << 20) * nb;
-    if (f.offload_param == "nvme") {
-      so.capacity_bytes += dtype_size(cfg.dtype) * elements + (8ull << 20) * nb;
-    }
-    if (nvme_acts) {  // the checkpoints of every segment but the last
-      so.capacity_bytes +=
-          static_cast<uint64_t>(gpt.num_segments()) * (gpt.checkpoint_bytes() + (8ull << 20));
-    }
-    auto s = nvme::SwapStore::open(so);
-    if (!s.ok()) return die(s.status());
-    store = std::move(s).value();
-  }
-  cpu::AdamHyper hyper;
-  hyper.lr = f.lr;
-  hyper.weight_decay = f.weight_decay;
-  hyper.beta1 = f.beta1;
-  hyper.beta2 = f.beta2;
-  hyper.eps = f.eps;
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = f.offload_optimizer == "nvme" ? f.nvme_fraction : 0.0;
-  oo.store = store.get();
-  // The plan stages through its own buffers; the serial step through the optimizer's.
-  oo.staging_slots = f.schedule == "planned" ? 1 : f.nvme_buffer_count;
-  oo.key_base = static_cast<uint64_t>(rank) << 32;
-  oo.plan_only = f.plan;
-  if (f.host_memory_limit > 0 &&
-      !f.plan) {  // the optimizer's share first, before its arena is allocated
-    engine::PinnedNeeds pn;
-    pn.optimizer_state = engine::OffloadedOptimizer::split(numel, oo.nvme_fraction).host_bytes;
-    pn.optimizer_staging =
-        engine::OffloadedOptimizer::pinned_bytes_needed(numel, oo) - pn.optimizer_state;
-    pn.optimizer_at = [&numel, oo](double fraction) {
-      engine::OffloadedOptimizerOptions o = oo;
-      o.nvme_fraction = fraction;
-      return engine::OffloadedOptimizer::pinned_bytes_needed(numel, o);
-    };
-    pn.optimizer_fraction = oo.nvme_fraction;
-    pn.optimizer_now = pn.optimizer_state + pn.optimizer_staging;
-    if (Status st = engine::check_pinned_budget(pn, f.host_memory_limit); !st.ok()) {
-      return die(st);
-    }
-  }
+  // The swap store, the optimizer's options and its share of --host-memory-limit (run_setup.h).
+  auto store_r = train_gpt::open_swap_store(f, nvme_dirs, gpt, numel);
+  if (!store_r.ok()) return die(store_r.status());
+  std::unique_ptr<nvme::SwapStore> store = std::move(store_r).value();
+  const cpu::AdamHyper hyper = train_gpt::adam_hyper(f);
+  const engine::OffloadedOptimizerOptions oo = train_gpt::optimizer_options(f, store.get(), rank);
+  if (Status st = train_gpt::check_optimizer_pinned(f, numel, oo); !st.ok()) return die(st);
   auto opt_r = engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
   if (!opt_r.ok()) return die(opt_r.status());
   engine::OffloadedOptimizer& opt = opt_r.value();
@@ -468,16 +399,10 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(opt.nvme_state_bytes()),
                   static_cast<unsigned long long>(opt.staging_bytes()),
                   ranks > 1 ? " (rank 0)" : "");
-      if (oo.nvme_fraction > 0.0) {  // shares are whole partitions: what the fraction became
-        uint64_t all = 0;
-        for (int64_t n : numel) all += 12 * static_cast<uint64_t>(n);
-        std::printf(
-            "; NVMe share %.3f (--optimizer-nvme-fraction %g, rounded to whole "
-            "partitions of %zu)",
-            double(opt.nvme_state_bytes()) / double(std::max<uint64_t>(all, 1)), oo.nvme_fraction,
-            numel.size());
-      }
-      std::printf("\n");
+      // Shares are whole partitions: what the fraction became.
+      std::printf(
+          "%s\n",
+          train_gpt::nvme_share_text(oo.nvme_fraction, opt.nvme_state_bytes(), numel).c_str());
     }
     if (store) std::printf("nvme: %s\n", store->describe().c_str());
     if (zstep) std::printf("memory (rank 0): %s\n", zstep->memory().describe().c_str());
@@ -594,13 +519,7 @@ int main(int argc, char** argv) {
     if (!resume_dir.empty()) {
       auto dropped = train_gpt::trim_metrics(f.metrics, resumed.step);
       if (!dropped.ok()) return die(dropped.status());
-      if (*dropped > 0) {
-        std::printf(
-            "metrics: %lld records after step %lld dropped from %s (this run writes them "
-            "again)\n",
-            static_cast<long long>(*dropped), static_cast<long long>(resumed.step),
-            f.metrics.c_str());
-      }
+      if (*dropped > 0) train_gpt::say_trimmed(f.metrics, resumed.step, *dropped);
     }
     metrics.open(f.metrics, resume_dir.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) {
@@ -717,20 +636,9 @@ int main(int argc, char** argv) {
     STRATA_RETURN_IF_ERROR(finish_save());
     if (lead) {
       progress.clear();
-      const std::string kept =
-          saved_step > 0
-              ? "the checkpoint of step " + std::to_string(saved_step) + " under " +
-                    f.checkpoint_dir + " (--resume " + f.checkpoint_dir + " continues from it)"
-          : !resume_dir.empty() ? "the checkpoint resumed from, " + resume_dir
-                                : "no checkpoint (--checkpoint-every saves them)";
-      const bool outputs = !f.save_model.empty() || !f.export_safetensors.empty();
-      std::printf("train_gpt: %s %s %lld of %lld; %lld steps done this run; kept: %s%s%s\n",
-                  sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
-                  next > f.steps ? "after step" : "before step",
-                  static_cast<long long>(std::min(next, f.steps)), static_cast<long long>(f.steps),
-                  static_cast<long long>(next - 1 - resumed.step), kept.c_str(),
-                  outputs ? "; --save-model/--export-safetensors not written" : "",
-                  store ? "; swap files removed" : "");
+      train_gpt::print_stop(
+          {sig, next, f.steps, next - 1 - resumed.step, saved_step, f.checkpoint_dir, resume_dir,
+           !f.save_model.empty() || !f.export_safetensors.empty(), store != nullptr});
     }
     summary();
     return 128 + sig;
@@ -784,34 +692,7 @@ int main(int argc, char** argv) {
             "trace step %lld: %s\n", static_cast<long long>(step),
             sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
       }
-      if (lead && zstep) {
-        const engine::ZeroTraffic& t = zstep->last_traffic();
-        std::printf(
-            "comm step %lld: sent %llu bytes (grad reduce-scatter %llu, grad all-gather %llu, "
-            "param all-gather %llu, statistics %llu; theory %llu)\n",
-            static_cast<long long>(step), static_cast<unsigned long long>(t.total()),
-            static_cast<unsigned long long>(t.grad_reduce_scatter),
-            static_cast<unsigned long long>(t.grad_all_gather),
-            static_cast<unsigned long long>(t.param_all_gather),
-            static_cast<unsigned long long>(t.stats),
-            static_cast<unsigned long long>(zstep->expected_traffic().total()));
-        const engine::ZeroLaneBytes lb = zstep->last_lane_bytes();
-        std::printf("lanes step %lld: h2d %llu bytes, d2h %llu, nvme read %llu, nvme write %llu\n",
-                    static_cast<long long>(step), static_cast<unsigned long long>(lb.h2d),
-                    static_cast<unsigned long long>(lb.d2h),
-                    static_cast<unsigned long long>(lb.nvme_read),
-                    static_cast<unsigned long long>(lb.nvme_write));
-        for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
-          const auto ck = static_cast<comm::CollectiveKind>(k);
-          const comm::CollectiveStats cs = world.stats(ck);
-          if (cs.calls == 0) continue;
-          std::printf("  %-14s %4llu calls, sent %llu bytes, received %llu bytes\n",
-                      std::string(comm::collective_name(ck)).c_str(),
-                      static_cast<unsigned long long>(cs.calls),
-                      static_cast<unsigned long long>(cs.bytes_sent),
-                      static_cast<unsigned long long>(cs.bytes_received));
-        }
-      }
+      if (lead && zstep) train_gpt::print_step_traffic(step, *zstep, world);
       if (lead && (step + 1 == 2 + f.trace_steps || step == f.steps)) {
         if (Status st = trace.write(f.trace); !st.ok()) return die(st);
         std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n",
