@@ -31,7 +31,16 @@ if(NOT STRATA_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "STRATA_CUDA=${STRATA_CUDA}: accepted values are AUTO, ON, OFF")
 endif()
 set(STRATA_HAS_CUDA OFF)
-if(NOT STRATA_CUDA STREQUAL "OFF")
+# STRATA_CUDA_EMULATE: the CUDA backend compiled as C++ against the emulated CUDA runtime,
+# cuBLASLt and NCCL of tests/cuda_emu (no nvcc, no GPU): for running the GPU-labelled tests on
+# machines without a GPU (CI). Not for training: the emulator is thousands of times slower.
+option(STRATA_CUDA_EMULATE "Build the CUDA backend against the emulated CUDA runtime (tests only)" OFF)
+if(STRATA_CUDA_EMULATE)
+  if(STRATA_SANITIZE STREQUAL "thread")
+    message(FATAL_ERROR "STRATA_CUDA_EMULATE runs kernels on fibers, which the thread sanitizer cannot follow")
+  endif()
+  set(STRATA_HAS_CUDA ON)
+elseif(NOT STRATA_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
     find_program(STRATA_NVCC nvcc PATHS /usr/local/cuda/bin NO_CACHE)
     if(STRATA_NVCC)

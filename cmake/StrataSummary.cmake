@@ -1,6 +1,8 @@
 # One line saying what this configuration found and builds.
 set(_s "strata: CUDA=${STRATA_HAS_CUDA}")
-if(STRATA_HAS_CUDA)
+if(STRATA_CUDA_EMULATE)
+  string(APPEND _s " (emulated runtime of tests/cuda_emu)")
+elseif(STRATA_HAS_CUDA)
   string(APPEND _s " (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
 endif()
 string(APPEND _s " NCCL=${STRATA_HAS_NCCL} io_uring=liburing-${URING_VERSION} hwloc=${HWLOC_VERSION}")

@@ -53,7 +53,7 @@ Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, g
     STRATA_RETURN_IF_ERROR(opt.read_state(p, host.data(), host.data() + n, host.data() + 2 * n));
     STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, device.allocate(host.size() * 4));
     STRATA_RETURN_IF_ERROR(
-        stream.copy(buf.data(), host.data(), host.size() * 4, gpu::CopyKind::kHostToDevice));
+        stream.copy_now(buf.data(), host.data(), host.size() * 4, gpu::CopyKind::kHostToDevice));
     STRATA_RETURN_IF_ERROR(stream.synchronize());
     d.state_.push_back(std::move(buf));
   }
@@ -65,8 +65,8 @@ Status DeviceOptimizer::download(OffloadedOptimizer& optimizer, gpu::Stream& str
     if (!on_device(p)) continue;
     const auto n = static_cast<size_t>(optimizer.numel(p));
     std::vector<float> host(3 * n);
-    STRATA_RETURN_IF_ERROR(
-        stream.copy(host.data(), state_[p].data(), host.size() * 4, gpu::CopyKind::kDeviceToHost));
+    STRATA_RETURN_IF_ERROR(stream.copy_now(host.data(), state_[p].data(), host.size() * 4,
+                                           gpu::CopyKind::kDeviceToHost));
     STRATA_RETURN_IF_ERROR(stream.synchronize());
     STRATA_RETURN_IF_ERROR(optimizer.load(p, host.data(), host.data() + n, host.data() + 2 * n));
   }

@@ -307,8 +307,8 @@ Status ZeroStep::load_shard(int64_t b, void* host) {
       std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
       return ok_status();
     case Home::kDevice:
-      STRATA_RETURN_IF_ERROR(model_.stream().copy(host, executor_->buffer(dshard_[size_t(b)]),
-                                                  bytes, gpu::CopyKind::kDeviceToHost));
+      STRATA_RETURN_IF_ERROR(model_.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]),
+                                                      bytes, gpu::CopyKind::kDeviceToHost));
       return model_.stream().synchronize();
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
@@ -330,8 +330,8 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
       std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
       return ok_status();
     case Home::kDevice:
-      STRATA_RETURN_IF_ERROR(model_.stream().copy(executor_->buffer(dshard_[size_t(b)]), host,
-                                                  bytes, gpu::CopyKind::kHostToDevice));
+      STRATA_RETURN_IF_ERROR(model_.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host,
+                                                      bytes, gpu::CopyKind::kHostToDevice));
       return model_.stream().synchronize();
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
@@ -347,9 +347,9 @@ Status ZeroStep::gather_block(int64_t b, void* dst) {
   model::GptModel& m = model_;
   STRATA_RETURN_IF_ERROR(gather_host(b));
   STRATA_RETURN_IF_ERROR(
-      m.stream().copy(dst, host_scratch_.data(),
-                      static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
-                      gpu::CopyKind::kHostToDevice));
+      m.stream().copy_now(dst, host_scratch_.data(),
+                          static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
+                          gpu::CopyKind::kHostToDevice));
   return m.stream().synchronize();
 }
 

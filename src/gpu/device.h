@@ -89,7 +89,17 @@ enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost
 class Stream {
  public:
   virtual ~Stream() = default;
+  // Host memory of an enqueued copy must be pinned (cpu/pinned_memory.h) on a GPU: a pageable
+  // buffer is staged by the driver and blocks the calling thread (the emulated CUDA runtime's
+  // strict mode refuses it).
   virtual Status copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  // A copy the caller waits for, after the stream's earlier work (set-up, checkpoints, reading
+  // results back): returns when the bytes have arrived, with the first error of that work. Host
+  // memory may be pageable here.
+  virtual Status copy_now(void* dst, const void* src, size_t bytes, CopyKind kind) {
+    STRATA_RETURN_IF_ERROR(copy(dst, src, bytes, kind));
+    return synchronize();
+  }
   virtual Status memset(void* dst, int value, size_t bytes) = 0;
   virtual Status record(Event& event) = 0;
   // Work enqueued after this call starts only after `event`'s recorded work has completed.

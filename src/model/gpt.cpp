@@ -119,7 +119,9 @@ Status GptModel::allocate_all(const BlockStorage& storage) {
   STRATA_ASSIGN_OR_RETURN(dqkv_, alloc(n * 3 * c * es));
   STRATA_ASSIGN_OR_RETURN(d4a_, alloc(n * 4 * c * es));
   STRATA_ASSIGN_OR_RETURN(d4b_, alloc(n * 4 * c * es));
-  host_losses_.resize(n);
+  STRATA_ASSIGN_OR_RETURN(host_losses_, cpu::default_pinned_pool().allocate(size_t(n) * 4));
+  STRATA_ASSIGN_OR_RETURN(host_batch_, cpu::default_pinned_pool().allocate(size_t(n) * 8));
+  STRATA_ASSIGN_OR_RETURN(batch_copied_, device_.create_event());
   return zero_grad();
 }
 
@@ -189,8 +191,8 @@ Status GptModel::upload_params(int64_t block, const float* host) {
   const auto numel = static_cast<size_t>(block_numel(block));
   std::vector<char> staging(numel * dtype_size(config_.dtype));
   convert(host, DType::kF32, staging.data(), config_.dtype, numel);
-  STRATA_RETURN_IF_ERROR(stream_->copy(param_block(block), staging.data(), staging.size(),
-                                       gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(stream_->copy_now(param_block(block), staging.data(), staging.size(),
+                                           gpu::CopyKind::kHostToDevice));
   return stream_->synchronize();
 }
 
@@ -206,7 +208,7 @@ Status GptModel::copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* 
   const auto numel = static_cast<size_t>(block_numel(block));
   std::vector<char> staging(numel * dtype_size(config_.dtype));
   STRATA_RETURN_IF_ERROR(
-      stream_->copy(staging.data(), buf.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
+      stream_->copy_now(staging.data(), buf.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
   STRATA_RETURN_IF_ERROR(stream_->synchronize());
   convert(staging.data(), config_.dtype, host, DType::kF32, numel);
   return ok_status();
@@ -256,13 +258,22 @@ Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t*
   const int64_t n = shape_.batch * shape_.seq;
   int64_t valid = 0;
   for (int64_t i = 0; targets != nullptr && i < n; ++i) valid += targets[i] >= 0 ? 1 : 0;
+  const auto bytes = static_cast<size_t>(n) * 4;
+  if (batch_pending_) STRATA_RETURN_IF_ERROR(batch_copied_->synchronize());  // staging reused
+  std::memcpy(host_batch_.bytes(), tokens, bytes);
   STRATA_RETURN_IF_ERROR(
-      s.copy(tokens_.data(), tokens, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice));
+      s.copy(tokens_.data(), host_batch_.bytes(), bytes, gpu::CopyKind::kHostToDevice));
   have_targets_ = targets != nullptr;
   valid_targets_ = valid;
   losses_ready_ = false;
-  if (targets == nullptr) return ok_status();
-  return s.copy(targets_.data(), targets, static_cast<size_t>(n) * 4, gpu::CopyKind::kHostToDevice);
+  if (targets != nullptr) {
+    std::memcpy(host_batch_.bytes() + bytes, targets, bytes);
+    STRATA_RETURN_IF_ERROR(
+        s.copy(targets_.data(), host_batch_.bytes() + bytes, bytes, gpu::CopyKind::kHostToDevice));
+  }
+  STRATA_RETURN_IF_ERROR(s.record(*batch_copied_));
+  batch_pending_ = true;
+  return ok_status();
 }
 
 Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
@@ -282,7 +293,8 @@ Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {
 float GptModel::mean_loss() const {
   if (!losses_ready_ || valid_targets_ == 0) return 0.0f;
   double sum = 0.0;  // fixed order on the host
-  for (float v : host_losses_) sum += v;
+  const int64_t n = shape_.batch * shape_.seq;
+  for (int64_t i = 0; i < n; ++i) sum += host_losses_.as<float>()[i];
   return static_cast<float>(sum / static_cast<double>(valid_targets_));
 }
 
@@ -340,8 +352,8 @@ Status GptModel::logits_to_host(std::vector<float>& out) {
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t vp = config_.vp();
   std::vector<char> staging(static_cast<size_t>(n * vp) * dtype_size(config_.dtype));
-  STRATA_RETURN_IF_ERROR(
-      stream_->copy(staging.data(), logits_.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(stream_->copy_now(staging.data(), logits_.data(), staging.size(),
+                                           gpu::CopyKind::kDeviceToHost));
   STRATA_RETURN_IF_ERROR(stream_->synchronize());
   out.resize(static_cast<size_t>(n * config_.vocab));
   for (int64_t r = 0; r < n; ++r) {

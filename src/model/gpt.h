@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "cpu/pinned_memory.h"
 #include "gpu/device.h"
 #include "gpu/kernels.h"
 #include "model/config.h"
@@ -200,7 +201,12 @@ class GptModel {
   int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch
   bool losses_ready_ = false;  // head_forward with targets ran since the last set_batch
   float loss_scale_ = 1.0f;
-  std::vector<float> host_losses_;
+  // Pinned host memory for the enqueued copies (device.h: pageable memory would be staged and
+  // block on a GPU): the per-position losses read back, and the batch's tokens | targets, whose
+  // copies must have read them (batch_copied_) before the next batch overwrites them.
+  cpu::PinnedBuffer host_losses_, host_batch_;
+  std::unique_ptr<gpu::Event> batch_copied_;
+  bool batch_pending_ = false;
 };
 
 }  // namespace strata::model

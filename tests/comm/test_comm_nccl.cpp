@@ -60,12 +60,14 @@ struct DevBuf {
   gpu::DeviceBuffer mem;
   void upload(Fixture& f, const Buf& b) {
     ASSERT_TRUE(
-        f.stream->copy(mem.data(), b.data(), b.bytes.size(), gpu::CopyKind::kHostToDevice).ok());
+        f.stream->copy_now(mem.data(), b.data(), b.bytes.size(), gpu::CopyKind::kHostToDevice)
+            .ok());
     ASSERT_TRUE(f.stream->synchronize().ok());
   }
   void download(Fixture& f, Buf& b) {
     ASSERT_TRUE(
-        f.stream->copy(b.data(), mem.data(), b.bytes.size(), gpu::CopyKind::kDeviceToHost).ok());
+        f.stream->copy_now(b.data(), mem.data(), b.bytes.size(), gpu::CopyKind::kDeviceToHost)
+            .ok());
     ASSERT_TRUE(f.stream->synchronize().ok());
   }
 };

@@ -49,7 +49,8 @@ struct TrainRun {
   std::vector<float> state;                // every partition's master, m, v after the run
 };
 
-constexpr int kSteps = 50;
+// Fewer on the emulated CUDA runtime, where a step takes seconds (every CUDA thread a fiber).
+constexpr int kSteps = gpu::test::kEmulatedCuda ? 8 : 50;
 
 TrainRun train(const Case& c, nvme::SwapStore* store) {
   TrainRun run;
@@ -176,8 +177,13 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
   ASSERT_EQ(serial.state.size(), planned.state.size());
   EXPECT_EQ(std::memcmp(serial.state.data(), planned.state.data(), serial.state.size() * 4), 0)
       << "optimizer state (master, m, v)";
-  // The run learned something, so the comparison is not between two frozen models.
-  EXPECT_LT(serial.losses.back(), serial.losses.front());
+  // The run learned something, so the comparison is not between two frozen models (in the
+  // emulator's 8 steps: moved at all).
+  if (gpu::test::kEmulatedCuda) {
+    EXPECT_NE(serial.losses.back(), serial.losses.front());
+  } else {
+    EXPECT_LT(serial.losses.back(), serial.losses.front());
+  }
 }
 
 #ifndef STRATA_TEST_NVME
@@ -288,7 +294,8 @@ TEST(PlannedStep, MatchesTheSerialStepBitForBitInFp16WithOverflows) {
     Case c;
     c.dtype = DType::kF16;
     c.grad_clip = clip;
-    c.loss_scaling.initial_scale_power = 24;
+    // Fewer overflowing steps in the emulator's shorter runs.
+    c.loss_scaling.initial_scale_power = gpu::test::kEmulatedCuda ? 19 : 24;
     c.loss_scaling.hysteresis = 1;
     c.loss_scaling.loss_scale_window = 10;
     const TrainRun serial = train(c, nullptr);

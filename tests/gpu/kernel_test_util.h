@@ -117,7 +117,7 @@ class DeviceFixture {
   }
   DeviceBuffer upload_bytes(const void* p, size_t bytes) {
     auto buf = device_->allocate(bytes == 0 ? 4 : bytes).value();
-    EXPECT_TRUE(stream_->copy(buf.data(), p, bytes, CopyKind::kHostToDevice).ok());
+    EXPECT_TRUE(stream_->copy_now(buf.data(), p, bytes, CopyKind::kHostToDevice).ok());
     sync();
     return buf;
   }
@@ -129,7 +129,8 @@ class DeviceFixture {
   Vec download(const DeviceBuffer& buf, size_t n, DType t) {
     std::vector<char> host(n * dtype_size(t) + 1);
     EXPECT_TRUE(
-        stream_->copy(host.data(), buf.data(), n * dtype_size(t), CopyKind::kDeviceToHost).ok());
+        stream_->copy_now(host.data(), buf.data(), n * dtype_size(t), CopyKind::kDeviceToHost)
+            .ok());
     sync();
     Vec out(n);
     for (size_t i = 0; i < n; ++i) out[i] = load_as_f32(host.data(), t, i);
@@ -137,7 +138,7 @@ class DeviceFixture {
   }
   std::vector<char> download_bytes(const DeviceBuffer& buf, size_t bytes) {
     std::vector<char> host(bytes);
-    EXPECT_TRUE(stream_->copy(host.data(), buf.data(), bytes, CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(stream_->copy_now(host.data(), buf.data(), bytes, CopyKind::kDeviceToHost).ok());
     sync();
     return host;
   }

@@ -16,11 +16,18 @@
 #ifndef STRATA_TEST_SIMT
 #define STRATA_TEST_SIMT 0
 #endif
+#ifndef STRATA_CUDA_EMULATE
+#define STRATA_CUDA_EMULATE 0
+#endif
 #if STRATA_TEST_SIMT
 #include "simt_device.h"
 #endif
 
 namespace strata::gpu::test {
+
+// The CUDA device under test is the emulated runtime of tests/cuda_emu (every CUDA thread a
+// fiber: tests shorten their runs there).
+inline constexpr bool kEmulatedCuda = STRATA_TEST_CUDA && STRATA_CUDA_EMULATE;
 
 inline DeviceKind tested_kind() { return STRATA_TEST_CUDA ? DeviceKind::kCuda : DeviceKind::kCpu; }
 // True when the kernels under test are the CUDA backend's (on a GPU or on the SIMT emulator).

@@ -66,8 +66,8 @@ class Twin {
   }
   // Writes the same raw bytes to both copies.
   void upload_raw(TwinBuf& b, const void* data, size_t bytes) {
-    ASSERT_TRUE(cs->copy(b.cpu.data(), data, bytes, CopyKind::kHostToDevice).ok());
-    ASSERT_TRUE(gs->copy(b.gpu.data(), data, bytes, CopyKind::kHostToDevice).ok());
+    ASSERT_TRUE(cs->copy_now(b.cpu.data(), data, bytes, CopyKind::kHostToDevice).ok());
+    ASSERT_TRUE(gs->copy_now(b.gpu.data(), data, bytes, CopyKind::kHostToDevice).ok());
     sync();
   }
   void upload(TwinBuf& b, const std::vector<float>& values) {
@@ -91,8 +91,8 @@ class Twin {
   std::vector<unsigned char> download_raw(const TwinBuf& b, bool from_gpu) {
     std::vector<unsigned char> raw(b.bytes());
     Stream& s = from_gpu ? *gs : *cs;
-    EXPECT_TRUE(s.copy(raw.data(), from_gpu ? b.gpu.data() : b.cpu.data(), raw.size(),
-                       CopyKind::kDeviceToHost)
+    EXPECT_TRUE(s.copy_now(raw.data(), from_gpu ? b.gpu.data() : b.cpu.data(), raw.size(),
+                           CopyKind::kDeviceToHost)
                     .ok());
     EXPECT_TRUE(s.synchronize().ok());
     return raw;
@@ -106,7 +106,7 @@ class Twin {
   // Makes the GPU copy equal to the CPU copy (to feed both backwards identical inputs).
   void cpu_to_gpu(TwinBuf& b) {
     const auto raw = download_raw(b, false);
-    ASSERT_TRUE(gs->copy(b.gpu.data(), raw.data(), raw.size(), CopyKind::kHostToDevice).ok());
+    ASSERT_TRUE(gs->copy_now(b.gpu.data(), raw.data(), raw.size(), CopyKind::kHostToDevice).ok());
     sync();
   }
   void sync() {

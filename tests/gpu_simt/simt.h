@@ -34,5 +34,8 @@ void set_order(Order order);
 // The message of this OS thread's last failed launch ("" if none failed since the last call);
 // clears it.
 std::string take_last_message();
+// This OS thread's last launch error (cudaSuccess if none since the last call) and its message;
+// clears both (the emulated CUDA runtime's cudaGetLastError reads the emulator's errors this way).
+int take_last_error(std::string& message);
 
 }  // namespace simt

@@ -28,12 +28,23 @@
 // One block runs at a time on an OS thread, and its CUDA threads are fibers of that OS thread.
 #define __shared__ static thread_local
 
+// CUDA's codes (the same numbers as driver_types.h) for the errors the emulators report.
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorHostMemoryAlreadyRegistered = 712,
+  cudaErrorHostMemoryNotRegistered = 713,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotPermitted = 800,
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct CUstream_st;
@@ -128,22 +139,40 @@ Bound<A...> operator%(Config c, Args<A...> a) {
   return {c, std::move(a.values)};
 }
 
+// The launch limits of sm_90 (see simt.h): cudaSuccess, or the error, recorded as the calling
+// thread's last error with its message.
+cudaError_t check_launch(const Config& config, uintptr_t kernel);
 // Runs `body` once for every thread of the grid (see simt.h); records the launch error.
 void run_grid(const Config& config, uintptr_t kernel, void (*body)(void*), void* context);
+
+// A launch: its grid, the kernel's call with its arguments (body(context)), and how to free the
+// context. A launch hook (the emulated CUDA runtime of tests/cuda_emu) may take a launch onto its
+// stream (returning true: it runs and frees it later); otherwise the launch runs at once on the
+// calling thread (the SIMT device's way).
+struct Launch {
+  Config config;
+  uintptr_t kernel;
+  void (*body)(void*);
+  void* context;
+  void (*destroy)(void*);
+};
+using LaunchHook = bool (*)(const Launch& launch);
+void set_launch_hook(LaunchHook hook);
+void launch(const Launch& launch);
 
 template <typename... P, typename... A>
 void operator|(void (*kernel)(P...), Bound<A...> bound) {
   struct Context {
     void (*kernel)(P...);
-    std::tuple<A...>* values;
-  } context{kernel, &bound.values};
-  run_grid(
-      bound.config, kernel_key(kernel),
-      [](void* p) {
-        auto* c = static_cast<Context*>(p);
-        std::apply([c](const auto&... v) { c->kernel(static_cast<P>(v)...); }, *c->values);
-      },
-      &context);
+    std::tuple<A...> values;
+  };
+  launch(Launch{bound.config, kernel_key(kernel),
+                [](void* p) {
+                  auto* c = static_cast<Context*>(p);
+                  std::apply([c](const auto&... v) { c->kernel(static_cast<P>(v)...); }, c->values);
+                },
+                new Context{kernel, std::move(bound.values)},
+                [](void* p) { delete static_cast<Context*>(p); }});
 }
 
 }  // namespace simt

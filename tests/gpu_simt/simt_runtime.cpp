@@ -1,11 +1,25 @@
-// The SIMT emulator's runtime (simt.h): per-OS-thread executor, fibers on ucontext, barriers,
-// warp shuffles, launch limits and the CUDA runtime calls of simt_cuda.h.
+// The SIMT emulator's runtime (simt.h): per-OS-thread executor, fibers, barriers, warp shuffles,
+// launch limits and the CUDA runtime calls of simt_cuda.h.
+//
+// Fibers: made with makecontext and first entered with setcontext; every later switch is a
+// _setjmp/_longjmp pair between stacks, which, unlike swapcontext, makes no system call (the
+// signal mask is never touched): swapcontext's sigprocmask was most of the emulator's time. A
+// fiber whose kernel body ends parks at the top of its loop and is resumed for the next block or
+// launch on its OS thread, so fibers are made once, not once per block; a fiber left in the
+// middle of a body (a failed block) is made afresh. Jumping between the fibers' own stacks is
+// what _longjmp is used for by coroutine libraries; the checked longjmp of _FORTIFY_SOURCE would
+// refuse it, so it is switched off here.
+#undef _FORTIFY_SOURCE
 #include <pthread.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
+#include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -31,7 +45,11 @@ constexpr size_t kMaxSharedBytes = size_t{227} << 10;
 enum class State { kRunnable, kAtBarrier, kAtShuffle, kDone };
 
 struct Fiber {
-  ucontext_t context{};
+  int id = 0;            // its index in the executor's fibers
+  ucontext_t context{};  // for the first entry only
+  jmp_buf resume{};      // where the fiber continues when switched to
+  bool fresh = true;     // made by makecontext and not yet entered: enter with setcontext
+  bool parked = false;   // its body ended and it waits at the top of its loop (resume is valid)
   std::unique_ptr<char[]> stack;
   uint3 index{};
   State state = State::kRunnable;
@@ -53,11 +71,15 @@ struct Executor {
       pthread_attr_destroy(&attr);
     }
   }
-  ucontext_t scheduler{};
+  jmp_buf scheduler{};
+  ucontext_t fiber_template{};  // getcontext once; each fiber is made from a copy
+  bool have_template = false;
   const void* scheduler_stack = nullptr;  // the OS thread's stack, where the scheduler runs
   size_t scheduler_stack_bytes = 0;
   void* scheduler_fake_stack = nullptr;
-  std::vector<Fiber> fibers;
+  std::deque<Fiber> fibers;
+  std::vector<int> at_shuffle;  // per warp of the block: lanes waiting at a shuffle  // grows at
+                                // the end only: parked fibers keep their address
   Fiber* current = nullptr;
   dim3 grid;
   dim3 block;
@@ -71,17 +93,34 @@ struct Executor {
   std::string message;  // of the last failure
   std::string detail;   // reported by a fiber during the running block
   Order order = Order::kForward;
-  std::map<uintptr_t, int> max_dynamic_shared;
 };
 
-thread_local Executor tls;
+// The OS thread's executor, made on first use and freed when the thread ends. A plain pointer,
+// so that each access costs no thread-local initialisation check (the emulator's hottest path).
+thread_local Executor* tls_executor = nullptr;
+struct ExecutorReaper {
+  ~ExecutorReaper() {
+    delete tls_executor;
+    tls_executor = nullptr;
+  }
+};
+thread_local ExecutorReaper reaper;
+[[gnu::noinline]] Executor& make_executor() {
+  (void)&reaper;  // its destructor frees the executor with the thread
+  tls_executor = new Executor;
+  return *tls_executor;
+}
+inline Executor& executor() {
+  Executor* e = tls_executor;
+  return e != nullptr ? *e : make_executor();
+}
 
-// Switches from `from` to `to`, which runs on the stack [to_stack, to_stack + to_bytes), telling
-// the address sanitizer (when built with it) which stack is live. `from_fake` keeps the
-// sanitizer's fake stack of `from` while it is suspended; null with `from` null means `from`
-// ends for good (setcontext, no return).
-void switch_context(ucontext_t* from, void** from_fake, const ucontext_t* to, const void* to_stack,
-                    size_t to_bytes) {
+// cudaFuncSetAttribute's values: process-wide, as on a GPU (set on one thread, used on another).
+std::mutex attributes_mu;
+std::map<uintptr_t, int> max_dynamic_shared;
+std::atomic<LaunchHook> launch_hook{nullptr};
+
+void start_switch(void** from_fake, const void* to_stack, size_t to_bytes) {
 #if STRATA_SIMT_ASAN
   __sanitizer_start_switch_fiber(from_fake, to_stack, to_bytes);
 #else
@@ -89,27 +128,53 @@ void switch_context(ucontext_t* from, void** from_fake, const ucontext_t* to, co
   (void)to_stack;
   (void)to_bytes;
 #endif
-  if (from == nullptr) {
-    setcontext(to);
-  } else {
-    swapcontext(from, to);
-  }
+}
+void finish_switch(void* fake) {
 #if STRATA_SIMT_ASAN
-  __sanitizer_finish_switch_fiber(*from_fake, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)fake;
 #endif
 }
 
-void to_fiber(ucontext_t* from, void** from_fake, Fiber& to) {
-  switch_context(from, from_fake, &to.context, to.stack.get(), kStackBytes);
+// Runs `to` (entering it for the first time, or resuming it).
+[[noreturn]] void enter(Fiber& to) {
+  if (to.fresh) {
+    to.fresh = false;
+    setcontext(&to.context);
+  }
+  _longjmp(to.resume, 1);
 }
-void to_scheduler(ucontext_t* from, void** from_fake) {
-  Executor& e = tls;
-  switch_context(from, from_fake, &e.scheduler, e.scheduler_stack, e.scheduler_stack_bytes);
+
+// Saves the running context in `from` (`from_fake`: the address sanitizer's fake stack of it
+// while it is suspended) and runs fiber `to`; returns when something resumes `from`. `from`
+// null: the running fiber ends for good. Never inlined, so that _setjmp saves the caller's state
+// at the call, which nothing changes before the caller is resumed.
+[[gnu::noinline]] void to_fiber(jmp_buf* from, void** from_fake, Fiber& to) {
+  if (from == nullptr) {
+    start_switch(nullptr, to.stack.get(), kStackBytes);
+    enter(to);
+  }
+  if (_setjmp(*from) == 0) {
+    start_switch(from_fake, to.stack.get(), kStackBytes);
+    enter(to);
+  }
+  finish_switch(*from_fake);
+}
+[[noreturn, gnu::noinline]] void jump_to_scheduler(void** from_fake) {
+  Executor& e = executor();
+  start_switch(from_fake, e.scheduler_stack, e.scheduler_stack_bytes);
+  _longjmp(e.scheduler, 1);
+}
+[[gnu::noinline]] void to_scheduler(jmp_buf* from, void** from_fake) {
+  if (from == nullptr) jump_to_scheduler(nullptr);
+  if (_setjmp(*from) == 0) jump_to_scheduler(from_fake);
+  finish_switch(*from_fake);
 }
 
 cudaError_t fail(cudaError_t err, const std::string& message) {
-  tls.last_error = err;
-  tls.message = message;
+  executor().last_error = err;
+  executor().message = message;
   return err;
 }
 
@@ -123,9 +188,8 @@ std::string where(const Executor& e) {
 // false on an error (in e.detail).
 bool open_shuffle(Executor& e, int w0, int lanes, bool& opened) {
   opened = false;
-  for (int l = 0; l < lanes; ++l) {
-    if (e.fibers[w0 + l].state != State::kAtShuffle) return true;
-  }
+  if (++e.at_shuffle[static_cast<size_t>(w0 / kWarpSize)] < lanes) return true;
+  e.at_shuffle[static_cast<size_t>(w0 / kWarpSize)] = 0;
   if (lanes < kWarpSize) {
     e.detail = "a warp shuffle in a partial warp of " + std::to_string(lanes) + " threads";
     return false;
@@ -149,7 +213,7 @@ int block_threads(const Executor& e) { return static_cast<int>(e.block.x * e.blo
 
 // The next runnable lane of f's warp after f in the schedule's lane order (wrapping), or null.
 Fiber* next_in_warp(Executor& e, const Fiber* f) {
-  const int i = static_cast<int>(f - e.fibers.data());
+  const int i = f->id;
   const int w0 = i - i % kWarpSize;
   const int lanes = std::min(kWarpSize, block_threads(e) - w0);
   const int step = e.order == Order::kForward ? 1 : lanes - 1;
@@ -165,15 +229,15 @@ Fiber* next_in_warp(Executor& e, const Fiber* f) {
 // lane runs on; otherwise control passes straight to the next runnable lane of the warp (one
 // context switch), or to the scheduler when there is none.
 void yield(State state) {
-  Executor& e = tls;
+  Executor& e = executor();
   Fiber* f = e.current;
   f->state = state;
   if (state == State::kAtShuffle) {
-    const int i = static_cast<int>(f - e.fibers.data());
+    const int i = f->id;
     const int w0 = i - i % kWarpSize;
     bool opened = false;
     if (!open_shuffle(e, w0, std::min(kWarpSize, block_threads(e) - w0), opened)) {
-      to_scheduler(&f->context, &f->fake_stack);  // e.detail ends the block
+      to_scheduler(&f->resume, &f->fake_stack);  // e.detail ends the block
       return;
     }
     if (opened) return;
@@ -181,25 +245,31 @@ void yield(State state) {
   Fiber* next = next_in_warp(e, f);
   if (next != nullptr) {
     e.current = next;
-    to_fiber(&f->context, &f->fake_stack, *next);
+    to_fiber(&f->resume, &f->fake_stack, *next);
   } else {
-    to_scheduler(&f->context, &f->fake_stack);
+    to_scheduler(&f->resume, &f->fake_stack);
   }
 }
 
+// A fiber's life: run the kernel body for the thread it stands for, then park until the next
+// block or launch on this OS thread resumes it.
 void fiber_entry() {
-#if STRATA_SIMT_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
-#endif
-  Executor& e = tls;
-  e.body(e.context);
-  e.current->state = State::kDone;
-  Fiber* next = next_in_warp(e, e.current);
-  if (next != nullptr) {
-    e.current = next;
-    to_fiber(nullptr, nullptr, *next);
+  finish_switch(nullptr);
+  Executor& e = executor();
+  for (;;) {
+    e.body(e.context);
+    Fiber* f = e.current;
+    f->state = State::kDone;
+    f->parked = true;
+    Fiber* next = next_in_warp(e, f);
+    if (next != nullptr) {
+      e.current = next;
+      to_fiber(&f->resume, &f->fake_stack, *next);
+    } else {
+      to_scheduler(&f->resume, &f->fake_stack);
+    }
+    f->parked = false;  // resumed for a new block
   }
-  to_scheduler(nullptr, nullptr);
 }
 
 std::string stuck_report(const Executor& e, int n) {
@@ -220,21 +290,35 @@ std::string stuck_report(const Executor& e, int n) {
   return os.str();
 }
 
+// The context fibers are made from (getcontext, which returns twice in principle, is kept out of
+// run_block's frame).
+[[gnu::noinline]] void make_template(Executor& e) {
+  getcontext(&e.fiber_template);
+  e.have_template = true;
+}
+
 // Runs the current block to its end. Returns false (with e.detail) when it cannot finish.
 bool run_block(Executor& e) {
   const int n = block_threads(e);
-  if (e.fibers.size() < static_cast<size_t>(n)) e.fibers.resize(n);
+  while (e.fibers.size() < static_cast<size_t>(n)) {
+    e.fibers.emplace_back();
+    e.fibers.back().id = static_cast<int>(e.fibers.size()) - 1;
+  }
   for (int i = 0; i < n; ++i) {
     Fiber& f = e.fibers[i];
     if (!f.stack) f.stack.reset(new char[kStackBytes]);
     f.index = uint3{i % e.block.x, (i / e.block.x) % e.block.y, i / (e.block.x * e.block.y)};
     f.state = State::kRunnable;
-    getcontext(&f.context);
+    if (f.parked) continue;  // resumed where it parked
+    if (!e.have_template) make_template(e);
+    f.context = e.fiber_template;  // (re)made: new, or left inside a body by a failed block
     f.context.uc_stack.ss_sp = f.stack.get();
     f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &e.scheduler;
+    f.context.uc_link = nullptr;  // fiber_entry never returns
     makecontext(&f.context, fiber_entry, 0);
+    f.fresh = true;
   }
+  e.at_shuffle.assign(static_cast<size_t>((n + kWarpSize - 1) / kWarpSize), 0);
   std::fill(e.shared, e.shared + e.shared_bytes, static_cast<unsigned char>(0xff));
   // Warp-serial: each warp runs (its shuffles opened by the last lane to reach them) until it
   // waits at __syncthreads or ends, before the next warp starts; a legal GPU schedule that keeps
@@ -273,12 +357,19 @@ bool run_block(Executor& e) {
 
 }  // namespace
 
-void set_order(Order order) { tls.order = order; }
+void set_order(Order order) { executor().order = order; }
 
 std::string take_last_message() {
-  std::string m = std::move(tls.message);
-  tls.message.clear();
+  std::string m = std::move(executor().message);
+  executor().message.clear();
   return m;
+}
+
+int take_last_error(std::string& message) {
+  const cudaError_t err = executor().last_error;
+  executor().last_error = cudaSuccess;
+  message = take_last_message();
+  return err;
 }
 
 cudaError_t set_attribute(uintptr_t kernel, cudaFuncAttribute attr, int value) {
@@ -287,35 +378,34 @@ cudaError_t set_attribute(uintptr_t kernel, cudaFuncAttribute attr, int value) {
     return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: value " + std::to_string(value) +
                                            " is above the 227 KiB of sm_90");
   }
-  tls.max_dynamic_shared[kernel] = value;
+  std::lock_guard lock(attributes_mu);
+  max_dynamic_shared[kernel] = value;
   return cudaSuccess;
 }
 
-const uint3& thread_idx() { return tls.current->index; }
-const uint3& block_idx() { return tls.block_index; }
-const dim3& block_dim() { return tls.block; }
-const dim3& grid_dim() { return tls.grid; }
-void* dynamic_shared_bytes() { return tls.shared; }
+const uint3& thread_idx() { return executor().current->index; }
+const uint3& block_idx() { return executor().block_index; }
+const dim3& block_dim() { return executor().block; }
+const dim3& grid_dim() { return executor().grid; }
+void* dynamic_shared_bytes() { return executor().shared; }
 void sync_block() { yield(State::kAtBarrier); }
 
 void kernel_error(const std::string& message) {
-  Executor& e = tls;
-  e.detail = message;
-  Fiber* f = e.current;
-  to_scheduler(&f->context, &f->fake_stack);  // the block ends; this fiber never resumes
+  executor().detail = message;
+  to_scheduler(nullptr, nullptr);  // the block ends; this fiber is made afresh next time
   __builtin_unreachable();
 }
 
 void warp_converge() { (void)warp_exchange(kFullMask, 0, 0, kWarpSize); }
 
 int lane_id() {
-  const uint3& i = tls.current->index;
-  const unsigned linear = i.x + tls.block.x * (i.y + tls.block.y * i.z);
+  const uint3& i = executor().current->index;
+  const unsigned linear = i.x + executor().block.x * (i.y + executor().block.y * i.z);
   return static_cast<int>(linear % kWarpSize);
 }
 
 uint64_t warp_exchange(unsigned mask, uint64_t payload, int src_lane, int width) {
-  Fiber* f = tls.current;
+  Fiber* f = executor().current;
   f->mask = mask;
   f->payload = payload;
   f->src_lane = src_lane;
@@ -324,27 +414,40 @@ uint64_t warp_exchange(unsigned mask, uint64_t payload, int src_lane, int width)
   return f->result;
 }
 
-void run_grid(const Config& c, uintptr_t kernel, void (*body)(void*), void* context) {
-  Executor& e = tls;
+cudaError_t check_launch(const Config& c, uintptr_t kernel) {
   const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
   if (threads == 0 || threads > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 ||
       c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 || c.grid.z > 65535) {
     std::ostringstream os;
     os << "launch with grid (" << c.grid.x << "," << c.grid.y << "," << c.grid.z << ") and block ("
        << c.block.x << "," << c.block.y << "," << c.block.z << ") is outside sm_90's limits";
-    fail(cudaErrorInvalidConfiguration, os.str());
-    return;
+    return fail(cudaErrorInvalidConfiguration, os.str());
   }
   if (c.shared_bytes > kDefaultSharedBytes) {
-    auto allowed = e.max_dynamic_shared.find(kernel);
-    if (allowed == e.max_dynamic_shared.end() ||
+    std::lock_guard lock(attributes_mu);
+    auto allowed = max_dynamic_shared.find(kernel);
+    if (allowed == max_dynamic_shared.end() ||
         static_cast<size_t>(allowed->second) < c.shared_bytes) {
-      fail(cudaErrorInvalidValue, "launch with " + std::to_string(c.shared_bytes) +
-                                      " bytes of dynamic shared memory, above 48 KiB without "
-                                      "cudaFuncSetAttribute allowing it");
-      return;
+      return fail(cudaErrorInvalidValue, "launch with " + std::to_string(c.shared_bytes) +
+                                             " bytes of dynamic shared memory, above 48 KiB "
+                                             "without cudaFuncSetAttribute allowing it");
     }
   }
+  return cudaSuccess;
+}
+
+void set_launch_hook(LaunchHook hook) { launch_hook.store(hook); }
+
+void launch(const Launch& l) {
+  const LaunchHook hook = launch_hook.load();
+  if (hook != nullptr && hook(l)) return;
+  run_grid(l.config, l.kernel, l.body, l.context);
+  l.destroy(l.context);
+}
+
+void run_grid(const Config& c, uintptr_t kernel, void (*body)(void*), void* context) {
+  Executor& e = executor();
+  if (check_launch(c, kernel) != cudaSuccess) return;
   e.grid = c.grid;
   e.block = c.block;
   e.shared_storage.assign(c.shared_bytes + 128, 0);
@@ -370,9 +473,11 @@ void run_grid(const Config& c, uintptr_t kernel, void (*body)(void*), void* cont
 
 }  // namespace simt
 
+// The emulated CUDA runtime (tests/cuda_emu) has its own, which read the emulator's errors.
+#if !STRATA_CUDA_EMULATE
 cudaError_t cudaGetLastError() {
-  const cudaError_t err = simt::tls.last_error;
-  simt::tls.last_error = cudaSuccess;
+  const cudaError_t err = simt::executor().last_error;
+  simt::executor().last_error = cudaSuccess;
   return err;
 }
 
@@ -383,12 +488,16 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: break;  // the emulator reports no other
   }
   return "cudaError(unknown)";
 }
 
 // The emulator's message of the last failure (what the CUDA runtime's description would be).
 const char* cudaGetErrorString(cudaError_t err) {
-  if (err != cudaSuccess && !simt::tls.message.empty()) return simt::tls.message.c_str();
+  if (err != cudaSuccess && !simt::executor().message.empty())
+    return simt::executor().message.c_str();
   return cudaGetErrorName(err);
 }
+
+#endif  // !STRATA_CUDA_EMULATE

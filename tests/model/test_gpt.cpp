@@ -171,7 +171,7 @@ std::vector<std::vector<char>> grads_with_interval(gpu::Device& dev, const GptCo
     const size_t bytes = static_cast<size_t>(model.block_numel(b)) * dtype_size(cfg.dtype);
     std::vector<char> raw(bytes);
     EXPECT_TRUE(model.stream()
-                    .copy(raw.data(), model.grad_block(b), bytes, gpu::CopyKind::kDeviceToHost)
+                    .copy_now(raw.data(), model.grad_block(b), bytes, gpu::CopyKind::kDeviceToHost)
                     .ok());
     EXPECT_TRUE(model.stream().synchronize().ok());
     out.push_back(std::move(raw));
@@ -221,7 +221,7 @@ std::vector<std::vector<char>> grads_via_entry_points(gpu::Device& dev, const Gp
     auto pb = dev.allocate(bytes);
     auto gb = dev.allocate(bytes);
     EXPECT_TRUE(pb.ok() && gb.ok());
-    EXPECT_TRUE(s.copy(pb->data(), raw.data(), bytes, gpu::CopyKind::kHostToDevice).ok());
+    EXPECT_TRUE(s.copy_now(pb->data(), raw.data(), bytes, gpu::CopyKind::kHostToDevice).ok());
     EXPECT_TRUE(s.memset(gb->data(), 0, bytes).ok());
     EXPECT_TRUE(s.synchronize().ok());
     p.push_back(std::move(pb).value());
@@ -253,7 +253,7 @@ std::vector<std::vector<char>> grads_via_entry_points(gpu::Device& dev, const Gp
   std::vector<std::vector<char>> out;
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     std::vector<char> raw(g[b].size_bytes());
-    EXPECT_TRUE(s.copy(raw.data(), g[b].data(), raw.size(), gpu::CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(s.copy_now(raw.data(), g[b].data(), raw.size(), gpu::CopyKind::kDeviceToHost).ok());
     EXPECT_TRUE(s.synchronize().ok());
     out.push_back(std::move(raw));
   }

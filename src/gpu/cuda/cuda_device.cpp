@@ -280,6 +280,19 @@ Status CudaStream::copy(void* dst, const void* src, size_t bytes, CopyKind kind)
                      "cudaMemcpyAsync");
 }
 
+Status CudaStream::copy_now(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return ok_status();
+  if (dst == nullptr || src == nullptr) {
+    return make_error(ErrorCode::kConfig, "stream copy of ", bytes, " bytes with a null pointer");
+  }
+  STRATA_RETURN_IF_ERROR(device_->activate());
+  STRATA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  STRATA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(dst, src, bytes, memcpy_kind(kind)), "cudaMemcpy"));
+  // From pageable memory cudaMemcpy may return before the DMA has finished: wait for it, since
+  // this stream does not synchronize with the legacy default stream it ran on.
+  return cuda_status(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+}
+
 Status CudaStream::memset(void* dst, int value, size_t bytes) {
   if (bytes == 0) return ok_status();
   if (dst == nullptr) {

@@ -97,6 +97,8 @@ class CudaStream final : public Stream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
+  // The stream's work first, then a synchronous cudaMemcpy (which may stage pageable memory).
+  Status copy_now(void* dst, const void* src, size_t bytes, CopyKind kind) override;
   Status memset(void* dst, int value, size_t bytes) override;
   Status record(Event& event) override;
   Status wait(Event& event) override;
