@@ -1,20 +1,17 @@
 // The emulated cuBLASLt (cuda_emu.h, include/cublasLt.h): column-major D = alpha op(A) op(B) +
-// beta C on a stream, computed by an fp32 reference (16-bit operands widened to fp32, OpenBLAS
-// sgemm, one rounding to the output type). It accepts only what strata's contract sets up
+// beta C on a stream, computed by the fp32 reference of tests/gpu_simt/reference_gemm.h (which
+// the SIMT device's matmul computes too). It accepts only what strata's contract sets up
 // (kernels.h: fp32 accumulation): compute type CUBLAS_COMPUTE_32F with fp32 scale, A and B of one
 // type, C and D of one layout, and a preference that restricts split-K reductions to the compute
 // type; anything else is refused with a line on stderr saying why, as cuBLASLt's logger would.
-#include <cblas.h>
-
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/dtype.h"
 #include "emu_internal.h"
 #include "include/cublasLt.h"
+#include "reference_gemm.h"
 
 struct cublasLtContext {
   int device;
@@ -56,17 +53,6 @@ strata::DType dtype(cudaDataType_t t) {
 // Bytes a column-major layout spans.
 size_t span_bytes(const cublasLtMatrixLayoutOpaque_t& l) {
   return ((l.cols - 1) * static_cast<uint64_t>(l.ld) + l.rows) * type_bytes(l.type);
-}
-
-// The layout's matrix as dense column-major fp32 (ld = rows).
-std::vector<float> widen(const void* p, const cublasLtMatrixLayoutOpaque_t& l) {
-  std::vector<float> out(l.rows * l.cols);
-  for (uint64_t c = 0; c < l.cols; ++c) {
-    for (uint64_t r = 0; r < l.rows; ++r) {
-      out[c * l.rows + r] = strata::load_as_f32(p, dtype(l.type), c * l.ld + r);
-    }
-  }
-  return out;
 }
 
 // Checks the shapes: op(A) is m x k, op(B) k x n, C and D m x n.
@@ -123,8 +109,6 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
   if (enter("cublasLtCreate") != cudaSuccess || handle == nullptr) {
     return CUBLAS_STATUS_NOT_INITIALIZED;
   }
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
   *handle = new cublasLtContext{cuda_emu::detail::current_device()};
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -303,20 +287,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   const cudaError_t err = cuda_emu::detail::enqueue(
       stream,
       [=] {
-        const auto m = static_cast<int>(ld.rows), n = static_cast<int>(ld.cols);
-        const auto k = static_cast<int>(o.transa == CUBLAS_OP_N ? la.cols : la.rows);
-        const std::vector<float> a32 = widen(a, la), b32 = widen(b, lb);
-        std::vector<float> c32 =
-            beta_v != 0.0f ? widen(c, lc) : std::vector<float>(ld.rows * ld.cols);
-        cblas_sgemm(CblasColMajor, o.transa == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    o.transb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha_v,
-                    a32.data(), static_cast<int>(la.rows), b32.data(), static_cast<int>(lb.rows),
-                    beta_v, c32.data(), m);
-        for (uint64_t col = 0; col < ld.cols; ++col) {
-          for (uint64_t row = 0; row < ld.rows; ++row) {
-            strata::store_from_f32(d, dtype(ld.type), col * ld.ld + row, c32[col * ld.rows + row]);
-          }
-        }
+        const auto k = static_cast<int64_t>(o.transa == CUBLAS_OP_N ? la.cols : la.rows);
+        simt::reference_gemm(o.transa == CUBLAS_OP_T, o.transb == CUBLAS_OP_T,
+                             static_cast<int64_t>(ld.rows), static_cast<int64_t>(ld.cols), k,
+                             alpha_v, a, la.ld, b, lb.ld, dtype(la.type), beta_v, c, d, lc.ld,
+                             dtype(ld.type));
         cuda_emu::detail::counters().matmuls++;
       },
       "cublasLtMatmul");

@@ -1,4 +1,6 @@
 // ZeroStep (ZeRO stages 0-3) under mpirun with 1, 2 and 4 ranks on the CpuDevice (label mpi):
+// (built as test_zero_step_gpu with STRATA_TEST_CUDA=1, label gpu: the CudaDevice tests at the
+// end of this file instead, at 1 and 2 ranks)
 //   - stages 1, 2 and 3 give the bits of stage 0 (losses, norms, final parameters, each rank's
 //     optimizer shard) over 20 steps, with the optimizer state in RAM, half and all on NVMe, and
 //     on the device (--offload-optimizer none);
@@ -22,6 +24,10 @@
 #include "engine/serial_step.h"
 #include "engine/zero_step.h"
 #include "gpu/cpu_device.h"
+#include "tested_device.h"
+#if STRATA_CUDA_EMULATE && STRATA_TEST_CUDA
+#include "simt_device.h"
+#endif
 #include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -41,6 +47,13 @@ comm::Communicator& world() {
   }();
   return *c;
 }
+
+// The device train() runs on: the CpuDevice, or another for the CUDA variant's tests.
+using DeviceMaker = std::function<Result<std::unique_ptr<gpu::Device>>(comm::Communicator&,
+                                                                       const gpu::DeviceOptions&)>;
+DeviceMaker make_device = [](comm::Communicator&, const gpu::DeviceOptions& o) {
+  return gpu::create_cpu_device(o);
+};
 
 constexpr int kSteps = 20;
 constexpr int64_t kMicroBatch = 4;
@@ -115,7 +128,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   gpu::DeviceOptions dopt;
   dopt.memory_limit_bytes = 256 << 20;
   dopt.threads = 1;
-  auto dev_r = gpu::create_cpu_device(dopt);
+  auto dev_r = make_device(comm, dopt);
   EXPECT_TRUE(dev_r.ok()) << dev_r.status().to_string();
   if (!dev_r.ok()) return run;
   gpu::Device& dev = *dev_r.value();
@@ -359,6 +372,7 @@ Store open_store() {
   return s;
 }
 
+#if !STRATA_TEST_CUDA
 TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
   comm::Communicator& comm = world();
   Store store = open_store();
@@ -1081,6 +1095,76 @@ TEST(ZeroStep, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
     }
   }
 }
+
+#endif  // !STRATA_TEST_CUDA
+
+#if STRATA_TEST_CUDA
+// The ZeRO step over CudaDevice (a GPU, or the emulated CUDA runtime of tests/cuda_emu): a device
+// per rank (the local rank modulo the devices), collectives over MPI on pinned host memory as on
+// the CpuDevice, the optimizer state offloaded to the host and at stage 3 the parameters too;
+// fewer steps where the device is emulated (a step takes seconds there).
+Result<std::unique_ptr<gpu::Device>> cuda_device(comm::Communicator& comm,
+                                                 const gpu::DeviceOptions& o) {
+  gpu::DeviceOptions c = o;
+  c.ordinal = comm.local_rank() % gpu::cuda_device_count();
+  return gpu::create_device(gpu::DeviceKind::kCuda, c);
+}
+
+constexpr int kCudaSteps = gpu::test::kEmulatedCuda ? 6 : kSteps;
+
+TEST(ZeroStepOnCuda, EveryStageGivesTheBitsOfStageZero) {
+  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  comm::Communicator& comm = world();
+  make_device = cuda_device;
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  ZCase base;
+  base.steps = kCudaSteps;
+  const ZRun ref = train(comm, base, nullptr);
+  std::vector<ZCase> cases;
+  for (int stage = 1; stage <= 3; ++stage) {
+    ZCase c = base;
+    c.stage = stage;
+    cases.push_back(c);
+  }
+  ZCase c = base;  // stage 3 with the parameters and half the optimizer state on NVMe
+  c.stage = 3;
+  c.offload_param = Home::kNvme;
+  c.nvme_fraction = 0.5;
+  cases.push_back(c);
+  for (const ZCase& z : cases) {
+    SCOPED_TRACE(describe(z));
+    expect_same_bits(ref, train(comm, z, z.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
+}
+
+#if STRATA_CUDA_EMULATE
+// The real CudaDevice's host side (streams, events, copies, pinned registration) changes no bit:
+// the same runs on the SIMT device (the same kernels, the same reference matmul, a CpuDevice's
+// streams) give the same losses, norms, parameters and optimizer shards.
+TEST(ZeroStepOnCuda, GivesTheBitsOfTheSimtDevice) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (int stage : {0, 3}) {
+    ZCase c;
+    c.steps = kCudaSteps;
+    c.stage = stage;
+    c.offload_param = stage == 3 ? Home::kNvme : Home::kPinned;
+    c.nvme_fraction = stage == 3 ? 0.5 : 0.0;
+    nvme::SwapStore* s = c.nvme_fraction > 0 ? store.store.get() : nullptr;
+    make_device = cuda_device;
+    const ZRun cuda = train(comm, c, s);
+    make_device = [](comm::Communicator&, const gpu::DeviceOptions& o) {
+      return gpu::test::create_simt_device(o);
+    };
+    const ZRun simt = train(comm, c, s);
+    SCOPED_TRACE(describe(c));
+    expect_same_bits(simt, cuda);
+  }
+}
+#endif  // STRATA_CUDA_EMULATE
+#endif  // STRATA_TEST_CUDA
 
 }  // namespace
 }  // namespace strata::engine

@@ -9,8 +9,11 @@
 #include <vector>
 
 #include "gpu/cpu_device.h"
+#include "gpu/cuda/cuda_status.h"
+#include "gpu/cuda/launch.h"
 #include "gpu/cuda/launch_kernels.h"
 #include "gpu/kernels.h"
+#include "reference_gemm.h"
 
 namespace strata::gpu::test {
 namespace {
@@ -20,8 +23,19 @@ class SimtKernels final : public cuda::LaunchKernels {
   SimtKernels(Device* cpu, simt::Order order)
       : cpu_(cpu), order_(order), scratch_(cuda::kStreamScratchFloats) {}
 
+  // As CudaKernels::matmul does it (cuda_matmul.cpp), with the reference of the emulated cuBLASLt
+  // (reference_gemm.h) in cuBLASLt's place: row-major C = op(A) op(B) is column-major C^T =
+  // op(B)^T op(A)^T, then the bias kernel. The argument checks are the CpuDevice's.
   Status matmul(Stream& s, const MatmulArgs& args) override {
-    return cpu_->kernels().matmul(s, args);
+    STRATA_RETURN_IF_ERROR(check_matmul(args));
+    STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+    simt::reference_gemm(args.trans_b, args.trans_a, args.n, args.m, args.k, args.alpha, args.b,
+                         args.trans_b ? args.k : args.n, args.a, args.trans_a ? args.m : args.k,
+                         args.dtype_ab, args.beta, args.c, args.c, args.n, args.dtype_c);
+    if (args.bias == nullptr) return ok_status();
+    return cuda::cuda_status(cuda::launch_add_bias_rows(target.stream, args.c, args.bias, args.m,
+                                                        args.n, cuda::elem_type(args.dtype_c)),
+                             "matmul bias");
   }
 
  protected:

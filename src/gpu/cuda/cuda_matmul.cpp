@@ -126,22 +126,7 @@ Result<cublasLtMatmulAlgo_t> CudaKernels::find_algo(const MatmulKey& key, cublas
 }
 
 Status CudaKernels::matmul(Stream& s, const MatmulArgs& args) {
-  if (!valid_dtype(args.dtype_ab) || !valid_dtype(args.dtype_c)) {
-    return make_error(ErrorCode::kConfig, "matmul: dtypes ", static_cast<int>(args.dtype_ab), "/",
-                      static_cast<int>(args.dtype_c), " are not accepted (f32, f16 or bf16)");
-  }
-  if (args.dtype_c != args.dtype_ab && args.dtype_c != DType::kF32) {
-    return make_error(ErrorCode::kUnsupported, "matmul: C dtype ", dtype_name(args.dtype_c),
-                      " with A/B dtype ", dtype_name(args.dtype_ab),
-                      " is not supported on CUDA (C must be f32 or the A/B dtype)");
-  }
-  if (args.m <= 0 || args.n <= 0 || args.k <= 0) {  // as on the CpuDevice
-    return make_error(ErrorCode::kConfig, "matmul: M=", args.m, " N=", args.n, " K=", args.k,
-                      " are not accepted (each must be > 0)");
-  }
-  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) {
-    return make_error(ErrorCode::kConfig, "matmul: A, B and C must be non-null");
-  }
+  STRATA_RETURN_IF_ERROR(check_matmul(args));
   STRATA_ASSIGN_OR_RETURN(CudaStream * cs, cuda_stream(s));
   const int64_t m = args.m, n = args.n, k = args.k;
   cublasLtMatmulDesc_t op_raw = nullptr;

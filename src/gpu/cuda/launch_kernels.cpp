@@ -43,6 +43,26 @@ Status launched(cudaError_t err, const char* op) { return cuda_status(err, op); 
 
 }  // namespace
 
+Status LaunchKernels::check_matmul(const MatmulArgs& args) {
+  if (!valid_dtype(args.dtype_ab) || !valid_dtype(args.dtype_c)) {
+    return make_error(ErrorCode::kConfig, "matmul: dtypes ", static_cast<int>(args.dtype_ab), "/",
+                      static_cast<int>(args.dtype_c), " are not accepted (f32, f16 or bf16)");
+  }
+  if (args.dtype_c != args.dtype_ab && args.dtype_c != DType::kF32) {
+    return make_error(ErrorCode::kUnsupported, "matmul: C dtype ", dtype_name(args.dtype_c),
+                      " with A/B dtype ", dtype_name(args.dtype_ab),
+                      " is not supported on CUDA (C must be f32 or the A/B dtype)");
+  }
+  if (args.m <= 0 || args.n <= 0 || args.k <= 0) {  // as on the CpuDevice
+    return make_error(ErrorCode::kConfig, "matmul: M=", args.m, " N=", args.n, " K=", args.k,
+                      " are not accepted (each must be > 0)");
+  }
+  if (args.a == nullptr || args.b == nullptr || args.c == nullptr) {
+    return make_error(ErrorCode::kConfig, "matmul: A, B and C must be non-null");
+  }
+  return ok_status();
+}
+
 Status LaunchKernels::bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,
                                     DType dtype, bool accumulate) {
   const char* op = "bias_backward";

@@ -47,6 +47,8 @@ class LaunchKernels : public Kernels {
                      bool accumulate) override;
 
  protected:
+  // matmul's argument checks (dtypes, C's dtype, positive sizes, non-null pointers).
+  static Status check_matmul(const MatmulArgs& args);
   // Where an op is launched: the stream, and its kStreamScratchFloats floats of scratch.
   struct LaunchTarget {
     cudaStream_t stream = nullptr;
