@@ -17,6 +17,10 @@
 // beside its bytes (ZeroStep::last_lane_bytes, the formula of docs/zero.md) over the lane's
 // bandwidth (the link model; the disk's write and read rates measured through the swap store
 // first), so a reader sees which resource bounds the step.
+// --device cuda: the same on each rank's GPU (the local rank modulo the GPUs; --device-memory-gib
+// of pool per stack, two stacks at once), with the real link instead of the model: the H2D and
+// D2H rates for the lane table are measured first (pinned, 256 MiB, median of three), and the
+// exposed-transfer figure is the trace's, as on the CpuDevice.
 // Prints a table, then one JSON line (rank 0).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -28,8 +32,10 @@
 
 #include "bench_util.h"
 #include "comm/mpi_comm.h"
+#include "cpu/pinned_memory.h"
 #include "engine/zero_step.h"
 #include "gpu/cpu_device.h"
+#include "gpu/device.h"
 #include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -59,15 +65,46 @@ struct Stack {
   std::unique_ptr<engine::ZeroStep> step;
 };
 
-Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStore* store,
-                 uint64_t key_base, double link, comm::Communicator& world,
-                 engine::Home offload_param = engine::Home::kPinned) {
-  Stack st;
+// The device of a stack: a CpuDevice with one thread behind the modelled link, or (cuda_gib > 0)
+// this rank's GPU with a pool of cuda_gib GiB.
+std::unique_ptr<gpu::Device> make_device(double link, double cuda_gib, comm::Communicator& world) {
   gpu::DeviceOptions o;
+  if (cuda_gib > 0) {
+    o.ordinal = world.local_rank() % std::max(1, gpu::cuda_device_count());
+    o.memory_limit_bytes = static_cast<size_t>(cuda_gib * double(size_t{1} << 30));
+    return check(gpu::create_device(gpu::DeviceKind::kCuda, o));
+  }
   o.threads = 1;
   o.memory_limit_bytes = size_t{2} << 30;
   o.link_bytes_per_s = link;
-  st.dev = check(gpu::create_cpu_device(o));
+  return check(gpu::create_cpu_device(o));
+}
+
+// Host->device and device->host rates of pinned copies of 256 MiB (median of three).
+std::pair<double, double> measure_link(gpu::Device& dev) {
+  const size_t bytes = size_t{256} << 20;
+  auto host = check(cpu::default_pinned_pool().allocate(bytes));
+  auto buf = check(dev.allocate(bytes));
+  auto stream = check(dev.create_stream());
+  std::vector<double> h2d, d2h;
+  for (int k = 0; k < 4; ++k) {  // the first is a warm-up
+    auto t0 = Clock::now();
+    check(stream->copy(buf.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
+    check(stream->synchronize());
+    if (k > 0) h2d.push_back(double(bytes) / seconds_since(t0));
+    t0 = Clock::now();
+    check(stream->copy(host.data(), buf.data(), bytes, gpu::CopyKind::kDeviceToHost));
+    check(stream->synchronize());
+    if (k > 0) d2h.push_back(double(bytes) / seconds_since(t0));
+  }
+  return {median(h2d), median(d2h)};
+}
+
+Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStore* store,
+                 uint64_t key_base, double link, comm::Communicator& world,
+                 engine::Home offload_param = engine::Home::kPinned, double cuda_gib = 0) {
+  Stack st;
+  st.dev = make_device(link, cuda_gib, world);
   model::GptConfig cfg;
   cfg.vocab = model::AdditionTask::kVocab;
   cfg.max_seq = s.seq;
@@ -133,8 +170,10 @@ struct Timed {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_zero: ZeRO stage 3 against stage 0 under mpirun, on the CpuDevice"};
+  CLI::App app{"bench_zero: ZeRO stage 3 against stage 0 under mpirun, on the CpuDevice or GPU"};
   bool quick = false;
+  std::string device = "cpu";
+  double device_gib = 8.0;
   int repeats = 7;
   double flops_per_byte = 1000.0;
   Shape s;
@@ -157,7 +196,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--nvme-path", nvme_path, "directory for the half-NVMe cases' swap files")
       ->capture_default_str();
+  app.add_option("--device", device, "cpu (the modelled link) or cuda (this rank's GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--device-memory-gib", device_gib, "cuda: each stack's pool (two at once)")
+      ->check(CLI::Range(0.25, 1024.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const double cuda_gib = device == "cuda" ? device_gib : 0.0;
+  if (cuda_gib > 0 && gpu::cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_zero: --device cuda: no CUDA GPU on this machine\n");
+    return 2;
+  }
   if (quick) repeats = std::min(repeats, 3);
   comm::CommOptions co;
   co.timeout_s = 600;
@@ -166,10 +216,12 @@ int main(int argc, char** argv) {
   const bool lead = world.rank() == 0;
   const uint64_t n = static_cast<uint64_t>(world.size());
 
-  // The CpuDevice's compute rate: FLOPs of one stage-0 step over its compute lane's busy time.
+  // The device's compute rate: FLOPs of one stage-0 step over its compute lane's busy time. On
+  // the CpuDevice the link follows from it; on a GPU it is measured.
   float link = 0.0f;
+  double link_d2h = 0.0;
   {
-    Stack cal = make_stack(s, 0, 0.0, nullptr, 0, 0.0, world);
+    Stack cal = make_stack(s, 0, 0.0, nullptr, 0, 0.0, world, engine::Home::kPinned, cuda_gib);
     Batch b(s);
     double flops = 0;
     for (int64_t k = 0; k < cal.model->num_blocks(); ++k) {
@@ -185,9 +237,27 @@ int main(int argc, char** argv) {
                          .busy_ms[static_cast<int>(sched::Lane::kCompute)] *
                      1e-3);
     }
-    link = static_cast<float>(flops / median(busy) / flops_per_byte);
+    if (cuda_gib > 0) {
+      const auto [h2d, d2h] = measure_link(*cal.dev);
+      link = static_cast<float>(h2d);
+      link_d2h = d2h;
+      if (lead) {
+        std::printf(
+            "GPT L=%lld C=%lld NH=%lld, %lld params, B=%lld T=%lld per rank, bf16, %llu ranks; "
+            "%s at %.2f GFLOP/s (the step's compute lane), pinned H2D %.2f GB/s, D2H %.2f GB/s\n",
+            static_cast<long long>(s.layers), static_cast<long long>(s.channels),
+            static_cast<long long>(s.heads),
+            static_cast<long long>(cal.model->config().num_params()),
+            static_cast<long long>(s.batch), static_cast<long long>(s.seq),
+            static_cast<unsigned long long>(n), cal.dev->name().c_str(),
+            flops / median(busy) * 1e-9, h2d * 1e-9, d2h * 1e-9);
+      }
+    } else {
+      link = static_cast<float>(flops / median(busy) / flops_per_byte);
+      link_d2h = link;
+    }
     check(world.broadcast(&link, 1, DType::kF32, 0));  // every rank gets rank 0's link
-    if (lead) {
+    if (lead && cuda_gib == 0) {
       std::printf(
           "GPT L=%lld C=%lld NH=%lld, %lld params, B=%lld T=%lld per rank, bf16, %llu ranks; "
           "CpuDevice 1 thread at %.2f GFLOP/s, link %.1f MB/s (%.0f FLOP/byte)\n",
@@ -231,14 +301,15 @@ int main(int argc, char** argv) {
     std::printf("%-10s %12s %12s %10s %10s %14s\n", "optimizer", "stage0 tok/s", "stage3 tok/s",
                 "ratio", "exposed", "bytes/theory");
   }
-  nlohmann::json out{{"bench", "step"}, {"stage", 3}, {"ranks", n}};
+  nlohmann::json out{{"bench", "step"}, {"stage", 3}, {"ranks", n}, {"device", device}};
   const double tokens = static_cast<double>(s.batch * s.seq * static_cast<int64_t>(n));
   for (int kase = 0; kase < 3; ++kase) {
     const double frac = kase == 0 ? 0.0 : 0.5;
     const bool param_nvme = kase == 2;
-    Stack z0 = make_stack(s, 0, frac, frac > 0 ? store.get() : nullptr, 0, link, world);
+    Stack z0 = make_stack(s, 0, frac, frac > 0 ? store.get() : nullptr, 0, link, world,
+                          engine::Home::kPinned, cuda_gib);
     Stack z3 = make_stack(s, 3, frac, frac > 0 ? store.get() : nullptr, 1000, link, world,
-                          param_nvme ? engine::Home::kNvme : engine::Home::kPinned);
+                          param_nvme ? engine::Home::kNvme : engine::Home::kPinned, cuda_gib);
     Batch b(s);
     auto run = [&](Stack& st, int64_t step) {
       b.make(step, world.rank());
@@ -296,7 +367,7 @@ int main(int argc, char** argv) {
     // Which resource bounds the stage-3 step: each lane's busy time against its bytes over its
     // bandwidth (the NVMe lane does reads and writes one after the other).
     const engine::ZeroLaneBytes& lb = last3.lanes;
-    const double h2d_ms = 1e3 * double(lb.h2d) / link, d2h_ms = 1e3 * double(lb.d2h) / link;
+    const double h2d_ms = 1e3 * double(lb.h2d) / link, d2h_ms = 1e3 * double(lb.d2h) / link_d2h;
     const double nvme_ms =
         1e3 * (double(lb.nvme_read) / disk_read + double(lb.nvme_write) / disk_write);
     const double comm_ms = last3.m.busy_ms[static_cast<int>(sched::Lane::kComm)];
