@@ -109,6 +109,18 @@ TEST(CudaEmuDevice, CudaStreamCopiesFollowStrictMode) {
   EXPECT_EQ(back, pageable);
 }
 
+// Holds `stream` in a host function until `release` is set.
+cudaError_t hold(cudaStream_t stream, std::atomic<bool>& release) {
+  return cudaLaunchHostFunc(
+      stream,
+      [](void* p) {
+        while (!static_cast<std::atomic<bool>*>(p)->load()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      },
+      &release);
+}
+
 struct HostFnResult {
   std::atomic<int> err{-1};
 };
@@ -131,15 +143,7 @@ TEST_F(CudaEmu, HostFunctionsMayNotCallCuda) {
 // it unless the caller clears it (what CudaEvent::query and NcclOp::poll do).
 TEST_F(CudaEmu, NotReadyQueryLeavesItsErrorInTheLastErrorSlot) {
   std::atomic<bool> release{false};
-  ASSERT_EQ(cudaLaunchHostFunc(
-                stream_,
-                [](void* p) {
-                  while (!static_cast<std::atomic<bool>*>(p)->load()) {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                  }
-                },
-                &release),
-            cudaSuccess);
+  ASSERT_EQ(hold(stream_, release), cudaSuccess);
   cudaEvent_t event = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(event, stream_), cudaSuccess);
@@ -162,15 +166,7 @@ TEST_F(CudaEmu, StreamWaitsForTheRecordCurrentAtTheCall) {
   ASSERT_EQ(cudaEventRecord(event, stream_), cudaSuccess);  // completes at once
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(other, event, 0), cudaSuccess);
-  ASSERT_EQ(cudaLaunchHostFunc(
-                stream_,
-                [](void* p) {
-                  while (!static_cast<std::atomic<bool>*>(p)->load()) {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                  }
-                },
-                &release),
-            cudaSuccess);
+  ASSERT_EQ(hold(stream_, release), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(event, stream_), cudaSuccess);  // a later record, still pending
   EXPECT_EQ(cudaStreamSynchronize(other), cudaSuccess);     // did not wait for it
   release = true;

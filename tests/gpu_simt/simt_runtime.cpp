@@ -481,17 +481,7 @@ cudaError_t cudaGetLastError() {
   return err;
 }
 
-const char* cudaGetErrorName(cudaError_t err) {
-  switch (err) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    default: break;  // the emulator reports no other
-  }
-  return "cudaError(unknown)";
-}
+const char* cudaGetErrorName(cudaError_t err) { return simt::error_name(err); }
 
 // The emulator's message of the last failure (what the CUDA runtime's description would be).
 const char* cudaGetErrorString(cudaError_t err) {
