@@ -4,6 +4,31 @@ function(strata_add_module name)
   add_library(strata_${name} STATIC ${A_SOURCES})
   target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(strata_${name} PUBLIC ${A_DEPS} PRIVATE strata_warnings ${A_PRIVATE_DEPS})
+  # The layering, enforced: the module's sources (src/NAME, subfolders included) may include the
+  # headers of the module itself and of the strata modules its DEPS name, and theirs; any other
+  # strata header stops the build (cmake/check_layering.cmake, rerun when a source changes).
+  set(sees ${name})
+  foreach(dep ${A_DEPS} ${A_PRIVATE_DEPS})
+    if(dep MATCHES "^strata_(.+)$")
+      get_property(dep_sees GLOBAL PROPERTY STRATA_MODULE_SEES_${CMAKE_MATCH_1})
+      list(APPEND sees ${CMAKE_MATCH_1} ${dep_sees})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES sees)
+  set_property(GLOBAL PROPERTY STRATA_MODULE_SEES_${name} ${sees})
+  set(dir ${PROJECT_SOURCE_DIR}/src/${name})
+  file(GLOB_RECURSE files CONFIGURE_DEPENDS ${dir}/*.h ${dir}/*.cpp ${dir}/*.cu ${dir}/*.cuh)
+  string(REPLACE ";" "," sees_arg "${sees}")
+  string(REPLACE ";" "," modules_arg "${STRATA_MODULES}")
+  set(stamp ${CMAKE_CURRENT_BINARY_DIR}/layering.stamp)
+  add_custom_command(
+    OUTPUT ${stamp}
+    COMMAND ${CMAKE_COMMAND} -DMODULE=${name} -DALLOWED=${sees_arg} -DMODULES=${modules_arg}
+            -DDIR=${dir} -DSTAMP=${stamp} -P ${PROJECT_SOURCE_DIR}/cmake/check_layering.cmake
+    DEPENDS ${files} ${PROJECT_SOURCE_DIR}/cmake/check_layering.cmake
+    COMMENT "Checking the layering of ${name}")
+  add_custom_target(strata_${name}_layering DEPENDS ${stamp})
+  add_dependencies(strata_${name} strata_${name}_layering)
 endfunction()
 
 # strata_add_test(NAME SOURCES ... LIBS ... LABELS ... [MPI_RANKS n ...] [TIMEOUT s])
