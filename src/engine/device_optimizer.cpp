@@ -54,7 +54,6 @@ Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, g
     STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer buf, device.allocate(host.size() * 4));
     STRATA_RETURN_IF_ERROR(
         stream.copy_now(buf.data(), host.data(), host.size() * 4, gpu::CopyKind::kHostToDevice));
-    STRATA_RETURN_IF_ERROR(stream.synchronize());
     d.state_.push_back(std::move(buf));
   }
   return d;
@@ -67,7 +66,6 @@ Status DeviceOptimizer::download(OffloadedOptimizer& optimizer, gpu::Stream& str
     std::vector<float> host(3 * n);
     STRATA_RETURN_IF_ERROR(stream.copy_now(host.data(), state_[p].data(), host.size() * 4,
                                            gpu::CopyKind::kDeviceToHost));
-    STRATA_RETURN_IF_ERROR(stream.synchronize());
     STRATA_RETURN_IF_ERROR(optimizer.load(p, host.data(), host.data() + n, host.data() + 2 * n));
   }
   return ok_status();

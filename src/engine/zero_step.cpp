@@ -307,9 +307,8 @@ Status ZeroStep::load_shard(int64_t b, void* host) {
       std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
       return ok_status();
     case Home::kDevice:
-      STRATA_RETURN_IF_ERROR(model_.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]),
-                                                      bytes, gpu::CopyKind::kDeviceToHost));
-      return model_.stream().synchronize();
+      return model_.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]), bytes,
+                                      gpu::CopyKind::kDeviceToHost);
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
@@ -330,9 +329,8 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
       std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
       return ok_status();
     case Home::kDevice:
-      STRATA_RETURN_IF_ERROR(model_.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host,
-                                                      bytes, gpu::CopyKind::kHostToDevice));
-      return model_.stream().synchronize();
+      return model_.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host, bytes,
+                                      gpu::CopyKind::kHostToDevice);
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
@@ -346,11 +344,9 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
 Status ZeroStep::gather_block(int64_t b, void* dst) {
   model::GptModel& m = model_;
   STRATA_RETURN_IF_ERROR(gather_host(b));
-  STRATA_RETURN_IF_ERROR(
-      m.stream().copy_now(dst, host_scratch_.data(),
-                          static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
-                          gpu::CopyKind::kHostToDevice));
-  return m.stream().synchronize();
+  return m.stream().copy_now(dst, host_scratch_.data(),
+                             static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
+                             gpu::CopyKind::kHostToDevice);
 }
 
 Status ZeroStep::gather_params(int64_t b, float* host) {

@@ -191,9 +191,8 @@ Status GptModel::upload_params(int64_t block, const float* host) {
   const auto numel = static_cast<size_t>(block_numel(block));
   std::vector<char> staging(numel * dtype_size(config_.dtype));
   convert(host, DType::kF32, staging.data(), config_.dtype, numel);
-  STRATA_RETURN_IF_ERROR(stream_->copy_now(param_block(block), staging.data(), staging.size(),
-                                           gpu::CopyKind::kHostToDevice));
-  return stream_->synchronize();
+  return stream_->copy_now(param_block(block), staging.data(), staging.size(),
+                           gpu::CopyKind::kHostToDevice);
 }
 
 Status GptModel::copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* host) {
@@ -209,7 +208,6 @@ Status GptModel::copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* 
   std::vector<char> staging(numel * dtype_size(config_.dtype));
   STRATA_RETURN_IF_ERROR(
       stream_->copy_now(staging.data(), buf.data(), staging.size(), gpu::CopyKind::kDeviceToHost));
-  STRATA_RETURN_IF_ERROR(stream_->synchronize());
   convert(staging.data(), config_.dtype, host, DType::kF32, numel);
   return ok_status();
 }
@@ -354,7 +352,6 @@ Status GptModel::logits_to_host(std::vector<float>& out) {
   std::vector<char> staging(static_cast<size_t>(n * vp) * dtype_size(config_.dtype));
   STRATA_RETURN_IF_ERROR(stream_->copy_now(staging.data(), logits_.data(), staging.size(),
                                            gpu::CopyKind::kDeviceToHost));
-  STRATA_RETURN_IF_ERROR(stream_->synchronize());
   out.resize(static_cast<size_t>(n * config_.vocab));
   for (int64_t r = 0; r < n; ++r) {
     convert(staging.data() + static_cast<size_t>(r * vp) * dtype_size(config_.dtype), config_.dtype,
