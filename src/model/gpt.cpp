@@ -257,7 +257,7 @@ Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t*
   int64_t valid = 0;
   for (int64_t i = 0; targets != nullptr && i < n; ++i) valid += targets[i] >= 0 ? 1 : 0;
   const auto bytes = static_cast<size_t>(n) * 4;
-  if (batch_pending_) STRATA_RETURN_IF_ERROR(batch_copied_->synchronize());  // staging reused
+  STRATA_RETURN_IF_ERROR(batch_copied_->synchronize());  // the staging is reused
   std::memcpy(host_batch_.bytes(), tokens, bytes);
   STRATA_RETURN_IF_ERROR(
       s.copy(tokens_.data(), host_batch_.bytes(), bytes, gpu::CopyKind::kHostToDevice));
@@ -269,9 +269,7 @@ Status GptModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t*
     STRATA_RETURN_IF_ERROR(
         s.copy(targets_.data(), host_batch_.bytes() + bytes, bytes, gpu::CopyKind::kHostToDevice));
   }
-  STRATA_RETURN_IF_ERROR(s.record(*batch_copied_));
-  batch_pending_ = true;
-  return ok_status();
+  return s.record(*batch_copied_);
 }
 
 Result<float> GptModel::forward(const int32_t* tokens, const int32_t* targets) {

@@ -205,8 +205,7 @@ class GptModel {
   // block on a GPU): the per-position losses read back, and the batch's tokens | targets, whose
   // copies must have read them (batch_copied_) before the next batch overwrites them.
   cpu::PinnedBuffer host_losses_, host_batch_;
-  std::unique_ptr<gpu::Event> batch_copied_;
-  bool batch_pending_ = false;
+  std::unique_ptr<gpu::Event> batch_copied_;  // (never recorded: complete)
 };
 
 }  // namespace strata::model

@@ -109,17 +109,25 @@ int run(const Op& o, std::vector<MPI_Request>& requests) {
   const int ib = static_cast<int>(part);
   std::vector<char> parts;
   int rc = MPI_SUCCESS;
+  // Every rank's contribution in `parts` (rank order) through `exchange`, or this rank's alone.
+  const auto collect = [&](auto exchange) {
+    parts.resize(part * static_cast<size_t>(n));
+    if (n == 1) {
+      std::memcpy(parts.data(), o.send, part);
+      return MPI_SUCCESS;
+    }
+    return exchange();
+  };
   switch (o.kind) {
     case Kind::kAllReduce:
-      parts.resize(part * static_cast<size_t>(n));
-      rc = n == 1 ? (std::memcpy(parts.data(), o.send, part), MPI_SUCCESS)
-                  : MPI_Allgather(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, c.mpi);
+      rc = collect(
+          [&] { return MPI_Allgather(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, c.mpi); });
       if (rc == MPI_SUCCESS) reduce_parts(parts, n, o.count, o.type, o.op, o.recv);
       break;
     case Kind::kReduce:
-      parts.resize(part * static_cast<size_t>(n));
-      rc = n == 1 ? (std::memcpy(parts.data(), o.send, part), MPI_SUCCESS)
-                  : MPI_Gather(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, o.root, c.mpi);
+      rc = collect([&] {
+        return MPI_Gather(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, o.root, c.mpi);
+      });
       if (rc == MPI_SUCCESS && c.rank == o.root) {
         reduce_parts(parts, n, o.count, o.type, o.op, o.recv);
       }
@@ -129,9 +137,8 @@ int run(const Op& o, std::vector<MPI_Request>& requests) {
       if (n > 1) rc = MPI_Bcast(o.recv, ib, MPI_BYTE, o.root, c.mpi);
       break;
     case Kind::kReduceScatter:
-      parts.resize(part * static_cast<size_t>(n));
-      rc = n == 1 ? (std::memcpy(parts.data(), o.send, part), MPI_SUCCESS)
-                  : MPI_Alltoall(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, c.mpi);
+      rc = collect(
+          [&] { return MPI_Alltoall(o.send, ib, MPI_BYTE, parts.data(), ib, MPI_BYTE, c.mpi); });
       if (rc == MPI_SUCCESS) reduce_parts(parts, n, o.count, o.type, o.op, o.recv);
       break;
     case Kind::kAllGather:

@@ -334,35 +334,44 @@ namespace {
 
 // STRATA_CUDA_EMU_PROFILE=1: at exit, the emulated time of each kernel (by address and block
 // size; `nm -C` on the binary names the address), for finding what makes a test slow.
-struct Profile {
-  std::mutex mu;
-  std::map<std::pair<uintptr_t, unsigned>, std::pair<uint64_t, double>> by_kernel;
-  ~Profile() {
-    std::vector<std::pair<double, std::string>> rows;
-    for (const auto& [key, v] : by_kernel) {
-      std::ostringstream os;
-      os << std::hex << key.first << std::dec << " block " << key.second << ": " << v.first
-         << " launches";
-      rows.emplace_back(v.second, os.str());
-    }
-    std::sort(rows.rbegin(), rows.rend());
-    for (const auto& [seconds, what] : rows)
-      std::fprintf(stderr, "cuda_emu profile: %8.3f s  %s\n", seconds, what.c_str());
-  }
-};
-void profile(const simt::Launch& l, std::chrono::steady_clock::duration d) {
+bool profiling() {
   static const bool on = [] {
     const char* v = std::getenv("STRATA_CUDA_EMU_PROFILE");
     return v != nullptr && std::string(v) == "1";
   }();
-  if (!on) return;
-  static Profile* p = new Profile;  // printed by the atexit below
-  static const int registered = std::atexit([] { p->~Profile(); });
+  return on;
+}
+struct Profile {
+  std::mutex mu;
+  std::map<std::pair<uintptr_t, unsigned>, std::pair<uint64_t, double>> by_kernel;
+};
+Profile& the_profile() {
+  static Profile* p = new Profile;  // read by the exit handler, never destroyed
+  return *p;
+}
+void print_profile() {
+  Profile& p = the_profile();
+  std::lock_guard lock(p.mu);
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [key, v] : p.by_kernel) {
+    std::ostringstream os;
+    os << std::hex << key.first << std::dec << " block " << key.second << ": " << v.first
+       << " launches";
+    rows.emplace_back(v.second, os.str());
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  for (const auto& [seconds, what] : rows) {
+    std::fprintf(stderr, "cuda_emu profile: %8.3f s  %s\n", seconds, what.c_str());
+  }
+}
+void profile(const simt::Launch& l, double seconds) {
+  static const int registered = std::atexit(print_profile);
   (void)registered;
-  std::lock_guard lock(p->mu);
-  auto& v = p->by_kernel[{l.kernel, l.config.block.x * l.config.block.y * l.config.block.z}];
+  Profile& p = the_profile();
+  std::lock_guard lock(p.mu);
+  auto& v = p.by_kernel[{l.kernel, l.config.block.x * l.config.block.y * l.config.block.z}];
   v.first++;
-  v.second += std::chrono::duration<double>(d).count();
+  v.second += seconds;
 }
 
 bool launch_hook(const simt::Launch& l) {
@@ -388,9 +397,14 @@ bool launch_hook(const simt::Launch& l) {
   const cudaError_t err = enqueue(
       l.config.stream,
       [copy, device] {
-        const auto t0 = std::chrono::steady_clock::now();
+        const bool timed = profiling();
+        const auto t0 =
+            timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         simt::run_grid(copy.config, copy.kernel, copy.body, copy.context);
-        profile(copy, std::chrono::steady_clock::now() - t0);
+        if (timed) {
+          profile(copy,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
         copy.destroy(copy.context);
         std::string message;
         const int fault = simt::take_last_error(message);

@@ -225,6 +225,18 @@ Fiber* next_in_warp(Executor& e, const Fiber* f) {
   return nullptr;
 }
 
+// Suspends fiber f (saving where it continues) and runs the next runnable lane of its warp, or
+// the scheduler when there is none.
+void pass_on(Executor& e, Fiber* f) {
+  Fiber* next = next_in_warp(e, f);
+  if (next != nullptr) {
+    e.current = next;
+    to_fiber(&f->resume, &f->fake_stack, *next);
+  } else {
+    to_scheduler(&f->resume, &f->fake_stack);
+  }
+}
+
 // Suspends the calling fiber in `state`. A shuffle that this lane completes opens at once and the
 // lane runs on; otherwise control passes straight to the next runnable lane of the warp (one
 // context switch), or to the scheduler when there is none.
@@ -242,13 +254,7 @@ void yield(State state) {
     }
     if (opened) return;
   }
-  Fiber* next = next_in_warp(e, f);
-  if (next != nullptr) {
-    e.current = next;
-    to_fiber(&f->resume, &f->fake_stack, *next);
-  } else {
-    to_scheduler(&f->resume, &f->fake_stack);
-  }
+  pass_on(e, f);
 }
 
 // A fiber's life: run the kernel body for the thread it stands for, then park until the next
@@ -261,13 +267,7 @@ void fiber_entry() {
     Fiber* f = e.current;
     f->state = State::kDone;
     f->parked = true;
-    Fiber* next = next_in_warp(e, f);
-    if (next != nullptr) {
-      e.current = next;
-      to_fiber(&f->resume, &f->fake_stack, *next);
-    } else {
-      to_scheduler(&f->resume, &f->fake_stack);
-    }
+    pass_on(e, f);
     f->parked = false;  // resumed for a new block
   }
 }
