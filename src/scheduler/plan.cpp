@@ -1,6 +1,7 @@
 #include "scheduler/plan.h"
 
 #include <algorithm>
+#include <ostream>
 #include <set>
 #include <sstream>
 
@@ -208,6 +209,43 @@ Status Plan::check_accesses(const std::vector<std::vector<uint64_t>>& ancestors)
     }
   }
   return ok_status();
+}
+
+void Plan::dump(std::ostream& os) const {
+  auto ids = [&os](const char* what, const std::vector<int32_t>& v) {
+    if (v.empty()) return;
+    os << ' ' << what << '=';
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  };
+  os << "plan: " << tasks_.size() << " tasks, " << buffers_.size() << " buffers, "
+     << (finalized_ ? "finalized" : "not finalized") << '\n';
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    const Buffer& x = buffers_[b];
+    os << "buffer " << b << ' ' << x.name << " tier=" << tier_name(x.tier) << " bytes=" << x.bytes
+       << " valid=" << x.initially_valid << " acquired_by=" << x.acquired_by
+       << " released_by=" << x.released_by << " offset=" << x.offset << '\n';
+  }
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const Task& x = tasks_[t];
+    os << "task " << t << ' ' << x.name << " lane=" << lane_name(x.lane);
+    ids("deps", x.deps);
+    ids("memory_deps", x.memory_deps);
+    ids("acquires", x.acquires);
+    ids("releases", x.releases);
+    ids("reads", x.reads);
+    ids("writes", x.writes);
+    for (int w = 0; w < kNumWorkKinds; ++w) {
+      if (x.work[w] != 0.0)
+        os << " [" << work_name(static_cast<Work>(w)) << ' ' << x.work[w] << ']';
+    }
+    os << '\n';
+  }
+  ids("order", order_);
+  os << '\n';
+  for (int t = 0; t < kNumTiers; ++t) {
+    os << "peak " << tier_name(static_cast<Tier>(t)) << ' ' << peak_[t] << " unbounded "
+       << unbounded_peak_[t] << '\n';
+  }
 }
 
 uint64_t Plan::peak_bytes_of(const std::function<bool(BufferId)>& which) const {

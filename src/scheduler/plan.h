@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -133,6 +134,11 @@ class Plan {
   // releaser), e.g. one kind of buffer's share of the peak.
   uint64_t peak_bytes_of(const std::function<bool(BufferId)>& which) const;
   size_t num_memory_deps() const;
+  // Everything finalize() decided, as text: each task (name, lane, dependencies of every kind,
+  // buffer accesses, work), each buffer (name, tier, bytes, lifetime, offset), the order and
+  // the peaks. Two plans with the same dump are the same plan but for their task functions
+  // (refactors compare dumps before and after).
+  void dump(std::ostream& os) const;
   // Every dependency of a task: explicit, memory, and its predecessor on an in-order lane.
   void for_each_predecessor(TaskId task, const std::function<void(TaskId)>& fn) const;
 

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,6 +56,17 @@ using DeviceMaker = std::function<Result<std::unique_ptr<gpu::Device>>(comm::Com
 DeviceMaker make_device = [](comm::Communicator&, const gpu::DeviceOptions& o) {
   return gpu::create_cpu_device(o);
 };
+
+// STRATA_PLAN_DUMP=DIR: every plan a case builds is appended (sched::Plan::dump, with the step's
+// memory report) to DIR/rank<R>.txt, so that a refactor can show the plans unchanged.
+void dump_plan_if_asked(const ZeroStep& step, int rank) {
+  const char* dir = std::getenv("STRATA_PLAN_DUMP");
+  if (dir == nullptr || *dir == '\0') return;
+  std::ofstream out(std::string(dir) + "/rank" + std::to_string(rank) + ".txt", std::ios::app);
+  out << "== " << ::testing::UnitTest::GetInstance()->current_test_info()->name() << '\n';
+  step.plan().dump(out);
+  out << "memory: " << step.memory().describe() << '\n';
+}
 
 constexpr int kSteps = 20;
 constexpr int64_t kMicroBatch = 4;
@@ -202,6 +215,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
     zero = std::move(r).value();
+    dump_plan_if_asked(*zero, comm.rank());
     run.expected = zero->expected_traffic();
     run.memory = zero->memory();
     run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
@@ -990,6 +1004,7 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
     zo.stage = 3;
     auto step = ZeroStep::create(*m.value(), opt, comm, zo);
     ASSERT_TRUE(step.ok()) << step.status().to_string();
+    dump_plan_if_asked(*step.value(), comm.rank());
     std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
     // One batch again and again: the loss must fall.
     task.make_batch(4, 9, static_cast<uint64_t>(comm.rank()), 1, tokens.data(), targets.data());
