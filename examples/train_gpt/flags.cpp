@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include "config_fields.h"
 #include "lr_schedule.h"
 
 #include <filesystem>
@@ -20,18 +21,11 @@ CLI::Validator non_negative_size() {
       "");
 }
 
-// A tier flag (--offload-optimizer, -param, -activations): none, cpu or nvme; nvme needs
-// --nvme-path.
-Status check_tier(const char* flag, const std::string& value, const std::string& nvme_path,
-                  const char* holds) {
+// A tier flag (--offload-optimizer, -param, -activations): none, cpu or nvme.
+Status check_tier(const char* flag, const std::string& value) {
   if (value != "none" && value != "cpu" && value != "nvme") {
     return make_error(ErrorCode::kConfig, flag, " '", value,
                       "' is not accepted (use none, cpu or nvme)");
-  }
-  if (value == "nvme" && nvme_path.empty()) {
-    return make_error(ErrorCode::kConfig, flag,
-                      " nvme needs --nvme-path DIR[,DIR...] (a directory on the disk that holds ",
-                      holds, ")");
   }
   return ok_status();
 }
@@ -49,13 +43,11 @@ LrSchedule schedule_of(const Flags& f) {
 }
 
 Status check_flags(const Flags& f) {
+  // The strings first, then the engine's settings (EngineConfig::validate, its messages naming
+  // the flags), then what only the trainer has.
   if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
-  }
-  if (f.loss_scale != "dynamic" && f.precision != "fp16") {
-    return make_error(ErrorCode::kConfig, "--loss-scale ", f.loss_scale,
-                      " needs --precision fp16 (bf16 and fp32 are not loss-scaled)");
   }
   if (f.loss_scale != "dynamic") {
     char* end = nullptr;
@@ -65,24 +57,17 @@ Status check_flags(const Flags& f) {
                         "' is not accepted (use dynamic, or a positive number)");
     }
   }
-  STRATA_RETURN_IF_ERROR(
-      check_tier("--offload-optimizer", f.offload_optimizer, f.nvme_path, "the optimizer state"));
+  STRATA_RETURN_IF_ERROR(check_tier("--offload-optimizer", f.offload_optimizer));
   if (!f.offload_param.empty()) {  // empty: cpu at stage 3
-    STRATA_RETURN_IF_ERROR(
-        check_tier("--offload-param", f.offload_param, f.nvme_path, "the parameter shards"));
+    STRATA_RETURN_IF_ERROR(check_tier("--offload-param", f.offload_param));
   }
-  STRATA_RETURN_IF_ERROR(check_tier("--offload-activations", f.offload_activations, f.nvme_path,
-                                    "the activation checkpoints"));
-  if (f.offload_optimizer == "none" && f.schedule != "planned") {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-optimizer none needs --schedule planned (the serial step "
-                      "updates on the host)");
+  STRATA_RETURN_IF_ERROR(check_tier("--offload-activations", f.offload_activations));
+  if (f.schedule != "planned" && f.schedule != "serial") {
+    return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
+                      "' is not accepted (use planned or serial)");
   }
-  if (f.delayed_update && f.schedule != "planned") {
-    return make_error(ErrorCode::kConfig,
-                      "--delayed-update needs --schedule planned (the serial step is the "
-                      "reference without it)");
-  }
+  STRATA_ASSIGN_OR_RETURN(const engine::EngineConfig config, engine_config(f));
+  STRATA_RETURN_IF_ERROR(with_flag_names(config.validate()));
   if (f.checkpoint_every > 0 && f.checkpoint_dir.empty()) {
     return make_error(ErrorCode::kConfig, "--checkpoint-every ", f.checkpoint_every,
                       " needs --checkpoint-dir DIR");
@@ -100,28 +85,6 @@ Status check_flags(const Flags& f) {
   if (!f.resume.empty() && !f.init_from.empty()) {
     return make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
                       " both set the parameters (give one)");
-  }
-  if (f.grad_accum > 1 && f.delayed_update) {
-    return make_error(ErrorCode::kConfig, "--grad-accum ", f.grad_accum,
-                      " does not go with --delayed-update (use one or the other)");
-  }
-  if (f.gpu_optimizer_fraction > 0.0 && f.offload_optimizer == "none") {
-    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
-                      " needs --offload-optimizer cpu or nvme (none keeps all of the state on "
-                      "the device)");
-  }
-  if (f.gpu_optimizer_fraction > 0.0 && f.schedule != "planned") {
-    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
-                      " needs --schedule planned (the serial step updates on the host)");
-  }
-  if (f.gpu_optimizer_fraction + f.nvme_fraction > 1.0) {
-    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ", f.gpu_optimizer_fraction,
-                      " and --optimizer-nvme-fraction ", f.nvme_fraction,
-                      " add up to more than 1 (a partition is on the device or on NVMe)");
-  }
-  if (f.schedule != "planned" && f.schedule != "serial") {
-    return make_error(ErrorCode::kConfig, "--schedule '", f.schedule,
-                      "' is not accepted (use planned or serial)");
   }
   if (f.auto_plan && (f.zero_stage != 3 || f.schedule != "planned")) {
     return make_error(ErrorCode::kConfig,
@@ -143,30 +106,7 @@ Status check_flags(const Flags& f) {
                       "' is not accepted (use auto, mpi or local: the engine reduces in host "
                       "memory)");
   }
-  if (f.zero_stage > 0 && f.schedule != "planned") {
-    return make_error(ErrorCode::kConfig, "--zero-stage ", f.zero_stage,
-                      " needs --schedule planned (the serial step is the one-rank reference)");
-  }
-  if ((!f.offload_param.empty() || f.param_gpu_fraction > 0.0) && f.zero_stage != 3) {
-    return make_error(ErrorCode::kConfig,
-                      !f.offload_param.empty() ? "--offload-param " + f.offload_param
-                                               : std::string("--param-gpu-fraction"),
-                      " needs --zero-stage 3 (stages 0-2 keep every parameter whole on the "
-                      "device; DeepSpeed's offload_param needs stage 3 too)");
-  }
-  if (f.param_gpu_fraction > 0.0 && f.offload_param == "none") {
-    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f.param_gpu_fraction,
-                      " needs --offload-param cpu or nvme (none keeps every shard on the device)");
-  }
-  if (f.offload_activations != "none" && f.schedule != "planned") {
-    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
-                      " needs --schedule planned (the transfers are tasks of the plan)");
-  }
   STRATA_RETURN_IF_ERROR(check_schedule(schedule_of(f)));
-  if (f.nvme_block_size == 0 || f.nvme_block_size % 4096 != 0) {
-    return make_error(ErrorCode::kConfig, "--nvme-block-size ", f.nvme_block_size,
-                      " is not accepted (a positive multiple of 4096 bytes)");
-  }
   if (f.data_order != "sequential" && f.data_order != "shuffled") {
     return make_error(ErrorCode::kConfig, "--data-order '", f.data_order,
                       "' is not accepted (use sequential or shuffled)");
@@ -174,10 +114,6 @@ Status check_flags(const Flags& f) {
   if (!f.val_data.empty() && f.data.rfind("synthetic:", 0) == 0) {
     return make_error(ErrorCode::kConfig, "--val-data ", f.val_data, " needs token --data (",
                       f.data, " validates on its own held-out examples)");
-  }
-  if (f.offload_optimizer != "nvme" && f.nvme_fraction > 0.0) {
-    return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", f.nvme_fraction,
-                      " needs --offload-optimizer nvme");
   }
   return ok_status();
 }

@@ -74,7 +74,8 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
           make_error(ErrorCode::kConfig, "--resume needs a DIR, or --checkpoint-dir to look in"));
     }
     auto found = engine::find_checkpoint(f.resume.empty() ? f.checkpoint_dir : f.resume);
-    if (!found.ok()) return found.status();
+    if (!found.ok())
+      return make_error(found.status().code(), "--resume ", found.status().message());
     m.resume_dir = *found;
     f.init_from = m.resume_dir + "/params.bin";
   }

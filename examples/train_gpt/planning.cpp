@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "config_fields.h"
+
 namespace strata::train_gpt {
 
 engine::ZeroStepOptions zero_step_options(const Flags& f, const engine::OffloadStepOptions& step,
@@ -58,7 +60,8 @@ std::optional<sched::Prediction> predict(const engine::ZeroStep& step,
                                          bool lead) {
   auto cal = engine::calibrate(request);
   if (!cal.ok()) {
-    if (lead) std::printf("plan: no prediction: %s\n", cal.status().to_string().c_str());
+    if (lead)
+      std::printf("plan: no prediction: %s\n", with_flag_names(cal.status()).to_string().c_str());
     return std::nullopt;
   }
   if (lead && cal->measured > 0) {
@@ -67,7 +70,8 @@ std::optional<sched::Prediction> predict(const engine::ZeroStep& step,
   }
   auto p = step.predict(cal->rates, static_cast<int>(f.grad_accum));
   if (!p.ok()) {
-    if (lead) std::printf("plan: no prediction: %s\n", p.status().to_string().c_str());
+    if (lead)
+      std::printf("plan: no prediction: %s\n", with_flag_names(p.status()).to_string().c_str());
     return std::nullopt;
   }
   return *p;
@@ -93,6 +97,7 @@ void print_plan(const engine::ZeroStep& step, const engine::OffloadedOptimizer& 
                 const std::optional<sched::Prediction>& prediction, int rank, int ranks) {
   engine::PlanReport report = engine::make_plan_report(step, optimizer, device, budgets);
   report.prediction = prediction;
+  report.fit = with_flag_names(report.fit);
   if (rank != 0) return;
   std::printf("plan: ZeRO stage %d, %d rank%s; per rank (rank 0):\n%s", step.stage(), ranks,
               ranks > 1 ? "s" : "", report.table().c_str());

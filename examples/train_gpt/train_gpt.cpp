@@ -31,6 +31,7 @@
 #include "auto_plan.h"
 #include "comm/comm.h"
 #include "comm/mpi_comm.h"
+#include "config_fields.h"
 #include "core/dtype.h"
 #include "core/file_identity.h"
 #include "core/interrupt.h"
@@ -74,7 +75,8 @@ using train_gpt::Flags;
 using Clock = std::chrono::steady_clock;
 
 // One line on stderr; with more than one rank, naming the rank that failed.
-int fail(const Status& st, int rank = -1) {
+int fail(const Status& engine_status, int rank = -1) {
+  const Status st = train_gpt::with_flag_names(engine_status);  // the engine names fields
   if (rank >= 0) {
     std::fprintf(stderr, "train_gpt: rank %d: %s\n", rank, st.to_string().c_str());
   } else {
@@ -129,7 +131,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> nvme_dirs;
   if (!f.nvme_path.empty()) {
     auto dirs = nvme::parse_nvme_paths(f.nvme_path);
-    if (!dirs.ok()) return fail(dirs.status());
+    if (!dirs.ok()) return fail(dirs.status().with_context("--nvme-path"));
     for (const auto& d : *dirs) {
       if (!std::filesystem::is_directory(d)) {
         return fail(make_error(ErrorCode::kConfig, "--nvme-path: '", d, "' is not a directory"));
@@ -694,7 +696,7 @@ int main(int argc, char** argv) {
       }
       if (lead && zstep) train_gpt::print_step_traffic(step, *zstep, world);
       if (lead && (step + 1 == 2 + f.trace_steps || step == f.steps)) {
-        if (Status st = trace.write(f.trace); !st.ok()) return die(st);
+        if (Status st = trace.write(f.trace); !st.ok()) return die(st.with_context("--trace"));
         std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n",
                     trace.num_events(), f.trace.c_str());
       }

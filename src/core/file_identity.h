@@ -25,7 +25,7 @@ enum class OutputWrite { kReplace, kInPlace };
 // directory exists and takes a new file (one is created and removed at once; nothing at `path`
 // is touched) and the file system has `needed_bytes` free; kInPlace: an existing file opens for
 // writing without truncation, or else its directory takes a new file. `what` names the output
-// in the error ("--save-model").
+// in the error (e.g. the flag that gave the path).
 Status probe_writable(const std::string& what, const std::string& path, OutputWrite how,
                       uint64_t needed_bytes = 0);
 

@@ -48,7 +48,7 @@ class [[nodiscard]] Status {
 
 inline Status ok_status() { return Status(); }
 
-// Builds a message from stream pieces: make_error(ErrorCode::kConfig, "--x ", v, " is not ...").
+// Builds a message from stream pieces: make_error(ErrorCode::kConfig, "x ", v, " is not ...").
 template <typename... Args>
 Status make_error(ErrorCode code, const Args&... args) {
   std::ostringstream os;

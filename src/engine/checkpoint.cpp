@@ -43,7 +43,7 @@ Result<std::string> find_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "DONE")) return path;
   const std::vector<fs::path> all = complete_checkpoints(path);
   if (all.empty()) {
-    return make_error(ErrorCode::kConfig, "--resume ", path,
+    return make_error(ErrorCode::kConfig, path,
                       ": no complete checkpoint there (a step_N directory with a DONE marker)");
   }
   return all.back().string();

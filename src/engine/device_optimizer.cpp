@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/engine_config.h"
 #include "gpu/kernels.h"
 
 namespace strata::engine {
@@ -39,9 +40,9 @@ Result<DeviceOptimizer> DeviceOptimizer::create(OffloadedOptimizer& optimizer, g
     }
     if (opt.on_nvme(p)) {
       return make_error(ErrorCode::kConfig, "optimizer partition ", p,
-                        " is both on NVMe and on the device: --optimizer-nvme-fraction and "
-                        "--gpu-optimizer-fraction (all of it with --offload-optimizer none) must "
-                        "add up to at most 1");
+                        " is both on NVMe and on the device: ", ref(Field::kOptimizerNvmeFraction),
+                        " and ", ref(Field::kGpuOptimizerFraction), " (all of it with ",
+                        ref(Field::kOffloadOptimizer), " none) must add up to at most 1");
     }
     const auto n = static_cast<size_t>(opt.numel(p));
     if (opt.options().plan_only) {  // the planner: the room only

@@ -3,6 +3,8 @@
 #include <sstream>
 #include <string>
 
+#include "engine/engine_config.h"
+
 namespace strata::engine {
 
 namespace {
@@ -23,7 +25,7 @@ Status check_pinned_budget(const PinnedNeeds& n, uint64_t limit) {
   if (limit == 0 || n.total() <= limit) return ok_status();
   const uint64_t over = n.total() - limit;
   std::ostringstream os;
-  os << "--host-memory-limit " << mib(limit) << ": pinned host memory needs "
+  os << ref(Field::kHostMemoryLimit) << " " << mib(limit) << ": pinned host memory needs "
      << (n.plan > 0 ? "" : "at least ") << mib(n.total()) << " per rank (optimizer state "
      << mib(n.optimizer_state) << ", its NVMe staging " << mib(n.optimizer_staging)
      << ", the step plan " << (n.plan > 0 ? mib(n.plan) : std::string("not counted yet")) << "), "
@@ -34,20 +36,23 @@ Status check_pinned_budget(const PinnedNeeds& n, uint64_t limit) {
   for (int k = int(n.optimizer_fraction * 20.0) + 1; n.optimizer_at && k <= 20; ++k) {
     const double f = k / 20.0;
     if (n.total() - n.optimizer_now + n.optimizer_at(f) <= limit) {
-      os << sep << "--offload-optimizer nvme --optimizer-nvme-fraction " << f;
+      os << sep << ref(Field::kOffloadOptimizer) << " nvme " << ref(Field::kOptimizerNvmeFraction)
+         << " " << f;
       sep = ", or ";
       break;
     }
   }
   if (n.param_shards >= over) {
-    os << sep << "--offload-param nvme (" << mib(n.param_shards) << " of parameter shards)";
+    os << sep << ref(Field::kOffloadParam) << " nvme (" << mib(n.param_shards)
+       << " of parameter shards)";
     sep = ", or ";
   }
   if (n.checkpoints >= over) {
-    os << sep << "--offload-activations nvme (" << mib(n.checkpoints) << " of checkpoints)";
+    os << sep << ref(Field::kOffloadActivations) << " nvme (" << mib(n.checkpoints)
+       << " of checkpoints)";
     sep = ", or ";
   }
-  os << sep << "--host-memory-limit " << size_flag(n.total());
+  os << sep << ref(Field::kHostMemoryLimit) << " " << size_flag(n.total());
   return make_error(ErrorCode::kOutOfMemory, os.str());
 }
 
@@ -55,7 +60,7 @@ Status check_device_budget(const DeviceNeeds& n, uint64_t limit) {
   if (limit == 0 || n.total() <= limit) return ok_status();
   const uint64_t over = n.total() - limit;
   std::ostringstream os;
-  os << "--gpu-memory-limit " << mib(limit) << ": the device needs " << mib(n.total())
+  os << ref(Field::kGpuMemoryLimit) << " " << mib(limit) << ": the device needs " << mib(n.total())
      << " per rank (in use " << mib(n.in_use)
      << ": the model's blocks and activations, the optimizer there; the step plan " << mib(n.plan)
      << ": gathered layers, gradients and checkpoints in flight), " << mib(over)
@@ -65,15 +70,15 @@ Status check_device_budget(const DeviceNeeds& n, uint64_t limit) {
     os << sep << s;
     sep = ", or ";
   };
-  if (n.stage < 3) suggest("--zero-stage 3");
+  if (n.stage < 3) suggest(ref(Field::kZeroStage) + " 3");
   if (n.param_shards > 0) {
-    suggest("--offload-param cpu or a lower --param-gpu-fraction (" + mib(n.param_shards) +
-            " of shards there)");
+    suggest(ref(Field::kOffloadParam) + " cpu or a lower " + ref(Field::kParamGpuFraction) + " (" +
+            mib(n.param_shards) + " of shards there)");
   }
-  if (n.activations >= over) suggest("--offload-activations cpu");
-  if (n.device_optimizer) suggest("--offload-optimizer cpu");
-  if (n.prefetch_depth > 0 && n.stage == 3) suggest("--prefetch-depth 0");
-  suggest("--gpu-memory-limit " + size_flag(n.total()));
+  if (n.activations >= over) suggest(ref(Field::kOffloadActivations) + " cpu");
+  if (n.device_optimizer) suggest(ref(Field::kOffloadOptimizer) + " cpu");
+  if (n.prefetch_depth > 0 && n.stage == 3) suggest(ref(Field::kPrefetchDepth) + " 0");
+  suggest(ref(Field::kGpuMemoryLimit) + " " + size_flag(n.total()));
   return make_error(ErrorCode::kOutOfMemory, os.str());
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "engine/engine_config.h"
 
 namespace strata::engine {
 
@@ -50,8 +51,8 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
                                                       cpu::CpuAdam adam,
                                                       OffloadedOptimizerOptions options) {
   if (!(options.nvme_fraction >= 0.0 && options.nvme_fraction <= 1.0)) {
-    return make_error(ErrorCode::kConfig, "--optimizer-nvme-fraction ", options.nvme_fraction,
-                      " is not accepted (0..1)");
+    return make_error(ErrorCode::kConfig, ref(Field::kOptimizerNvmeFraction), " ",
+                      options.nvme_fraction, " is not accepted (0..1)");
   }
   if (options.staging_slots < 1 || options.staging_slots > 64) {
     return make_error(ErrorCode::kConfig, "optimizer staging slots ", options.staging_slots,

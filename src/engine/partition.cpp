@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/communicator.h"
+#include "engine/engine_config.h"
 
 namespace strata::engine {
 
@@ -54,7 +55,8 @@ int64_t Partitioning::padded_numel() const {
 
 Result<ModelStateBytes> Partitioning::model_state_bytes(int stage) const {
   if (stage < 0 || stage > 3) {
-    return make_error(ErrorCode::kConfig, "--zero-stage ", stage, " is not accepted (0..3)");
+    return make_error(ErrorCode::kConfig, ref(Field::kZeroStage), " ", stage,
+                      " is not accepted (0..3)");
   }
   ModelStateBytes m;
   for (const auto& b : blocks_) {

@@ -76,11 +76,11 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
                                                    comm::Communicator& comm,
                                                    const ZeroStepOptions& options) {
   if (options.stage < 0 || options.stage > 3) {
-    return make_error(ErrorCode::kConfig, "--zero-stage ", options.stage,
+    return make_error(ErrorCode::kConfig, ref(Field::kZeroStage), " ", options.stage,
                       " is not accepted (0, 1, 2 or 3)");
   }
   if (options.prefetch_depth < 0 || options.prefetch_depth > 64) {
-    return make_error(ErrorCode::kConfig, "--prefetch-depth ", options.prefetch_depth,
+    return make_error(ErrorCode::kConfig, ref(Field::kPrefetchDepth), " ", options.prefetch_depth,
                       " is not accepted (0..64 layers)");
   }
   if (options.staging_slots < 1 || options.staging_slots > 64) {
@@ -90,7 +90,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   if (comm.device_buffers()) {
     return make_error(ErrorCode::kUnsupported, "ZeRO step: the ", comm.backend(),
                       " communicator needs device buffers; the engine reduces in pinned host "
-                      "memory: use --comm-backend mpi");
+                      "memory: use the MPI communicator");
   }
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
   s->rank_ = comm.rank();
@@ -102,7 +102,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   const bool offload_acts = options.offload_activations != Home::kDevice;
   for (int64_t seg = 0; seg + 1 < model.num_segments(); ++seg) {
     if (model.caller_checkpoint(seg) != offload_acts) {
-      return make_error(ErrorCode::kConfig, "ZeRO step: --offload-activations ",
+      return make_error(ErrorCode::kConfig, "ZeRO step: ", ref(Field::kOffloadActivations), " ",
                         offload_acts ? "needs a model that leaves its checkpoints to the engine"
                                      : "none needs a model that keeps its checkpoints",
                         " (ZeroStep::block_storage)");
@@ -110,8 +110,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   }
   const bool plan_only = optimizer.options().plan_only;  // no store needed: nothing is stored
   if (options.offload_activations == Home::kNvme && options.swap_store == nullptr && !plan_only) {
-    return make_error(ErrorCode::kConfig,
-                      "--offload-activations nvme needs a swap store (--nvme-path DIR[,DIR...])");
+    return make_error(ErrorCode::kConfig, ref(Field::kOffloadActivations),
+                      " nvme needs a swap store (", ref(Field::kNvmePath), " DIR[,DIR...])");
   }
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     if (!s->sharded_params(b) && model.param_block(b) == nullptr) {
@@ -143,15 +143,17 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
   const bool delayed = options.delayed_update_warmup >= 0;
   if (delayed && options.stage == 3) {
-    return make_error(ErrorCode::kConfig,
-                      "--delayed-update needs --zero-stage 0, 1 or 2 (at stage 3 the update "
-                      "writes the parameter shards the step's gathers read)");
+    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate), " needs ",
+                      ref(Field::kZeroStage),
+                      " 0, 1 or 2 (at stage 3 the update writes the parameter shards the step's "
+                      "gathers read)");
   }
   if (delayed && (options.device_optimizer || options.gpu_optimizer_fraction > 0.0)) {
-    return make_error(ErrorCode::kConfig,
-                      "--delayed-update overlaps the CPU Adam with the step: not with the "
-                      "optimizer on the device (--offload-optimizer none, "
-                      "--gpu-optimizer-fraction)");
+    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate),
+                      " overlaps the CPU Adam with the step: not with the optimizer on the device "
+                      "(",
+                      ref(Field::kOffloadOptimizer), " none, ", ref(Field::kGpuOptimizerFraction),
+                      ")");
   }
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
   // the device optimizer, which cannot wait for a host check within the step, too; the delayed
@@ -159,7 +161,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer ||
                options.gpu_optimizer_fraction > 0.0 || delayed;
   if (!(options.gpu_optimizer_fraction >= 0.0 && options.gpu_optimizer_fraction <= 1.0)) {
-    return make_error(ErrorCode::kConfig, "--gpu-optimizer-fraction ",
+    return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
                       options.gpu_optimizer_fraction, " is not accepted (0..1)");
   }
   const std::vector<bool> on_device = DeviceOptimizer::choose(
@@ -200,20 +202,23 @@ Status ZeroStep::choose_homes() {
   const double f = options_.param_gpu_fraction;
   const bool offloaded = options_.offload_param != Home::kDevice;
   if (!(f >= 0.0 && f <= 1.0)) {
-    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f, " is not accepted (0..1)");
+    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", f,
+                      " is not accepted (0..1)");
   }
   const bool nvme = options_.offload_param == Home::kNvme;
   if (options_.stage != 3 && (nvme || f > 0.0)) {
     // Below stage 3 nothing is sharded to offload (DeepSpeed's offload_param needs stage 3 too);
     // the default kPinned is stage 3's and means nothing below it.
-    return make_error(
-        ErrorCode::kConfig, nvme ? "--offload-param nvme" : "--param-gpu-fraction",
-        " needs --zero-stage 3 (stages 0-2 keep every parameter whole on the device)");
+    return make_error(ErrorCode::kConfig,
+                      ref(nvme ? Field::kOffloadParam : Field::kParamGpuFraction),
+                      nvme ? " nvme" : "", " needs ", ref(Field::kZeroStage),
+                      " 3 (stages 0-2 keep every parameter whole on the device)");
   }
   if (options_.stage != 3) return ok_status();
   if (!offloaded && f > 0.0) {
-    return make_error(ErrorCode::kConfig, "--param-gpu-fraction ", f,
-                      " needs --offload-param cpu or nvme (none keeps every shard on the device)");
+    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", f, " needs ",
+                      ref(Field::kOffloadParam),
+                      " cpu or nvme (none keeps every shard on the device)");
   }
   // The shared block is used first (embedding) and last (head backward): forward order.
   std::vector<int64_t> order{nb - 1};
@@ -229,8 +234,8 @@ Status ZeroStep::choose_homes() {
     home_[size_t(b)] = resident ? Home::kDevice : options_.offload_param;
     if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr &&
         !opt_.options().plan_only) {
-      return make_error(ErrorCode::kConfig,
-                        "--offload-param nvme needs a swap store (--nvme-path DIR[,DIR...])");
+      return make_error(ErrorCode::kConfig, ref(Field::kOffloadParam), " nvme needs a swap store (",
+                        ref(Field::kNvmePath), " DIR[,DIR...])");
     }
   }
   return ok_status();

@@ -73,6 +73,7 @@
 #include "comm/communicator.h"
 #include "cpu/pinned_memory.h"
 #include "engine/device_optimizer.h"
+#include "engine/engine_config.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/partition.h"
@@ -80,10 +81,6 @@
 #include "scheduler/executor.h"
 
 namespace strata::engine {
-
-// Where a piece of state lives between its uses: a stage-3 parameter shard (--offload-param
-// none|cpu|nvme), an activation checkpoint (--offload-activations none|cpu|nvme).
-enum class Home { kDevice, kPinned, kNvme };
 
 struct ZeroStepOptions {
   OffloadStepOptions step;

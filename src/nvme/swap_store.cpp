@@ -29,7 +29,7 @@ Result<std::vector<std::string>> parse_nvme_paths(const std::string& flag_value)
     std::string piece =
         flag_value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (piece.empty()) {
-      return make_error(ErrorCode::kConfig, "--nvme-path '", flag_value,
+      return make_error(ErrorCode::kConfig, "the directory list '", flag_value,
                         "' has an empty directory; expected DIR[,DIR...]");
     }
     dirs.push_back(std::move(piece));
@@ -453,7 +453,7 @@ SwapStore::~SwapStore() = default;
 
 Result<std::unique_ptr<SwapStore>> SwapStore::open(const SwapStoreOptions& options) {
   if (options.dirs.empty()) {
-    return make_error(ErrorCode::kConfig, "--nvme-path is empty; expected DIR[,DIR...]");
+    return make_error(ErrorCode::kConfig, "the swap store has no directory; expected DIR[,DIR...]");
   }
   if (options.extent_bytes == 0 || options.extent_bytes % kSwapAlignment != 0) {
     return make_error(ErrorCode::kConfig, "swap extent size ", options.extent_bytes,

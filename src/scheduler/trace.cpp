@@ -153,10 +153,11 @@ std::string TraceWriter::json() const {
 
 Status TraceWriter::write(const std::string& path) const {
   std::ofstream out(path, std::ios::trunc);
-  if (!out) return make_error(ErrorCode::kIo, "--trace: cannot open '", path, "' for writing");
+  if (!out)
+    return make_error(ErrorCode::kIo, "cannot open the trace file '", path, "' for writing");
   out << json() << "\n";
   out.close();
-  if (!out) return make_error(ErrorCode::kIo, "--trace: writing '", path, "' failed");
+  if (!out) return make_error(ErrorCode::kIo, "writing the trace file '", path, "' failed");
   return ok_status();
 }
 

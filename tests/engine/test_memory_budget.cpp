@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/memory_budget.h"
+#include "field_flags.h"
 
 namespace strata::engine {
 namespace {
@@ -45,7 +46,7 @@ TEST(MemoryBudget, PinnedRefusalNamesBytesBudgetAndTheSmallestFittingShare) {
     const Status st = check_pinned_budget(needs(), limit);
     ASSERT_FALSE(st.ok()) << limit_mib;
     EXPECT_EQ(st.code(), ErrorCode::kOutOfMemory);
-    const std::string m = st.to_string();
+    const std::string m = test::as_flags(st.to_string());
     SCOPED_TRACE(m);
     EXPECT_EQ(m.find('\n'), std::string::npos);
     EXPECT_NE(m.find("--host-memory-limit " + std::to_string(limit_mib) + ".0 MiB"),
@@ -75,7 +76,7 @@ TEST(MemoryBudget, DeviceRefusalNamesTheFlags) {
   d.plan = 6 * kMiB;
   d.stage = 2;
   d.activations = 2 * kMiB;
-  const std::string m = check_device_budget(d, 15 * kMiB).to_string();
+  const std::string m = test::as_flags(check_device_budget(d, 15 * kMiB).to_string());
   EXPECT_NE(m.find("--gpu-memory-limit 15.0 MiB"), std::string::npos) << m;
   EXPECT_NE(m.find("needs 16.0 MiB"), std::string::npos) << m;
   EXPECT_NE(m.find("--zero-stage 3"), std::string::npos) << m;

@@ -25,6 +25,7 @@
 #include "core/check.h"
 #include "engine/serial_step.h"
 #include "engine/zero_step.h"
+#include "field_flags.h"
 #include "gpu/cpu_device.h"
 #include "tested_device.h"
 #if STRATA_CUDA_EMULATE && STRATA_TEST_CUDA
@@ -209,7 +210,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     auto r = ZeroStep::create(m, opt, comm, zo);
     if (c.expect_error) {
       EXPECT_FALSE(r.ok()) << "ZeroStep::create accepted the case";
-      if (!r.ok()) run.error = r.status().to_string();
+      if (!r.ok()) run.error = test::as_flags(r.status().to_string());
       return run;
     }
     EXPECT_TRUE(r.ok()) << r.status().to_string();

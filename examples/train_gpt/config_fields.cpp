@@ -1,0 +1,109 @@
+#include "config_fields.h"
+
+#include <array>
+#include <cstdlib>
+
+#include "nvme/swap_store.h"
+
+namespace strata::train_gpt {
+
+namespace {
+using engine::Field;
+constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
+    {Field::kZeroStage, "--zero-stage", "zero_optimization.stage"},
+    {Field::kPrecision, "--precision", "bf16.enabled / fp16.enabled"},
+    {Field::kLossScale, "--loss-scale", "fp16.loss_scale"},
+    {Field::kOffloadOptimizer, "--offload-optimizer", "zero_optimization.offload_optimizer.device"},
+    {Field::kOptimizerNvmeFraction, "--optimizer-nvme-fraction", ""},
+    {Field::kGpuOptimizerFraction, "--gpu-optimizer-fraction",
+     "zero_optimization.offload_optimizer.ratio"},
+    {Field::kOffloadParam, "--offload-param", "zero_optimization.offload_param.device"},
+    {Field::kParamGpuFraction, "--param-gpu-fraction", ""},
+    {Field::kOffloadActivations, "--offload-activations",
+     "activation_checkpointing.cpu_checkpointing"},
+    {Field::kPrefetchDepth, "--prefetch-depth", "zero_optimization.stage3_prefetch_bucket_size"},
+    {Field::kBucketBytes, "--bucket-mb", "zero_optimization.reduce_bucket_size"},
+    {Field::kPersistenceThreshold, "--persistence-threshold",
+     "zero_optimization.stage3_param_persistence_threshold"},
+    {Field::kDelayedUpdate, "--delayed-update", ""},
+    {Field::kSchedule, "--schedule", ""},
+    {Field::kGradAccum, "--grad-accum", "gradient_accumulation_steps"},
+    {Field::kGradClip, "--grad-clip", "gradient_clipping"},
+    {Field::kGpuMemoryLimit, "--gpu-memory-limit", ""},
+    {Field::kHostMemoryLimit, "--host-memory-limit", ""},
+    {Field::kNvmePath, "--nvme-path", "zero_optimization.offload_optimizer.nvme_path"},
+    {Field::kNvmeBlockSize, "--nvme-block-size", "aio.block_size"},
+    {Field::kNvmeQueueDepth, "--nvme-queue-depth", "aio.queue_depth"},
+    {Field::kNvmeBufferCount, "--nvme-buffer-count",
+     "zero_optimization.offload_optimizer.buffer_count"},
+}};
+
+constexpr bool in_field_order() {
+  for (size_t i = 0; i < kTable.size(); ++i) {
+    if (static_cast<size_t>(kTable[i].field) != i) return false;
+  }
+  return true;
+}
+static_assert(in_field_order(), "kTable lists every engine::Field once, in order");
+
+engine::Home home(const std::string& value) {
+  return value == "none"   ? engine::Home::kDevice
+         : value == "nvme" ? engine::Home::kNvme
+                           : engine::Home::kPinned;
+}
+}  // namespace
+
+const FieldNames& field_names(Field field) { return kTable[static_cast<size_t>(field)]; }
+
+Status with_flag_names(const Status& st) {
+  if (st.ok()) return st;
+  return Status(st.code(), engine::render_fields(st.message(), [](Field f) {
+                  return std::string(field_names(f).flag);
+                }));
+}
+
+Result<engine::EngineConfig> engine_config(const Flags& f) {
+  engine::EngineConfig c;
+  if (!f.nvme_path.empty()) {
+    auto dirs = nvme::parse_nvme_paths(f.nvme_path);
+    if (!dirs.ok()) return dirs.status().with_context("--nvme-path");
+    c.nvme_paths = std::move(dirs).value();
+  }
+  c.zero_stage = f.zero_stage;
+  c.precision = f.precision == "fp16"   ? DType::kF16
+                : f.precision == "fp32" ? DType::kF32
+                                        : DType::kBF16;
+  c.schedule = f.schedule == "serial" ? engine::Schedule::kSerial : engine::Schedule::kPlanned;
+  c.offload_optimizer = home(f.offload_optimizer);
+  c.optimizer_nvme_fraction = f.nvme_fraction;
+  c.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
+  if (!f.offload_param.empty()) c.offload_param = home(f.offload_param);
+  c.param_gpu_fraction = f.param_gpu_fraction;
+  c.offload_activations = home(f.offload_activations);
+  c.prefetch_depth = f.prefetch_depth;
+  c.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
+  c.persistence_threshold = f.persistence_threshold;
+  c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
+  c.grad_accum = f.grad_accum;
+  c.grad_clip = f.grad_clip;
+  if (f.loss_scale != "dynamic")
+    c.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);
+  c.loss_scaling.initial_scale_power = f.initial_scale_power;
+  c.loss_scaling.loss_scale_window = f.loss_scale_window;
+  c.loss_scaling.hysteresis = f.hysteresis;
+  c.loss_scaling.consecutive_hysteresis = f.consecutive_hysteresis;
+  c.loss_scaling.min_loss_scale = f.min_loss_scale;
+  c.adam.lr = f.lr;
+  c.adam.weight_decay = f.weight_decay;
+  c.adam.beta1 = f.beta1;
+  c.adam.beta2 = f.beta2;
+  c.adam.eps = f.eps;
+  c.gpu_memory_limit = f.gpu_memory_limit;
+  c.host_memory_limit = f.host_memory_limit;
+  c.nvme_block_size = f.nvme_block_size;
+  c.nvme_queue_depth = f.nvme_queue_depth;
+  c.nvme_buffer_count = f.nvme_buffer_count;
+  return c;
+}
+
+}  // namespace strata::train_gpt

@@ -1,0 +1,213 @@
+#include "engine/engine_config.h"
+
+#include <array>
+#include <sstream>
+
+namespace strata::engine {
+
+namespace {
+constexpr std::array<std::string_view, kNumFields> kFieldNames = {
+    "zero_stage",
+    "precision",
+    "loss_scale",
+    "offload_optimizer",
+    "optimizer_nvme_fraction",
+    "gpu_optimizer_fraction",
+    "offload_param",
+    "param_gpu_fraction",
+    "offload_activations",
+    "prefetch_depth",
+    "bucket_bytes",
+    "persistence_threshold",
+    "delayed_update",
+    "schedule",
+    "grad_accum",
+    "grad_clip",
+    "gpu_memory_limit",
+    "host_memory_limit",
+    "nvme_path",
+    "nvme_block_size",
+    "nvme_queue_depth",
+    "nvme_buffer_count",
+};
+
+bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
+
+Status refuse(Field field, const auto& value, std::string_view accepted) {
+  return make_error(ErrorCode::kConfig, ref(field), " ", value, " is not accepted (", accepted,
+                    ")");
+}
+
+// An NVMe home needs a directory to put it in.
+Status check_nvme_home(Field field, Home home, const EngineConfig& c, std::string_view holds) {
+  if (home != Home::kNvme || !c.nvme_paths.empty()) return ok_status();
+  return make_error(ErrorCode::kConfig, ref(field), " nvme needs ", ref(Field::kNvmePath),
+                    " DIR[,DIR...] (a directory on the disk that holds ", holds, ")");
+}
+
+// A setting only the planned step has.
+Status check_planned(const EngineConfig& c, bool used, const std::string& what,
+                     std::string_view why) {
+  if (!used || c.planned()) return ok_status();
+  return make_error(ErrorCode::kConfig, what, " needs ", ref(Field::kSchedule), " planned (", why,
+                    ")");
+}
+
+// "`field` value", as make_error prints values.
+std::string setting(Field field, const auto& value) {
+  std::ostringstream os;
+  os << ref(field) << ' ' << value;
+  return os.str();
+}
+}  // namespace
+
+std::string_view home_name(Home home) {
+  switch (home) {
+    case Home::kDevice: return "none";
+    case Home::kPinned: return "cpu";
+    case Home::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string_view schedule_name(Schedule schedule) {
+  return schedule == Schedule::kPlanned ? "planned" : "serial";
+}
+
+std::string_view field_name(Field field) { return kFieldNames[static_cast<size_t>(field)]; }
+
+std::string ref(Field field) {
+  std::string s = "`";
+  s += field_name(field);
+  s += '`';
+  return s;
+}
+
+std::string render_fields(std::string_view message, const std::function<std::string(Field)>& name) {
+  std::string out;
+  size_t i = 0;
+  while (i < message.size()) {
+    const size_t open = message.find('`', i);
+    const size_t close = open == std::string_view::npos ? open : message.find('`', open + 1);
+    if (close == std::string_view::npos) break;
+    const std::string_view inner = message.substr(open + 1, close - open - 1);
+    out.append(message.substr(i, open - i));
+    bool known = false;
+    for (int f = 0; f < kNumFields && !known; ++f) {
+      if (kFieldNames[size_t(f)] != inner) continue;
+      out += name(static_cast<Field>(f));
+      known = true;
+    }
+    if (!known) out.append(message.substr(open, close - open + 1));
+    i = close + 1;
+  }
+  out.append(message.substr(i));
+  return out;
+}
+
+Status EngineConfig::validate() const {
+  if (zero_stage < 0 || zero_stage > 3) return refuse(Field::kZeroStage, zero_stage, "0..3");
+  if (loss_scaling.loss_scale != 0.0 && precision != DType::kF16) {
+    return make_error(ErrorCode::kConfig, ref(Field::kLossScale), " ", loss_scaling.loss_scale,
+                      " needs ", ref(Field::kPrecision),
+                      " fp16 (bf16 and fp32 are not loss-scaled)");
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_nvme_home(Field::kOffloadOptimizer, offload_optimizer, *this, "the optimizer state"));
+  if (offload_param) {
+    STRATA_RETURN_IF_ERROR(
+        check_nvme_home(Field::kOffloadParam, *offload_param, *this, "the parameter shards"));
+  }
+  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadActivations, offload_activations, *this,
+                                         "the activation checkpoints"));
+  STRATA_RETURN_IF_ERROR(check_planned(*this, offload_optimizer == Home::kDevice,
+                                       setting(Field::kOffloadOptimizer, "none"),
+                                       "the serial step updates on the host"));
+  STRATA_RETURN_IF_ERROR(check_planned(*this, delayed_update(), ref(Field::kDelayedUpdate),
+                                       "the serial step is the reference without it"));
+  if (grad_accum < 1) return refuse(Field::kGradAccum, grad_accum, "1 or more micro-batches");
+  if (grad_accum > 1 && delayed_update()) {
+    return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
+                      " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
+  }
+  if (!fraction(gpu_optimizer_fraction)) {
+    return refuse(Field::kGpuOptimizerFraction, gpu_optimizer_fraction, "0..1");
+  }
+  if (!fraction(optimizer_nvme_fraction)) {
+    return refuse(Field::kOptimizerNvmeFraction, optimizer_nvme_fraction, "0..1");
+  }
+  if (!fraction(param_gpu_fraction)) {
+    return refuse(Field::kParamGpuFraction, param_gpu_fraction, "0..1");
+  }
+  if (gpu_optimizer_fraction > 0.0 && offload_optimizer == Home::kDevice) {
+    return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
+                      gpu_optimizer_fraction, " needs ", ref(Field::kOffloadOptimizer),
+                      " cpu or nvme (none keeps all of the state on the device)");
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_planned(*this, gpu_optimizer_fraction > 0.0,
+                    setting(Field::kGpuOptimizerFraction, gpu_optimizer_fraction),
+                    "the serial step updates on the host"));
+  if (gpu_optimizer_fraction + optimizer_nvme_fraction > 1.0) {
+    return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
+                      gpu_optimizer_fraction, " and ", ref(Field::kOptimizerNvmeFraction), " ",
+                      optimizer_nvme_fraction,
+                      " add up to more than 1 (a partition is on the device or on NVMe)");
+  }
+  STRATA_RETURN_IF_ERROR(check_planned(*this, zero_stage > 0,
+                                       setting(Field::kZeroStage, zero_stage),
+                                       "the serial step is the one-rank reference"));
+  if ((offload_param || param_gpu_fraction > 0.0) && zero_stage != 3) {
+    return make_error(ErrorCode::kConfig,
+                      offload_param ? setting(Field::kOffloadParam, home_name(*offload_param))
+                                    : ref(Field::kParamGpuFraction),
+                      " needs ", ref(Field::kZeroStage),
+                      " 3 (stages 0-2 keep every parameter whole on the device; DeepSpeed's "
+                      "offload_param needs stage 3 too)");
+  }
+  if (param_gpu_fraction > 0.0 && param_home() == Home::kDevice) {
+    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", param_gpu_fraction,
+                      " needs ", ref(Field::kOffloadParam),
+                      " cpu or nvme (none keeps every shard on the device)");
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_planned(*this, offload_activations != Home::kDevice,
+                    setting(Field::kOffloadActivations, home_name(offload_activations)),
+                    "the transfers are tasks of the plan"));
+  if (delayed_update() && zero_stage == 3) {
+    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate), " needs ",
+                      ref(Field::kZeroStage),
+                      " 0, 1 or 2 (at stage 3 the update writes the parameter shards the step's "
+                      "gathers read)");
+  }
+  if (delayed_update() && (offload_optimizer == Home::kDevice || gpu_optimizer_fraction > 0.0)) {
+    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate),
+                      " overlaps the CPU Adam with the step: not with the optimizer on the device "
+                      "(",
+                      ref(Field::kOffloadOptimizer), " none, ", ref(Field::kGpuOptimizerFraction),
+                      ")");
+  }
+  if (prefetch_depth < 0 || prefetch_depth > 64) {
+    return refuse(Field::kPrefetchDepth, prefetch_depth, "0..64 layers");
+  }
+  if (persistence_threshold < 0) {
+    return refuse(Field::kPersistenceThreshold, persistence_threshold, "0 or more elements");
+  }
+  if (!(grad_clip >= 0.0f)) return refuse(Field::kGradClip, grad_clip, "0 (off) or more");
+  if (offload_optimizer != Home::kNvme && optimizer_nvme_fraction > 0.0) {
+    return make_error(ErrorCode::kConfig, ref(Field::kOptimizerNvmeFraction), " ",
+                      optimizer_nvme_fraction, " needs ", ref(Field::kOffloadOptimizer), " nvme");
+  }
+  if (nvme_block_size == 0 || nvme_block_size % 4096 != 0) {
+    return refuse(Field::kNvmeBlockSize, nvme_block_size, "a positive multiple of 4096 bytes");
+  }
+  if (nvme_queue_depth < 1 || nvme_queue_depth > 4096) {
+    return refuse(Field::kNvmeQueueDepth, nvme_queue_depth, "1..4096");
+  }
+  if (nvme_buffer_count < 1 || nvme_buffer_count > 64) {
+    return refuse(Field::kNvmeBufferCount, nvme_buffer_count, "1..64");
+  }
+  return ok_status();
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,111 @@
+// EngineConfig: everything a front end decides about how the engine trains (the ZeRO stage, where
+// each kind of state lives, the NVMe store, the optimizer and the step's arithmetic), typed, with
+// one validate() that refuses a bad value or combination in one line naming the field.
+//
+// Fields in messages. The engine names a setting by its field (Field, field_name()), written as
+// ref(Field): the field's name between backticks, e.g. "`zero_stage` 4 is not accepted (0..3)".
+// A front end renders those references in its own vocabulary (render_fields(): train_gpt turns
+// `zero_stage` into --zero-stage, and can name the DeepSpeed key it came from); unrendered, the
+// message still reads. No front end's flag or key names appear in src/.
+//
+// Ownership: a value type. Thread safety: none needed (read-only once built).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "cpu/cpu_adam.h"
+#include "engine/loss_scaler.h"
+
+namespace strata::engine {
+
+// Where a piece of state lives between its uses: the optimizer's fp32 state (none|cpu|nvme: on
+// the device, pinned host memory, NVMe), a stage-3 parameter shard, an activation checkpoint.
+enum class Home { kDevice, kPinned, kNvme };
+std::string_view home_name(Home home);  // "none", "cpu", "nvme"
+
+// The step that runs: the plan (overlapped, every stage) or the serial reference (one rank,
+// stage 0, the optimizer on the host).
+enum class Schedule { kPlanned, kSerial };
+std::string_view schedule_name(Schedule schedule);  // "planned", "serial"
+
+// The settings, by name, as messages refer to them.
+enum class Field {
+  kZeroStage,
+  kPrecision,
+  kLossScale,
+  kOffloadOptimizer,
+  kOptimizerNvmeFraction,
+  kGpuOptimizerFraction,
+  kOffloadParam,
+  kParamGpuFraction,
+  kOffloadActivations,
+  kPrefetchDepth,
+  kBucketBytes,
+  kPersistenceThreshold,
+  kDelayedUpdate,
+  kSchedule,
+  kGradAccum,
+  kGradClip,
+  kGpuMemoryLimit,
+  kHostMemoryLimit,
+  kNvmePath,
+  kNvmeBlockSize,
+  kNvmeQueueDepth,
+  kNvmeBufferCount,
+};
+inline constexpr int kNumFields = static_cast<int>(Field::kNvmeBufferCount) + 1;
+std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
+// "`zero_stage`": how a message names a field (render_fields() replaces it).
+std::string ref(Field field);
+// `message` with every field reference replaced by name(field).
+std::string render_fields(std::string_view message, const std::function<std::string(Field)>& name);
+
+struct EngineConfig {
+  int zero_stage = 0;              // 0..3
+  DType precision = DType::kBF16;  // parameters, gradients, activations
+  Schedule schedule = Schedule::kPlanned;
+  Home offload_optimizer = Home::kPinned;    // the fp32 master, m and v
+  double optimizer_nvme_fraction = 0.0;      // offload_optimizer kNvme: the NVMe share
+  double gpu_optimizer_fraction = 0.0;       // the share updated on the device anyway
+  std::optional<Home> offload_param;         // stage 3's shards (unset: kPinned there)
+  double param_gpu_fraction = 0.0;           // stage 3: the share of shards kept on the device
+  Home offload_activations = Home::kDevice;  // the activation checkpoints
+  int prefetch_depth = 2;                    // stage 3: gathers ahead of the one in use
+  uint64_t bucket_bytes = 0;                 // stage >= 2: host gradients awaiting reduction
+  int64_t persistence_threshold = 0;         // stage 3: blocks under this stay whole
+  int64_t delayed_update_warmup = -1;        // the one-step delayed update from here; -1: off
+  int64_t grad_accum = 1;                    // micro-batches per step
+  float grad_clip = 1.0f;                    // the global norm's bound; 0: off
+  LossScalerOptions loss_scaling;            // fp16 only (loss_scale 0: dynamic)
+  cpu::AdamHyper adam;
+  uint64_t gpu_memory_limit = 0;        // bytes; 0: the device's pool
+  uint64_t host_memory_limit = 0;       // pinned bytes per rank; 0: no limit
+  std::vector<std::string> nvme_paths;  // the swap store's directories
+  uint64_t nvme_block_size = 1 << 20;   // bytes per request, a multiple of 4096
+  int nvme_queue_depth = 32;            // io_uring entries (1..4096)
+  int nvme_buffer_count = 3;            // pinned staging buffers per NVMe stream (1..64)
+
+  bool delayed_update() const { return delayed_update_warmup >= 0; }
+  // Where stage 3's shards live (kPinned unless set).
+  Home param_home() const { return offload_param.value_or(Home::kPinned); }
+  // Whether any state lives on NVMe (the swap store is needed).
+  bool uses_nvme() const {
+    return offload_optimizer == Home::kNvme || param_home() == Home::kNvme ||
+           offload_activations == Home::kNvme;
+  }
+  // Whether the ZeRO step runs (every case but the single-rank serial reference).
+  bool planned() const { return schedule == Schedule::kPlanned; }
+
+  // kConfig naming the first field (ref()) whose value, or combination with another, is not
+  // accepted, with the value and what is.
+  Status validate() const;
+};
+
+}  // namespace strata::engine
