@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
                     {"nvme_write_bytes", lb.nvme_write}});
   }
   const sched::StepMetrics m =
-      sched::compute_metrics(step->executor().plan(), step->executor().last_trace());
+      sched::compute_metrics(step->executor()->plan(), step->executor()->last_trace());
   std::printf("last step: %s\n", m.describe().c_str());
   const uint64_t rss = peak_rss_bytes(), disk = store->used_bytes();
   const bool fits = rss < ram, learned = losses.back() < losses.front();

@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
     for (int64_t step = 1; step <= 3; ++step) {
       b.make(step, world.rank());
       check(cal.step->run(b.tokens.data(), b.targets.data(), step).status());
-      const auto& ex = cal.step->executor();
+      const auto& ex = *cal.step->executor();
       busy.push_back(sched::compute_metrics(ex.plan(), ex.last_trace())
                          .busy_ms[static_cast<int>(sched::Lane::kCompute)] *
                      1e-3);
@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
       check(st.step->run(b.tokens.data(), b.targets.data(), step).status());
       Timed t;
       t.step_s = seconds_since(t0);
-      const auto& ex = st.step->executor();
+      const auto& ex = *st.step->executor();
       const sched::StepMetrics m = sched::compute_metrics(ex.plan(), ex.last_trace());
       t.exposed_fraction = m.exposed_transfer_ms / m.step_ms;
       t.metrics = m.describe();

@@ -6,8 +6,9 @@
 #include <sstream>
 #include <tuple>
 
+#include "config_fields.h"
 #include "engine/offloaded_optimizer.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "gpu/planning_device.h"
 #include "model/gpt.h"
 #include "planning.h"
@@ -89,28 +90,21 @@ Result<AutoCandidate> plan_candidate(const Flags& base, const AutoSettings& s, g
                                      const sched::Rates& rates) {
   Flags f = base;
   s.apply(f);
+  STRATA_ASSIGN_OR_RETURN(const engine::EngineConfig config, engine_config(f));
   gpu::PlanningDevice device(real);
   STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
-                          engine::ZeroStep::partition(cfg, comm.size(), f.persistence_threshold));
+                          engine::Session::partition(config, cfg, comm.size()));
   shape.checkpoint_interval = s.checkpoint_interval;
   STRATA_ASSIGN_OR_RETURN(
-      auto model, model::GptModel::create(
-                      device, cfg, shape,
-                      engine::ZeroStep::block_storage(parts, 3, f.offload_activations != "none")));
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = f.nvme_fraction;
-  oo.staging_slots = 1;
-  oo.plan_only = true;
-  STRATA_ASSIGN_OR_RETURN(
-      engine::OffloadedOptimizer opt,
-      engine::OffloadedOptimizer::create(engine::ZeroStep::optimizer_numel(*model, parts, 3),
-                                         cpu::CpuAdam(cpu::AdamHyper{}), oo));
-  engine::OffloadStepOptions step;
-  step.grad_clip = f.grad_clip;  // clipping (and fp16) rotate the update: another plan
-  STRATA_ASSIGN_OR_RETURN(
-      auto zero,
-      engine::ZeroStep::create(*model, opt, comm,
-                               zero_step_options(f, step, host_threads, nullptr, comm.rank())));
+      auto model,
+      model::GptModel::create(device, cfg, shape, engine::Session::block_storage(config, parts)));
+  engine::SessionInputs inputs;
+  inputs.plan_only = true;
+  inputs.host_threads = host_threads;
+  STRATA_ASSIGN_OR_RETURN(auto session,
+                          engine::Session::create(config, device, comm, *model, inputs));
+  const engine::ZeroStep* zero = session->zero();
+  const engine::OffloadedOptimizer& opt = session->optimizer();
   AutoCandidate c;
   c.settings = s;
   c.fit = zero->fit();

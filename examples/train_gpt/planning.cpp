@@ -9,34 +9,6 @@
 
 namespace strata::train_gpt {
 
-engine::ZeroStepOptions zero_step_options(const Flags& f, const engine::OffloadStepOptions& step,
-                                          int host_threads, nvme::SwapStore* store, int rank) {
-  engine::ZeroStepOptions zo;
-  zo.step = step;
-  zo.stage = f.zero_stage;
-  zo.executor.cpu_threads = host_threads;
-  zo.executor.cpu_workers = std::min(2, host_threads);
-  zo.executor.trace = true;
-  zo.prefetch_depth = f.prefetch_depth;
-  zo.staging_slots = f.nvme_buffer_count;
-  zo.persistence_threshold = f.persistence_threshold;
-  zo.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
-  zo.device_optimizer = f.offload_optimizer == "none";
-  zo.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
-  zo.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
-  zo.offload_param = f.offload_param == "none"   ? engine::Home::kDevice
-                     : f.offload_param == "nvme" ? engine::Home::kNvme
-                                                 : engine::Home::kPinned;
-  zo.param_gpu_fraction = f.param_gpu_fraction;
-  zo.host_memory_limit = f.host_memory_limit;
-  zo.offload_activations = f.offload_activations == "cpu"    ? engine::Home::kPinned
-                           : f.offload_activations == "nvme" ? engine::Home::kNvme
-                                                             : engine::Home::kDevice;
-  zo.swap_store = store;
-  zo.swap_key_base = (static_cast<uint64_t>(rank) << 32) + (uint64_t{1} << 31);
-  return zo;
-}
-
 engine::CalibrationRequest calibration_request(
     const Flags& f, gpu::Device& real, const model::GptConfig& cfg, const model::RunShape& shape,
     comm::Communicator& comm, const std::vector<std::string>& nvme_dirs, int host_threads) {

@@ -18,10 +18,6 @@
 
 namespace strata::train_gpt {
 
-// The ZeRO step's options the flags describe.
-engine::ZeroStepOptions zero_step_options(const Flags& f, const engine::OffloadStepOptions& step,
-                                          int host_threads, nvme::SwapStore* store, int rank);
-
 engine::CalibrationRequest calibration_request(
     const Flags& f, gpu::Device& real, const model::GptConfig& cfg, const model::RunShape& shape,
     comm::Communicator& comm, const std::vector<std::string>& nvme_dirs, int host_threads);

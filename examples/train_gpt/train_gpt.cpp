@@ -42,9 +42,7 @@
 #include "engine/checkpoint.h"
 #include "engine/memory_budget.h"
 #include "engine/offloaded_optimizer.h"
-#include "engine/planned_step.h"
-#include "engine/serial_step.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "file_guard.h"
 #include "flags.h"
 #include "gpu/device.h"
@@ -62,7 +60,6 @@
 #include "planning.h"
 #include "progress.h"
 #include "resume_check.h"
-#include "run_setup.h"
 #include "scheduler/trace.h"
 #include "step_report.h"
 
@@ -203,10 +200,6 @@ int main(int argc, char** argv) {
       if (Status st = data.seek(pos); !st.ok()) return die(st.with_context("--resume"));
     }
   }
-  if (zero && f.schedule != "planned") {
-    return die(make_error(ErrorCode::kConfig, "--schedule ", f.schedule, " runs one rank; ", ranks,
-                          " ranks need --schedule planned"));
-  }
   // Ranks on one machine share its cores: each gets its share unless told otherwise.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int share = std::max(1, cores / std::max(1, world.local_size()));
@@ -245,13 +238,14 @@ int main(int argc, char** argv) {
       return die(st);
     }
   }
+  // The engine's settings (checked by check_flags, as every rank's).
+  engine::EngineConfig config = train_gpt::engine_config(f).value();
   // The blocks are split over the ranks (engine/partition.h); the model holds on the device only
   // what the ZeRO stage keeps there (at stage 3: no sharded parameters; from 2: no gradients).
-  auto parts = engine::ZeroStep::partition(cfg, ranks, f.persistence_threshold);
+  auto parts = engine::Session::partition(config, cfg, ranks);
   if (!parts.ok()) return die(parts.status());
-  auto model_r = model::GptModel::create(
-      dev, cfg, shape,
-      engine::ZeroStep::block_storage(*parts, stage, f.offload_activations != "none"));
+  auto model_r =
+      model::GptModel::create(dev, cfg, shape, engine::Session::block_storage(config, *parts));
   if (!model_r.ok() && model_r.status().code() == ErrorCode::kOutOfMemory) {
     // Advice for this run: what it has not tried yet.
     return die(model_r.status().with_context(train_gpt::out_of_memory_advice(f, stage)));
@@ -263,92 +257,48 @@ int main(int argc, char** argv) {
     if (gpt.param_block(int64_t(b)) == nullptr) continue;
     if (Status st = gpt.upload_params(int64_t(b), initial[b].data()); !st.ok()) return die(st);
   }
-
-  // One optimizer partition per parameter block, in backward order (engine/offload_step.h):
-  // the whole block, or this rank's shard of it at ZeRO stages 1-3.
-  const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
-  if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
-                                             *std::max_element(numel.begin(), numel.end()));
-      !st.ok()) {
-    return die(st);
+  // DeepSpeed's keys that need the partitions (train_batch_size, sub_group_size).
+  {
+    const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(gpt, *parts, stage);
+    if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
+                                               *std::max_element(numel.begin(), numel.end()));
+        !st.ok()) {
+      return die(st);
+    }
   }
-  // The swap store, the optimizer's options and its share of --host-memory-limit (run_setup.h).
-  auto store_r = train_gpt::open_swap_store(f, nvme_dirs, gpt, numel);
-  if (!store_r.ok()) return die(store_r.status());
-  std::unique_ptr<nvme::SwapStore> store = std::move(store_r).value();
-  const cpu::AdamHyper hyper = train_gpt::adam_hyper(f);
-  const engine::OffloadedOptimizerOptions oo = train_gpt::optimizer_options(f, store.get(), rank);
-  if (Status st = train_gpt::check_optimizer_pinned(f, numel, oo); !st.ok()) return die(st);
-  auto opt_r = engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
-  if (!opt_r.ok()) return die(opt_r.status());
-  engine::OffloadedOptimizer& opt = opt_r.value();
-
+  // The engine: swap store, optimizer, masters, the checkpoint resumed, the step
+  // (engine/session.h).
+  engine::SessionInputs inputs;
+  inputs.plan_only = f.plan;
+  inputs.host_threads = host_threads;
   // The masters start from the initialisation (model/init.h), also of blocks not on the device.
-  const auto init = [&](int64_t b, float* host) {
+  inputs.init = [&](int64_t b, float* host) {
     const std::vector<float> v =
         initial.empty() ? model::init_block(cfg, b, f.seed) : initial[size_t(b)];
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };
-  if (Status st = f.plan ? ok_status()
-                         : engine::ZeroStep::load_masters(gpt, opt, *parts, stage, rank, init);
-      !st.ok()) {
-    return die(st);
-  }
   // Resuming: the exact fp32 masters and moments (the 16-bit parameters are their rounding).
-  engine::StepScaling::State resumed_scaling;
-  if (!resume_dir.empty() && !f.plan) {
-    auto s = engine::load_checkpoint(resume_dir, rank, opt);
-    if (!s.ok()) return die(s.status().with_context("--resume"));
-    resumed_scaling = *s;
+  if (!resume_dir.empty()) {
+    inputs.restore = [&](engine::OffloadedOptimizer& o) -> Result<engine::StepScaling::State> {
+      auto s = engine::load_checkpoint(resume_dir, rank, o);
+      if (!s.ok()) return s.status().with_context("--resume");
+      return s;
+    };
   }
-  engine::OffloadStepOptions step_opts;
-  step_opts.grad_clip = f.grad_clip;
-  if (f.loss_scale != "dynamic") {  // checked by check_flags
-    step_opts.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);
-  }
-  step_opts.loss_scaling.initial_scale_power = f.initial_scale_power;
-  step_opts.loss_scaling.loss_scale_window = f.loss_scale_window;
-  step_opts.loss_scaling.hysteresis = f.hysteresis;
-  step_opts.loss_scaling.consecutive_hysteresis = f.consecutive_hysteresis;
-  step_opts.loss_scaling.min_loss_scale = f.min_loss_scale;
-  std::unique_ptr<engine::SerialStep> serial;
-  std::unique_ptr<engine::PlannedStep> planned;
-  std::unique_ptr<engine::ZeroStep> zstep;
-  if (zero) {
-    const engine::ZeroStepOptions zo =
-        train_gpt::zero_step_options(f, step_opts, host_threads, store.get(), rank);
-    auto r = engine::ZeroStep::create(gpt, opt, world, zo);
-    if (!r.ok()) return die(r.status());
-    zstep = std::move(r).value();
-  } else if (f.schedule == "serial") {
-    auto r = engine::SerialStep::create(gpt, opt, step_opts);
-    if (!r.ok()) return die(r.status());
-    serial = std::move(r).value();
-  } else {
-    engine::PlannedStepOptions po;
-    po.step = step_opts;
-    po.executor.cpu_threads = host_threads;
-    po.executor.trace = true;
-    po.staging_slots = f.nvme_buffer_count;
-    po.device_optimizer = f.offload_optimizer == "none";
-    po.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
-    po.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
-    auto r = engine::PlannedStep::create(gpt, opt, po);
-    if (!r.ok()) return die(r.status());
-    planned = std::move(r).value();
-  }
-  if (!resume_dir.empty()) {  // Adam's step count and the loss scaler, as they were
-    if (zstep) zstep->restore_scaling(resumed_scaling);
-    if (planned) planned->restore_scaling(resumed_scaling);
-    if (serial) serial->restore_scaling(resumed_scaling);
-    if (lead) {
-      std::printf("resume: from %s (step %lld)\n", resume_dir.c_str(),
-                  static_cast<long long>(resumed.step));
-    }
+  auto session_r = engine::Session::create(config, dev, world, gpt, inputs);
+  if (!session_r.ok()) return die(session_r.status());
+  engine::Session& session = *session_r.value();
+  engine::TrainStep& train_step = session.step();
+  engine::OffloadedOptimizer& opt = session.optimizer();
+  nvme::SwapStore* store = session.store();
+  const std::vector<int64_t>& numel = session.partition_numel();
+  if (!resume_dir.empty() && lead) {
+    std::printf("resume: from %s (step %lld)\n", resume_dir.c_str(),
+                static_cast<long long>(resumed.step));
   }
   // The predicted step time (calibrated rates, cached per machine); --plan prints the plan.
-  const engine::ZeroStep* zero_step = zstep ? zstep.get() : planned ? &planned->zero() : nullptr;
+  const engine::ZeroStep* zero_step = session.zero();
   std::optional<sched::Prediction> predicted;
   if (zero_step != nullptr) {
     predicted = train_gpt::predict(*zero_step,
@@ -364,9 +314,7 @@ int main(int argc, char** argv) {
   if (lead && predicted) std::printf("plan: %s\n", predicted->describe().c_str());
   train_gpt::StepTimes step_times;
   sched::TraceWriter trace;
-  const sched::Executor* executor = zstep     ? &zstep->executor()
-                                    : planned ? &planned->executor()
-                                              : nullptr;
+  const sched::Executor* executor = train_step.executor();
 
   if (lead) {
     std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
@@ -402,12 +350,14 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(opt.staging_bytes()),
                   ranks > 1 ? " (rank 0)" : "");
       // Shares are whole partitions: what the fraction became.
-      std::printf(
-          "%s\n",
-          train_gpt::nvme_share_text(oo.nvme_fraction, opt.nvme_state_bytes(), numel).c_str());
+      std::printf("%s\n", train_gpt::nvme_share_text(config.offload_optimizer == engine::Home::kNvme
+                                                         ? config.optimizer_nvme_fraction
+                                                         : 0.0,
+                                                     opt.nvme_state_bytes(), numel)
+                              .c_str());
     }
     if (store) std::printf("nvme: %s\n", store->describe().c_str());
-    if (zstep) std::printf("memory (rank 0): %s\n", zstep->memory().describe().c_str());
+    if (zero) std::printf("memory (rank 0): %s\n", zero_step->memory().describe().c_str());
     if (executor != nullptr) {
       const sched::Plan& plan = executor->plan();
       std::printf(
@@ -433,9 +383,7 @@ int main(int argc, char** argv) {
   // gathers of a sharded model, in the writer's block order: the shared block first or last).
   using Writer = std::function<Status(const model::BlockSource&)>;
   auto write_blocks = [&](bool shared_first, const Writer& write) -> Status {
-    auto block = [&](int64_t b, float* host) {
-      return zstep ? zstep->gather_params(b, host) : gpt.download_params(b, host);
-    };
+    auto block = [&](int64_t b, float* host) { return train_step.gather_params(b, host); };
     if (lead) return write(block);
     std::vector<float> scratch;
     for (int64_t k = 0; k <= cfg.layers; ++k) {
@@ -448,12 +396,7 @@ int main(int argc, char** argv) {
   auto save_model = [&]() -> bool {
     set_interrupt_polled(false);  // a signal now exits at once, removing the partial files
     if (f.save_model.empty() && f.export_safetensors.empty()) return true;
-    if (planned) {
-      if (Status st = planned->flush(); !st.ok()) return die(st) == 0;
-    }
-    if (zstep) {
-      if (Status st = zstep->flush(); !st.ok()) return die(st) == 0;
-    }
+    if (Status st = train_step.flush(); !st.ok()) return die(st) == 0;
     const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
     auto save = [&](const std::string& path, const char* flag, bool shared_first,
                     const Writer& write) -> bool {
@@ -484,11 +427,8 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < kBatches; ++i) {
       STRATA_RETURN_IF_ERROR(data.val_batch(i, tokens.data(), targets.data()));
       const int32_t* scored = task ? nullptr : targets.data();
-      if (zstep) {  // gathers the blocks a stage-3 model does not hold
-        STRATA_RETURN_IF_ERROR(zstep->forward_inference(tokens.data(), scored));
-      } else {
-        STRATA_RETURN_IF_ERROR(gpt.forward(tokens.data(), scored).status());
-      }
+      // (the ZeRO step gathers the blocks a stage-3 model does not hold)
+      STRATA_RETURN_IF_ERROR(train_step.forward_inference(tokens.data(), scored));
       if (!task) {
         loss_sum += static_cast<double>(gpt.mean_loss());
         ++counted;
@@ -577,8 +517,7 @@ int main(int argc, char** argv) {
   int64_t saved_step = 0;     // the last checkpoint this run completed
   double save_start_s = 0.0;  // its time in the training thread so far
   auto checkpoint = [&](int64_t step) -> Status {
-    if (planned) STRATA_RETURN_IF_ERROR(planned->flush());
-    if (zstep) STRATA_RETURN_IF_ERROR(zstep->flush());
+    STRATA_RETURN_IF_ERROR(train_step.flush());
     nlohmann::json extra = {{"seed", f.seed},
                             {"config", train_gpt::effective_config(f)},
                             {"run", train_gpt::run_record(f, T)}};
@@ -587,9 +526,7 @@ int main(int argc, char** argv) {
       extra["data_batch"] = pos->batch;
     }
     const engine::CheckpointInfo info{step, ranks, stage, cfg.describe(), extra.dump()};
-    const engine::StepScaling::State scaling = zstep     ? zstep->scaling_state()
-                                               : planned ? planned->scaling_state()
-                                                         : serial->scaling_state();
+    const engine::StepScaling::State scaling = train_step.scaling_state();
     const DType kept = cfg.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
     STRATA_ASSIGN_OR_RETURN(
         pending_save, engine::start_checkpoint(
@@ -663,18 +600,13 @@ int main(int argc, char** argv) {
       std::copy_n(global_targets.begin() + rank * B * T, B * T, targets.begin() + k * B * T);
     }
     const auto lr = static_cast<float>(train_gpt::lr_at(schedule, step));
-    if (zstep) zstep->set_lr(lr);
-    if (planned) planned->set_lr(lr);
-    if (serial) serial->set_lr(lr);
+    train_step.set_lr(lr);
     world.reset_stats();  // per-step bytes by collective kind (printed with --trace)
     // Only the steps --trace keeps pay for the trace (two stream callbacks a task).
     const bool traced = !f.trace.empty() && step >= 2 && step < 2 + f.trace_steps;
-    if (zstep) zstep->set_trace(traced);
-    if (planned) planned->set_trace(traced);
+    train_step.set_trace(traced);
     const int micro = static_cast<int>(K);
-    auto result = zstep     ? zstep->run(tokens.data(), targets.data(), step, micro)
-                  : planned ? planned->run(tokens.data(), targets.data(), step, micro)
-                            : serial->run(tokens.data(), targets.data(), step, micro);
+    auto result = train_step.run(tokens.data(), targets.data(), step, micro);
     if (!result.ok()) return die(result.status());
     if (Status st = finish_save(); !st.ok()) return die(st);  // the save after the last step
     const float loss = result->loss;
@@ -694,7 +626,7 @@ int main(int argc, char** argv) {
             "trace step %lld: %s\n", static_cast<long long>(step),
             sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
       }
-      if (lead && zstep) train_gpt::print_step_traffic(step, *zstep, world);
+      if (lead && zero) train_gpt::print_step_traffic(step, *zero_step, world);
       if (lead && (step + 1 == 2 + f.trace_steps || step == f.steps)) {
         if (Status st = trace.write(f.trace); !st.ok()) return die(st.with_context("--trace"));
         std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n",
@@ -744,12 +676,7 @@ int main(int argc, char** argv) {
       // The planned and ZeRO steps apply a step's update in the next one: apply it now (ZeRO
       // stage 3 also gathers the whole parameters into the model). Every rank evaluates the
       // same parameters on the same held-out batches, so every rank stops at the same step.
-      if (planned) {
-        if (Status st = planned->flush(); !st.ok()) return die(st);
-      }
-      if (zstep) {
-        if (Status st = zstep->flush(); !st.ok()) return die(st);
-      }
+      if (Status st = train_step.flush(); !st.ok()) return die(st);
       auto acc = evaluate();
       if (!acc.ok()) return die(acc.status());
       acc_token = acc->token;

@@ -76,7 +76,7 @@ class PlannedStep {
   StepScaling::State scaling_state() const { return step_->scaling_state(); }
   void restore_scaling(const StepScaling::State& s) { step_->restore_scaling(s); }
 
-  const sched::Executor& executor() const { return step_->executor(); }
+  const sched::Executor& executor() const { return *step_->executor(); }
   void set_trace(bool on) { step_->set_trace(on); }
   // The ZeRO step it runs (the planner reads its plan and memory).
   const ZeroStep& zero() const { return *step_; }

@@ -15,10 +15,11 @@
 #include "cpu/pinned_memory.h"
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
+#include "engine/train_step.h"
 
 namespace strata::engine {
 
-class SerialStep {
+class SerialStep : public TrainStep {
  public:
   static Result<std::unique_ptr<SerialStep>> create(model::GptModel& model,
                                                     OffloadedOptimizer& optimizer,
@@ -27,11 +28,20 @@ class SerialStep {
   // [micro_batches*B*T]): forward and backward of each, the gradients adding up in the model's
   // blocks, then one update with their mean; `step` from 1.
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step,
-                         int micro_batches = 1);
+                         int micro_batches = 1) override;
+  // Nothing is ever pending: each run() applies its own update.
+  Status flush() override { return ok_status(); }
   // The learning rate of the next run()'s update (applied within that run).
-  void set_lr(float lr) { opt_.adam().set_lr(lr); }
-  StepScaling::State scaling_state() const { return scaling_.state(); }
-  void restore_scaling(const StepScaling::State& s) { scaling_.restore(s); }
+  void set_lr(float lr) override { opt_.adam().set_lr(lr); }
+  StepScaling::State scaling_state() const override { return scaling_.state(); }
+  void restore_scaling(const StepScaling::State& s) override { scaling_.restore(s); }
+  // The model holds every block: its own forward, its own blocks.
+  Status forward_inference(const int32_t* tokens, const int32_t* targets) override {
+    return model_.forward(tokens, targets).status();
+  }
+  Status gather_params(int64_t block, float* host) override {
+    return model_.download_params(block, host);
+  }
 
  private:
   SerialStep(model::GptModel& model, OffloadedOptimizer& optimizer,

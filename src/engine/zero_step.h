@@ -77,6 +77,7 @@
 #include "engine/offload_step.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/partition.h"
+#include "engine/train_step.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/executor.h"
 
@@ -189,7 +190,7 @@ struct ZeroTraffic {
   }
 };
 
-class ZeroStep {
+class ZeroStep : public TrainStep {
  public:
   // The optimizer partitions one rank needs: partition p is block partition_blocks()[p], of the
   // block's numel at stage 0 and of its shard (padding included) at stages 1-3.
@@ -226,25 +227,25 @@ class ZeroStep {
   // and the decision follow the last micro-batch. The loss is the mean over micro-batches and
   // ranks; the norm is of the averaged gradient. Not with the delayed update.
   Result<StepResult> run(const int32_t* tokens, const int32_t* targets, int64_t step,
-                         int micro_batches = 1);
+                         int micro_batches = 1) override;
   // Applies a pending update; then the model's parameter blocks (those on the device) hold the
   // whole current parameters on every rank. Collective.
-  Status flush();
+  Status flush() override;
   // The learning rate of the next run()'s update (an LR schedule: the update of step n uses the
   // rate set before run(n), whenever it is applied). Unset: the optimizer's own.
-  void set_lr(float lr) { lr_ = lr; }
+  void set_lr(float lr) override { lr_ = lr; }
   // Adam's step count and the loss scaler (checkpoints: take it after flush(), restore it before
   // the first run()).
-  StepScaling::State scaling_state() const { return scaling_.state(); }
-  void restore_scaling(const StepScaling::State& s) { scaling_.restore(s); }
+  StepScaling::State scaling_state() const override { return scaling_.state(); }
+  void restore_scaling(const StepScaling::State& s) override { scaling_.restore(s); }
   // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
   // each sharded block into a scratch device buffer in turn (after flush()); then the model's
   // logits_to_host() reads the logits, and with `targets` its mean_loss() the loss (computed on
   // the device). Collective.
-  Status forward_inference(const int32_t* tokens, const int32_t* targets = nullptr);
+  Status forward_inference(const int32_t* tokens, const int32_t* targets = nullptr) override;
   // Block b's whole current parameters as fp32 on the host (gathered when sharded; after
   // flush()). Collective when the block is sharded.
-  Status gather_params(int64_t block, float* host);
+  Status gather_params(int64_t block, float* host) override;
   // What this rank holds (see ZeroMemory).
   ZeroMemory memory() const;
 
@@ -258,10 +259,10 @@ class ZeroStep {
   // The step time the cost model predicts for plan() (sched::simulate); with K micro-batches,
   // K replays of the plan, taken as K times one.
   Result<sched::Prediction> predict(const sched::Rates& rates, int micro_batches = 1) const;
-  const sched::Executor& executor() const { return *executor_; }
+  const sched::Executor* executor() const override { return executor_.get(); }
   // Whether the next steps record a trace (sched::Executor::set_trace): only traced steps pay
   // the stream callbacks.
-  void set_trace(bool on) { executor_->set_trace(on); }
+  void set_trace(bool on) override { executor_->set_trace(on); }
   const Partitioning& partitioning() const { return parts_; }
   int stage() const { return options_.stage; }
   // Traffic of the last run() (measured from the communicator's counters).

@@ -63,7 +63,7 @@ Attempt attempt(Built& built, const PCase& c, const std::string& dir) {
   a.why =
       "before the steps: " + before->describe() + "\nafter: " + after->describe() +
       "\nmeasured (last step): " +
-      sched::compute_metrics(built.step->plan(), built.step->executor().last_trace()).describe();
+      sched::compute_metrics(built.step->plan(), built.step->executor()->last_trace()).describe();
   return a;
 }
 

@@ -310,7 +310,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   }
   run.device_peak = dev.memory_info().peak_bytes;
   run.model_device_bytes = m.device_bytes();
-  if (zero) run.plan_device_bytes = zero->executor().plan().peak_bytes(sched::Tier::kDevice);
+  if (zero) run.plan_device_bytes = zero->executor()->plan().peak_bytes(sched::Tier::kDevice);
   // This rank's real elements of each partition's state, the same slice at every stage.
   const std::vector<int64_t> blocks = partition_blocks(m);
   for (size_t p = 0; p < blocks.size(); ++p) {
@@ -1018,8 +1018,9 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
     EXPECT_LT(last, first);
     EXPECT_LE(dev->memory_info().peak_bytes, cap);
     // The working set is a few blocks: less than half the model's 16-bit parameters.
-    EXPECT_LT(static_cast<double>(step.value()->executor().plan().peak_bytes(sched::Tier::kDevice)),
-              psi);
+    EXPECT_LT(
+        static_cast<double>(step.value()->executor()->plan().peak_bytes(sched::Tier::kDevice)),
+        psi);
   }
 }
 

@@ -1,0 +1,158 @@
+#include "engine/session.h"
+
+#include <algorithm>
+
+#include "core/dtype.h"
+#include "engine/memory_budget.h"
+
+namespace strata::engine {
+
+namespace {
+constexpr uint64_t kExtentSlack = uint64_t{8} << 20;  // per stored object, whole extents
+
+uint64_t optimizer_key_base(int rank) { return static_cast<uint64_t>(rank) << 32; }
+uint64_t step_key_base(int rank) { return optimizer_key_base(rank) + (uint64_t{1} << 31); }
+
+OffloadedOptimizerOptions optimizer_options(const EngineConfig& c, nvme::SwapStore* store, int rank,
+                                            bool plan_only) {
+  OffloadedOptimizerOptions oo;
+  oo.nvme_fraction = c.offload_optimizer == Home::kNvme ? c.optimizer_nvme_fraction : 0.0;
+  oo.store = store;
+  // The plan stages through its own buffers; the serial step through the optimizer's.
+  oo.staging_slots = c.planned() ? 1 : c.nvme_buffer_count;
+  oo.key_base = optimizer_key_base(rank);
+  oo.plan_only = plan_only;
+  return oo;
+}
+
+// host_memory_limit against the optimizer's pinned bytes, before they are allocated.
+Status check_optimizer_pinned(const EngineConfig& c, const std::vector<int64_t>& numel,
+                              const OffloadedOptimizerOptions& oo) {
+  if (c.host_memory_limit == 0 || oo.plan_only) return ok_status();
+  PinnedNeeds pn;
+  pn.optimizer_state = OffloadedOptimizer::split(numel, oo.nvme_fraction).host_bytes;
+  pn.optimizer_staging = OffloadedOptimizer::pinned_bytes_needed(numel, oo) - pn.optimizer_state;
+  pn.optimizer_at = [&numel, oo](double fraction) {
+    OffloadedOptimizerOptions o = oo;
+    o.nvme_fraction = fraction;
+    return OffloadedOptimizer::pinned_bytes_needed(numel, o);
+  };
+  pn.optimizer_fraction = oo.nvme_fraction;
+  pn.optimizer_now = pn.optimizer_state + pn.optimizer_staging;
+  return check_pinned_budget(pn, c.host_memory_limit);
+}
+
+OffloadStepOptions step_options(const EngineConfig& c) {
+  OffloadStepOptions so;
+  so.grad_clip = c.grad_clip;
+  so.loss_scaling = c.loss_scaling;
+  return so;
+}
+
+ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvme::SwapStore* store,
+                             int rank) {
+  ZeroStepOptions zo;
+  zo.step = step_options(c);
+  zo.stage = c.zero_stage;
+  zo.executor.cpu_threads = in.host_threads;
+  zo.executor.cpu_workers = std::min(2, in.host_threads);
+  zo.executor.trace = true;
+  zo.prefetch_depth = c.prefetch_depth;
+  zo.staging_slots = c.nvme_buffer_count;
+  zo.persistence_threshold = c.persistence_threshold;
+  zo.bucket_bytes = c.bucket_bytes;
+  zo.inject_inf_step = in.inject_inf_step;
+  zo.device_optimizer = c.offload_optimizer == Home::kDevice;
+  zo.gpu_optimizer_fraction = c.gpu_optimizer_fraction;
+  zo.delayed_update_warmup = c.delayed_update_warmup;
+  zo.offload_param = c.param_home();
+  zo.param_gpu_fraction = c.param_gpu_fraction;
+  zo.offload_activations = c.offload_activations;
+  zo.swap_store = store;
+  zo.swap_key_base = step_key_base(rank);
+  zo.host_memory_limit = c.host_memory_limit;
+  return zo;
+}
+}  // namespace
+
+Result<Partitioning> Session::partition(const EngineConfig& config, const model::GptConfig& model,
+                                        int ranks) {
+  return ZeroStep::partition(model, ranks, config.persistence_threshold);
+}
+
+model::BlockStorage Session::block_storage(const EngineConfig& config, const Partitioning& parts) {
+  return ZeroStep::block_storage(parts, config.zero_stage,
+                                 config.offload_activations != Home::kDevice);
+}
+
+uint64_t Session::swap_capacity(const EngineConfig& config, const model::GptModel& model,
+                                const std::vector<int64_t>& numel) {
+  const auto nb = static_cast<uint64_t>(model.num_blocks());
+  uint64_t elements = 0;
+  for (int64_t n : numel) elements += static_cast<uint64_t>(n);
+  uint64_t bytes = 12 * elements + kExtentSlack * nb;
+  if (config.param_home() == Home::kNvme) {
+    bytes += dtype_size(model.config().dtype) * elements + kExtentSlack * nb;
+  }
+  if (config.offload_activations == Home::kNvme) {
+    bytes +=
+        static_cast<uint64_t>(model.num_segments()) * (model.checkpoint_bytes() + kExtentSlack);
+  }
+  return bytes;
+}
+
+Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
+                                                 comm::Communicator& comm, model::GptModel& model,
+                                                 const SessionInputs& inputs) {
+  STRATA_RETURN_IF_ERROR(config.validate());
+  if (&model.device() != &device) {
+    return make_error(ErrorCode::kConfig, "engine session: the model lives on another device (",
+                      model.device().name(), ", not ", device.name(), ")");
+  }
+  const int rank = comm.rank(), ranks = comm.size();
+  if (!config.planned() && ranks > 1) {
+    return make_error(ErrorCode::kConfig, ref(Field::kSchedule), " ",
+                      schedule_name(config.schedule), " runs one rank; ", ranks, " ranks need ",
+                      ref(Field::kSchedule), " planned");
+  }
+  std::unique_ptr<Session> s(new Session());
+  s->config_ = config;
+  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.config(), ranks));
+  s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
+  if (config.uses_nvme() && !inputs.plan_only) {
+    nvme::SwapStoreOptions so;
+    so.dirs = config.nvme_paths;
+    so.block_bytes = config.nvme_block_size;
+    so.extent_bytes = std::max<uint64_t>(so.extent_bytes, config.nvme_block_size);
+    so.queue.queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
+    so.capacity_bytes = swap_capacity(config, model, s->numel_);
+    STRATA_ASSIGN_OR_RETURN(s->store_, nvme::SwapStore::open(so));
+  }
+  const OffloadedOptimizerOptions oo =
+      optimizer_options(config, s->store_.get(), rank, inputs.plan_only);
+  STRATA_RETURN_IF_ERROR(check_optimizer_pinned(config, s->numel_, oo));
+  STRATA_ASSIGN_OR_RETURN(s->optimizer_,
+                          OffloadedOptimizer::create(s->numel_, cpu::CpuAdam(config.adam), oo));
+  std::optional<StepScaling::State> restored;
+  if (!inputs.plan_only) {
+    STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(model, *s->optimizer_, s->parts_,
+                                                  config.zero_stage, rank, inputs.init));
+    if (inputs.restore) {
+      STRATA_ASSIGN_OR_RETURN(restored, inputs.restore(*s->optimizer_));
+    }
+  }
+  if (config.planned()) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ZeroStep> z,
+                            ZeroStep::create(model, *s->optimizer_, comm,
+                                             zero_options(config, inputs, s->store_.get(), rank)));
+    s->zero_ = z.get();
+    s->step_ = std::move(z);
+  } else {
+    STRATA_ASSIGN_OR_RETURN(s->step_,
+                            SerialStep::create(model, *s->optimizer_, step_options(config)));
+  }
+  if (restored) s->step_->restore_scaling(*restored);
+  return s;
+}
+
+}  // namespace strata::engine

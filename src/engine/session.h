@@ -1,0 +1,98 @@
+// Session: the engine's front door. From an EngineConfig, a device, a communicator and a model
+// built with the storage the session names (block_storage), create() assembles everything a
+// training run needs, in the one order that works:
+//   1. validate the config (EngineConfig::validate; the rank count against the schedule);
+//   2. open the swap store when a home is on NVMe, sized by the capacity formula below, with
+//      the key layout below;
+//   3. lay out the optimizer (its partitions: ZeroStep::optimizer_numel) and check its pinned
+//      bytes against host_memory_limit before allocating them (memory_budget.h);
+//   4. create the optimizer and load the fp32 masters from SessionInputs::init (every block,
+//      also those the device does not hold);
+//   5. let SessionInputs::restore load a checkpoint into the optimizer (resume);
+//   6. create the step: the serial reference (Schedule::kSerial, one rank) or the ZeRO step over
+//      the communicator (the plan, its budget checks, the executor), and give it the restored
+//      scaling state.
+// plan_only (the planner, --plan) stops short of allocating: no swap store, an optimizer and a
+// ZeRO step that only lay out (ZeroStep::plan_only), no masters.
+//
+// Swap store keys (one store per rank; ranks on one host share the directories): the optimizer
+// partitions at rank << 32 + partition; the ZeRO step's stage-3 parameter shards at
+// rank << 32 + 2^31 + block, its offloaded checkpoints at rank << 32 + 2^31 + 2^24 + segment.
+// Capacity per rank: 12 bytes per optimizer element (fp32 master, m, v) plus 8 MiB per block of
+// extent slack; with parameter shards on NVMe, their 16-bit bytes plus the same slack; with
+// checkpoints on NVMe, each segment's checkpoint plus 8 MiB.
+//
+// Ownership: owns the swap store, the optimizer and the step; borrows the device, the
+// communicator and the model, which must outlive it. Thread safety: none; one thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/status.h"
+#include "engine/engine_config.h"
+#include "engine/offloaded_optimizer.h"
+#include "engine/serial_step.h"
+#include "engine/train_step.h"
+#include "engine/zero_step.h"
+#include "model/gpt.h"
+#include "nvme/swap_store.h"
+
+namespace strata::engine {
+
+struct SessionInputs {
+  // Block b's initial fp32 values (every block of the model; the masters start from them).
+  ZeroStep::ParamSource init;
+  // Resuming: loads a checkpoint into the optimizer (after the masters, before the step) and
+  // returns its scaling state; unset: a fresh run.
+  std::function<Result<StepScaling::State>(OffloadedOptimizer&)> restore;
+  bool plan_only = false;  // lay out only (above)
+  int host_threads = 1;    // the CPU lane's threads (the CPU Adam and host passes)
+  // Test hook (ZeroStepOptions::inject_inf_step).
+  int64_t inject_inf_step = 0;
+};
+
+class Session {
+ public:
+  // The partitioning of `model` for `config` over `ranks`, and the blocks the model must hold
+  // on the device (build the model with it).
+  static Result<Partitioning> partition(const EngineConfig& config, const model::GptConfig& model,
+                                        int ranks);
+  static model::BlockStorage block_storage(const EngineConfig& config, const Partitioning& parts);
+  // The swap store's capacity for this rank (the formula above); `numel`: its partitions.
+  static uint64_t swap_capacity(const EngineConfig& config, const model::GptModel& model,
+                                const std::vector<int64_t>& numel);
+
+  static Result<std::unique_ptr<Session>> create(const EngineConfig& config, gpu::Device& device,
+                                                 comm::Communicator& comm, model::GptModel& model,
+                                                 const SessionInputs& inputs);
+
+  TrainStep& step() { return *step_; }
+  // The ZeRO step (its plan, memory and traffic reports, the prediction), or null when the
+  // serial step runs.
+  const ZeroStep* zero() const { return zero_; }
+  ZeroStep* zero() { return zero_; }
+  OffloadedOptimizer& optimizer() { return *optimizer_; }
+  const OffloadedOptimizer& optimizer() const { return *optimizer_; }
+  nvme::SwapStore* store() const { return store_.get(); }
+  const Partitioning& partitioning() const { return parts_; }
+  const EngineConfig& config() const { return config_; }
+  // This rank's optimizer partitions (elements each).
+  const std::vector<int64_t>& partition_numel() const { return numel_; }
+
+ private:
+  Session() = default;
+  EngineConfig config_;
+  Partitioning parts_;
+  std::vector<int64_t> numel_;
+  std::unique_ptr<nvme::SwapStore> store_;  // before the optimizer and the step: they use it
+  std::optional<OffloadedOptimizer> optimizer_;
+  std::unique_ptr<TrainStep> step_;
+  ZeroStep* zero_ = nullptr;  // step_ when it is the ZeRO step
+};
+
+}  // namespace strata::engine
