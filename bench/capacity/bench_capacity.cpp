@@ -24,7 +24,7 @@
 
 #include "bench_util.h"
 #include "comm/local_comm.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "model/init.h"
 #include "model/synthetic_task.h"
@@ -109,41 +109,34 @@ int main(int argc, char** argv) {
   gpu::DeviceOptions dopt;
   dopt.memory_limit_bytes = size_t{4} << 30;
   auto dev = check(gpu::create_cpu_device(dopt));
-  auto parts = check(engine::ZeroStep::partition(cfg, 1, 0));
-  auto gpt = check(
-      model::GptModel::create(*dev, cfg, shape, engine::ZeroStep::block_storage(parts, 3, true)));
-  const std::vector<int64_t> numel = engine::ZeroStep::optimizer_numel(*gpt, parts, 3);
   const std::string dir = nvme_path + "/strata-bench-capacity";
   std::filesystem::create_directories(dir);
-  nvme::SwapStoreOptions so;
-  so.dirs = {dir};
-  // The fp32 state and the 16-bit shards, each object rounded up to whole extents, and the
-  // checkpoints.
-  so.capacity_bytes = 14 * static_cast<uint64_t>(psi) + (uint64_t{4} << 20) * 2 * numel.size() +
-                      uint64_t(gpt->num_segments()) * (gpt->checkpoint_bytes() + (1 << 20));
-  auto store = check(nvme::SwapStore::open(so));
-  std::printf("swap: %s, %.1f GiB reserved\n", dir.c_str(), gib(so.capacity_bytes));
-  cpu::AdamHyper hyper;
-  hyper.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = 1.0;
-  oo.store = store.get();
-  oo.staging_slots = 1;
-  auto t0 = Clock::now();
-  auto opt = check(engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo));
-  check(engine::ZeroStep::load_masters(*gpt, opt, parts, 3, 0, [&cfg](int64_t b, float* host) {
+  // Stage 3, the fp32 state, the 16-bit shards and the checkpoints on NVMe (the session's swap
+  // store, sized by its capacity formula).
+  engine::EngineConfig config;
+  config.zero_stage = 3;
+  config.precision = cfg.dtype;
+  config.grad_clip = 1.0f;
+  config.adam.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
+  config.offload_optimizer = engine::Home::kNvme;
+  config.optimizer_nvme_fraction = 1.0;
+  config.offload_param = engine::Home::kNvme;
+  config.offload_activations = engine::Home::kNvme;
+  config.nvme_paths = {dir};
+  auto parts = check(engine::Session::partition(config, cfg, 1));
+  auto gpt = check(
+      model::GptModel::create(*dev, cfg, shape, engine::Session::block_storage(config, parts)));
+  engine::SessionInputs inputs;
+  inputs.init = [&cfg](int64_t b, float* host) {
     const auto v = model::init_block(cfg, b, 11);
     std::copy(v.begin(), v.end(), host);
     return ok_status();
-  }));
-  engine::ZeroStepOptions zo;
-  zo.stage = 3;
-  zo.step.grad_clip = 1.0f;
-  zo.offload_param = engine::Home::kNvme;
-  zo.offload_activations = engine::Home::kNvme;
-  zo.swap_store = store.get();
-  zo.executor.trace = true;
-  auto step = check(engine::ZeroStep::create(*gpt, opt, *comm, zo));
+  };
+  auto t0 = Clock::now();
+  auto session = check(engine::Session::create(config, *dev, *comm, *gpt, inputs));
+  engine::ZeroStep* step = session->zero();
+  nvme::SwapStore* store = session->store();
+  std::printf("swap: %s, %.1f GiB reserved\n", dir.c_str(), gib(store->capacity_bytes()));
   const double init_s = seconds_since(t0);
   const engine::ZeroMemory mem = step->memory();
   std::printf("set-up %.1f s (state initialised and written to the swap files)\nmemory: %s\n",
@@ -198,8 +191,7 @@ int main(int argc, char** argv) {
                      {"exposed_fraction", m.exposed_transfer_ms / m.step_ms},
                      {"total_s", seconds_since(t_start)},
                      {"steps", rows}};
-  step.reset();
-  store.reset();
+  session.reset();
   std::filesystem::remove_all(dir);
   std::printf("%s\n", out.dump().c_str());
   return fits && learned ? 0 : 1;

@@ -27,7 +27,7 @@
 #include "bench_util.h"
 #include "comm/local_comm.h"
 #include "engine/checkpoint.h"
-#include "engine/planned_step.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "model/init.h"
 #include "model/model_file.h"
@@ -133,39 +133,33 @@ int main(int argc, char** argv) {
   cfg.dtype = DType::kBF16;
   auto gpt = check(model::GptModel::create(*dev, cfg, model::RunShape{batch, 16, 0}));
   check(gpt->init_params(3));
-  const auto blocks = engine::partition_blocks(*gpt);
-  std::vector<int64_t> numel;
-  uint64_t elements = 0;
-  for (int64_t b : blocks) {
-    numel.push_back(gpt->block_numel(b));
-    elements += static_cast<uint64_t>(numel.back());
-  }
-  nvme::SwapStoreOptions so;
-  so.dirs = {(work / "swap").string()};
-  so.capacity_bytes = 12 * elements + (8ull << 20) * blocks.size();
-  auto store = check(nvme::SwapStore::open(so));
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = 0.5;
-  oo.store = store.get();
-  oo.staging_slots = 1;
-  cpu::AdamHyper hyper;
-  hyper.lr = 1e-4f;
-  auto opt = check(engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo));
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    const std::vector<float> v = model::init_block(cfg, blocks[p], 3);
-    check(opt.load(p, v.data(), nullptr, nullptr));
-  }
-  engine::PlannedStepOptions po;
-  po.executor.cpu_threads = 1;
-  auto step = check(engine::PlannedStep::create(*gpt, opt, po));
+  // The planned step, half the optimizer state on NVMe (the session's swap store), the masters
+  // from the initialisation.
+  engine::EngineConfig config;
+  config.precision = cfg.dtype;
+  config.adam.lr = 1e-4f;
+  config.offload_optimizer = engine::Home::kNvme;
+  config.optimizer_nvme_fraction = 0.5;
+  config.nvme_paths = {(work / "swap").string()};
+  engine::SessionInputs inputs;
+  inputs.init = [&cfg](int64_t b, float* host) {
+    const std::vector<float> v = model::init_block(cfg, b, 3);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
   auto comm = comm::create_local_comm();
+  auto session = check(engine::Session::create(config, *dev, *comm, *gpt, inputs));
+  engine::TrainStep* step = &session->step();
+  engine::OffloadedOptimizer& opt = session->optimizer();
+  uint64_t elements = 0;
+  for (int64_t n : session->partition_numel()) elements += static_cast<uint64_t>(n);
   std::vector<int32_t> tokens(size_t(batch) * 16), targets(size_t(batch) * 16);
   for (int i = 0; i < int(tokens.size()); ++i) {
     tokens[size_t(i)] = (i * 7) % 256;
     targets[size_t(i)] = (i * 7 + 7) % 256;
   }
   int64_t step_no = 0;
-  auto run_step = [&] { check(step->run(tokens.data(), targets.data(), ++step_no).status()); };
+  auto run_step = [&] { check(step->run(tokens.data(), targets.data(), ++step_no, 1).status()); };
   const fs::path root = work / "checkpoints";
   const engine::WriteShared params_file = [&](const std::string& d) {
     return model::write_model_file(

@@ -1,12 +1,12 @@
-// bench_step: the trainer's offloaded step, serial (engine/serial_step.h) against planned
-// (engine/planned_step.h), on the CpuDevice with one core for the device's kernels and the
-// other for the host side (the cpu lane's arena; the serial step's host work runs in an arena
-// of the same size), optimizer state all in host RAM and half on NVMe. The model is small in
-// tokens and large in parameters, so the optimizer is a large part of the serial step (the
-// table prints that share: Adam alone over the serial step). Serial and planned alternate
-// order every repeat; medians. Goals: planned <= 1.10 x max(compute, cpu, nvme lane busy) of the
-// same run, and >= 1.3x faster than serial where the optimizer is at least a third of the serial
-// step. Prints a table, then one JSON line.
+// bench_step: the trainer's offloaded step, serial (engine/serial_step.h) against planned (the
+// ZeRO step at stage 0 over one rank, engine/zero_step.h), both built by engine::Session, on
+// the CpuDevice with one core for the device's kernels and the other for the host side (the cpu
+// lane's arena; the serial step's host work runs in an arena of the same size), optimizer state all
+// in host RAM and half on NVMe. The model is small in tokens and large in parameters, so the
+// optimizer is a large part of the serial step (the table prints that share: Adam alone over the
+// serial step). Serial and planned alternate order every repeat; medians. Goals: planned <= 1.10 x
+// max(compute, cpu, nvme lane busy) of the same run, and >= 1.3x faster than serial where the
+// optimizer is at least a third of the serial step. Prints a table, then one JSON line.
 #include <oneapi/tbb/task_arena.h>
 
 #include <CLI/CLI.hpp>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "engine/planned_step.h"
-#include "engine/serial_step.h"
+#include "comm/local_comm.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -53,15 +53,16 @@ model::GptConfig gpt_config(const Shape& s) {
 struct Stack {
   std::unique_ptr<gpu::Device> dev;
   std::unique_ptr<model::GptModel> model;
-  std::unique_ptr<engine::OffloadedOptimizer> opt;
-  std::unique_ptr<engine::SerialStep> serial;
-  std::unique_ptr<engine::PlannedStep> planned;
+  std::unique_ptr<engine::Session> session;
+  engine::OffloadedOptimizer* opt = nullptr;      // the session's
+  engine::TrainStep* step = nullptr;              // the session's
   std::vector<engine::PartitionGrad> zero_grads;  // for timing Adam alone
   std::vector<std::vector<uint16_t>> grad_store;
 };
 
-Stack make_stack(const Shape& s, bool planned, double nvme_fraction, nvme::SwapStore* store,
-                 uint64_t key_base) {
+// The serial or the planned step; with nvme_fraction > 0, that share of the optimizer state in
+// the stack's own swap store under nvme_dir.
+Stack make_stack(const Shape& s, bool planned, double nvme_fraction, const std::string& nvme_dir) {
   Stack st;
   gpu::DeviceOptions o;
   o.threads = 1;
@@ -70,38 +71,28 @@ Stack make_stack(const Shape& s, bool planned, double nvme_fraction, nvme::SwapS
   const model::GptConfig cfg = gpt_config(s);
   st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0}));
   check(st.model->init_params(5));
-  const auto blocks = engine::partition_blocks(*st.model);
-  std::vector<int64_t> numel;
-  for (int64_t b : blocks) numel.push_back(st.model->block_numel(b));
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = nvme_fraction;
-  oo.store = store;
-  oo.key_base = key_base;
-  oo.staging_slots = planned ? 1 : 3;
-  cpu::AdamHyper hyper;
-  hyper.lr = 1e-4f;
-  st.opt = std::make_unique<engine::OffloadedOptimizer>(
-      check(engine::OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo)));
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    std::vector<float> master(static_cast<size_t>(numel[p]));
-    check(st.model->download_params(blocks[p], master.data()));
-    check(st.opt->load(p, master.data(), nullptr, nullptr));
-    st.grad_store.emplace_back(static_cast<size_t>(numel[p]), uint16_t{0});
+  engine::EngineConfig config;
+  config.precision = cfg.dtype;
+  config.schedule = planned ? engine::Schedule::kPlanned : engine::Schedule::kSerial;
+  config.adam.lr = 1e-4f;
+  config.grad_clip = s.grad_clip;
+  if (nvme_fraction > 0) {
+    config.offload_optimizer = engine::Home::kNvme;
+    config.optimizer_nvme_fraction = nvme_fraction;
+    config.nvme_paths = {nvme_dir};
+  }
+  static std::unique_ptr<comm::Communicator> one = comm::create_local_comm();
+  engine::SessionInputs inputs;
+  inputs.host_threads = 1;
+  st.session = check(engine::Session::create(config, *st.dev, *one, *st.model, inputs));
+  st.opt = &st.session->optimizer();
+  st.step = &st.session->step();
+  for (int64_t n : st.session->partition_numel()) {
+    st.grad_store.emplace_back(static_cast<size_t>(n), uint16_t{0});
     engine::PartitionGrad g;
     g.grads = st.grad_store.back().data();
     g.grad_dtype = DType::kBF16;
     st.zero_grads.push_back(g);
-  }
-  engine::OffloadStepOptions so;
-  so.grad_clip = s.grad_clip;
-  if (planned) {
-    engine::PlannedStepOptions po;
-    po.step = so;
-    po.executor.cpu_threads = 1;
-    po.executor.trace = true;
-    st.planned = check(engine::PlannedStep::create(*st.model, *st.opt, po));
-  } else {
-    st.serial = check(engine::SerialStep::create(*st.model, *st.opt, so));
   }
   return st;
 }
@@ -112,9 +103,10 @@ struct CaseResult {
   std::string metrics;
 };
 
-CaseResult run_case(const Shape& s, double nvme_fraction, nvme::SwapStore* store, int repeats) {
-  Stack serial = make_stack(s, false, nvme_fraction, store, 0);
-  Stack planned = make_stack(s, true, nvme_fraction, store, 100000);
+CaseResult run_case(const Shape& s, double nvme_fraction, const std::string& nvme_dir,
+                    int repeats) {
+  Stack serial = make_stack(s, false, nvme_fraction, nvme_dir);
+  Stack planned = make_stack(s, true, nvme_fraction, nvme_dir);
   tbb::task_arena host(1);  // the serial step's host work gets the same one core
   // Timing does not depend on the data: a fixed pattern of tokens over the vocabulary.
   std::vector<int32_t> tokens(static_cast<size_t>(s.batch * s.seq)), targets(tokens.size());
@@ -127,12 +119,12 @@ CaseResult run_case(const Shape& s, double nvme_fraction, nvme::SwapStore* store
   auto run_serial = [&](int64_t step) {
     make_batch(step);
     Status st;
-    host.execute([&] { st = serial.serial->run(tokens.data(), targets.data(), step).status(); });
+    host.execute([&] { st = serial.step->run(tokens.data(), targets.data(), step, 1).status(); });
     check(st);
   };
   auto run_planned = [&](int64_t step) {
     make_batch(step);
-    check(planned.planned->run(tokens.data(), targets.data(), step).status());
+    check(planned.step->run(tokens.data(), targets.data(), step, 1).status());
   };
   run_serial(1);  // warm-up
   run_planned(1);
@@ -148,7 +140,7 @@ CaseResult run_case(const Shape& s, double nvme_fraction, nvme::SwapStore* store
       } else {
         run_planned(step);
         tp.push_back(seconds_since(t0));
-        const sched::Executor& ex = planned.planned->executor();
+        const sched::Executor& ex = *planned.step->executor();
         const sched::StepMetrics m = sched::compute_metrics(ex.plan(), ex.last_trace());
         double most = 0;
         for (sched::Lane lane : {sched::Lane::kCompute, sched::Lane::kCpu, sched::Lane::kNvme}) {
@@ -173,7 +165,7 @@ CaseResult run_case(const Shape& s, double nvme_fraction, nvme::SwapStore* store
   out.exposed_fraction = median(exposed);
   out.tail_fraction = median(tail);
   out.adam_s = median(adam);
-  const sched::Executor& ex = planned.planned->executor();
+  const sched::Executor& ex = *planned.step->executor();
   out.metrics = sched::compute_metrics(ex.plan(), ex.last_trace()).describe();
   return out;
 }
@@ -211,17 +203,13 @@ int main(int argc, char** argv) {
       static_cast<long long>(s.batch), static_cast<long long>(s.seq), s.grad_clip);
   const std::string dir = nvme_path + "/strata-bench-step";
   std::filesystem::create_directories(dir);
-  nvme::SwapStoreOptions so;
-  so.dirs = {dir};
-  so.capacity_bytes = 2 * 12 * static_cast<uint64_t>(cfg.num_params()) + (64ull << 20);
-  auto store = check(nvme::SwapStore::open(so));
 
   std::printf("%-10s %10s %10s %9s %10s %10s %8s %9s %8s\n", "state", "serial ms", "planned ms",
               "speedup", "opt share", "max busy", "vs busy", "exposed", "tail");
   nlohmann::json out{{"bench", "step"}};
   const double tokens = static_cast<double>(s.batch * s.seq);
   for (double frac : {0.0, 0.5}) {
-    const CaseResult r = run_case(s, frac, store.get(), repeats);
+    const CaseResult r = run_case(s, frac, dir, repeats);
     const char* name = frac == 0.0 ? "ram" : "half-nvme";
     std::printf("%-10s %10.2f %10.2f %8.2fx %9.1f%% %10.2f %8.3f %8.1f%% %7.1f%%\n", name,
                 r.serial_s * 1e3, r.planned_s * 1e3, r.serial_s / r.planned_s,
@@ -240,7 +228,6 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : c.items()) out[k] = v;
     }
   }
-  store.reset();
   std::filesystem::remove_all(dir);
   std::printf("%s\n", out.dump().c_str());
   return 0;

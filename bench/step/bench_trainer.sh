@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_trainer: what train_gpt adds to the engine's step. The same configuration as bench_step's
 # "ram" case (GPT L=8 C=384 NH=6, B=1 T=8 bf16, no clipping, CpuDevice 1 thread, host lane 1
-# thread, optimizer state in host RAM) run by bench_step (PlannedStep alone, median of its timed
+# thread, optimizer state in host RAM) run by bench_step (the planned step alone, median of its timed
 # steps) and by train_gpt on an llm.c token file (median wall-clock time between consecutive
 # steps, from --metrics' elapsed_s: data, engine, metrics and the step lines). The two alternate,
 # 5 times each (3 with --quick), after a warm-up of each; the table gives each pair and the

@@ -33,7 +33,7 @@
 #include "bench_util.h"
 #include "comm/mpi_comm.h"
 #include "cpu/pinned_memory.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "gpu/device.h"
 #include "model/init.h"
@@ -61,8 +61,8 @@ struct Shape {
 struct Stack {
   std::unique_ptr<gpu::Device> dev;
   std::unique_ptr<model::GptModel> model;
-  std::unique_ptr<engine::OffloadedOptimizer> opt;
-  std::unique_ptr<engine::ZeroStep> step;
+  std::unique_ptr<engine::Session> session;
+  engine::ZeroStep* step = nullptr;  // the session's
 };
 
 // The device of a stack: a CpuDevice with one thread behind the modelled link, or (cuda_gib > 0)
@@ -100,8 +100,9 @@ std::pair<double, double> measure_link(gpu::Device& dev) {
   return {median(h2d), median(d2h)};
 }
 
-Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStore* store,
-                 uint64_t key_base, double link, comm::Communicator& world,
+// nvme_dir: the directory of the stack's own swap store (with nvme_fraction > 0).
+Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::string& nvme_dir,
+                 double link, comm::Communicator& world,
                  engine::Home offload_param = engine::Home::kPinned, double cuda_gib = 0) {
   Stack st;
   st.dev = make_device(link, cuda_gib, world);
@@ -112,37 +113,32 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, nvme::SwapStor
   cfg.heads = s.heads;
   cfg.channels = s.channels;
   cfg.dtype = DType::kBF16;
+  engine::EngineConfig config;
+  config.zero_stage = stage;
+  config.precision = cfg.dtype;
+  config.prefetch_depth = s.prefetch_depth;
+  config.grad_clip = 1.0f;
+  config.adam.lr = 1e-4f;
+  if (nvme_fraction > 0) {
+    config.offload_optimizer = engine::Home::kNvme;
+    config.optimizer_nvme_fraction = nvme_fraction;
+    config.nvme_paths = {nvme_dir};
+  }
+  if (stage == 3) config.offload_param = offload_param;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
-  auto parts = check(engine::ZeroStep::partition(cfg, world.size(), 0));
+  auto parts = check(engine::Session::partition(config, cfg, world.size()));
   st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0},
-                                           engine::ZeroStep::block_storage(parts, stage)));
+                                           engine::Session::block_storage(config, parts)));
   check(st.model->init_params(5));
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = nvme_fraction;
-  oo.store = store;
-  oo.key_base = key_base;
-  oo.staging_slots = 1;
-  cpu::AdamHyper hyper;
-  hyper.lr = 1e-4f;
-  st.opt = std::make_unique<engine::OffloadedOptimizer>(check(engine::OffloadedOptimizer::create(
-      engine::ZeroStep::optimizer_numel(*st.model, parts, stage), cpu::CpuAdam(hyper), oo)));
-  check(engine::ZeroStep::load_masters(*st.model, *st.opt, parts, stage, world.rank(),
-                                       [&cfg](int64_t b, float* host) {
-                                         const auto v = model::init_block(cfg, b, 5);
-                                         std::copy(v.begin(), v.end(), host);
-                                         return ok_status();
-                                       }));
-  engine::ZeroStepOptions zo;
-  zo.stage = stage;
-  zo.prefetch_depth = s.prefetch_depth;
-  zo.step.grad_clip = 1.0f;
-  zo.executor.cpu_threads = 1;
-  zo.executor.cpu_workers = 1;
-  zo.executor.trace = true;
-  zo.offload_param = offload_param;
-  zo.swap_store = store;
-  zo.swap_key_base = key_base + (uint64_t{1} << 32);
-  st.step = check(engine::ZeroStep::create(*st.model, *st.opt, world, zo));
+  engine::SessionInputs inputs;
+  inputs.host_threads = 1;
+  inputs.init = [&cfg](int64_t b, float* host) {
+    const auto v = model::init_block(cfg, b, 5);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  st.session = check(engine::Session::create(config, *st.dev, world, *st.model, inputs));
+  st.step = st.session->zero();
   return st;
 }
 
@@ -221,7 +217,7 @@ int main(int argc, char** argv) {
   float link = 0.0f;
   double link_d2h = 0.0;
   {
-    Stack cal = make_stack(s, 0, 0.0, nullptr, 0, 0.0, world, engine::Home::kPinned, cuda_gib);
+    Stack cal = make_stack(s, 0, 0.0, "", 0.0, world, engine::Home::kPinned, cuda_gib);
     Batch b(s);
     double flops = 0;
     for (int64_t k = 0; k < cal.model->num_blocks(); ++k) {
@@ -306,9 +302,8 @@ int main(int argc, char** argv) {
   for (int kase = 0; kase < 3; ++kase) {
     const double frac = kase == 0 ? 0.0 : 0.5;
     const bool param_nvme = kase == 2;
-    Stack z0 = make_stack(s, 0, frac, frac > 0 ? store.get() : nullptr, 0, link, world,
-                          engine::Home::kPinned, cuda_gib);
-    Stack z3 = make_stack(s, 3, frac, frac > 0 ? store.get() : nullptr, 1000, link, world,
+    Stack z0 = make_stack(s, 0, frac, dir, link, world, engine::Home::kPinned, cuda_gib);
+    Stack z3 = make_stack(s, 3, frac, dir, link, world,
                           param_nvme ? engine::Home::kNvme : engine::Home::kPinned, cuda_gib);
     Batch b(s);
     auto run = [&](Stack& st, int64_t step) {

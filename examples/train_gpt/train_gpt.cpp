@@ -1,11 +1,12 @@
 // train_gpt: trains a GPT on llm.c token files or the synthetic addition task (data.h) with the
 // optimizer state offloaded to host RAM and, for a chosen share, to NVMe. The forward and
 // backward run on the Device (a CUDA GPU when there is one, else the CpuDevice). The step is a
-// scheduler plan by default (engine/planned_step.h): each block's 16-bit gradient comes to the
-// host as soon as backward has produced it, the CPU Adam of that block runs while backward goes
-// on (after the global norm when clipping), NVMe state is read ahead and written behind, and the
-// new parameters go back up as soon as they are ready. --schedule serial runs the reference step
-// (engine/serial_step.h) with the same results, bit for bit. --trace writes a Perfetto timeline.
+// scheduler plan by default (engine/session.h, engine/zero_step.h): each block's 16-bit gradient
+// comes to the host as soon as backward has produced it, the CPU Adam of that block runs while
+// backward goes on (after the global norm when clipping), NVMe state is read ahead and written
+// behind, and the new parameters go back up as soon as they are ready. --schedule serial runs the
+// reference step (engine/serial_step.h) with the same results, bit for bit. --trace writes a
+// Perfetto timeline.
 //
 // Data parallelism (engine/zero_step.h): under `mpirun -np N` every rank trains on its share of a
 // global batch of N x --batch sequences, with ZeRO stage --zero-stage (0-3) over the ranks;

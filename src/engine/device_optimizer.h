@@ -3,8 +3,9 @@
 // buffer [master | m | v], moved there from an OffloadedOptimizer (which keeps its host copy,
 // the initial state) and back, and updated with Kernels::adam_step with the same constants as
 // the CPU Adam (CpuAdam::constants), so the bits match on the CpuDevice.
-// Shared by PlannedStep and ZeroStep. Ownership: owns the device buffers; borrows the optimizer
-// and the device. Thread safety: none (update() is enqueued on the caller's stream).
+// Used by ZeroStep (at stage 0 over one rank: the planned step). Ownership: owns the device
+// buffers; borrows the optimizer and the device. Thread safety: none (update() is enqueued on the
+// caller's stream).
 #pragma once
 
 #include <cstdint>

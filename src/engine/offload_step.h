@@ -3,8 +3,17 @@
 // (host RAM and/or NVMe). Two implementations with the same results, bit for bit:
 //   SerialStep (serial_step.h):   forward, backward, every gradient down, the global norm, the
 //                                 whole optimizer, every parameter up; one thing at a time.
-//   PlannedStep (planned_step.h): the same step as a scheduler plan, replayed every step, with
-//                                 transfers and the CPU optimizer overlapping compute.
+//   the planned step:             the same step as a scheduler plan, replayed every step, with
+//                                 transfers and the CPU optimizer overlapping compute: the ZeRO
+//                                 step (zero_step.h) at stage 0 over one rank, whose collectives
+//                                 move nothing. Per block, in backward order: the layer's
+//                                 backward (compute); its 16-bit gradient down as soon as it is
+//                                 produced (d2h); its check and the CPU Adam of its partition
+//                                 (cpu); the new parameters up as soon as they are ready (h2d);
+//                                 NVMe partitions read ahead into pinned staging and written
+//                                 behind (nvme). With clipping, fp16 or the device optimizer the
+//                                 update is rotated into the next run() (flush() applies it).
+// engine::Session builds either from an EngineConfig (Schedule::kSerial or kPlanned).
 //
 // Optimizer partitions are the model's blocks in backward order (partition_blocks): the last
 // layer first, the shared block (embeddings, final layernorm) last, so that the NVMe share of the

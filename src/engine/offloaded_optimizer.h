@@ -40,7 +40,7 @@ struct OffloadedOptimizerOptions {
   nvme::SwapStore* store = nullptr;  // required when any partition is on NVMe
   cpu::PinnedPool* pool = nullptr;   // default_pinned_pool() when null
   // Pinned staging buffers for NVMe partitions: step() needs >= 3 (read-ahead, compute,
-  // write-behind); 1 is enough for a caller that drives the partitions itself (PlannedStep
+  // write-behind); 1 is enough for a caller that drives the partitions itself (the ZeRO step
   // stages through its own budgeted buffers) and uses only load()/read_state().
   int staging_slots = 3;
   uint64_t key_base = 0;         // swap keys are key_base + partition index

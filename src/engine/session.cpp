@@ -10,18 +10,16 @@ namespace strata::engine {
 namespace {
 constexpr uint64_t kExtentSlack = uint64_t{8} << 20;  // per stored object, whole extents
 
-uint64_t optimizer_key_base(int rank) { return static_cast<uint64_t>(rank) << 32; }
-uint64_t step_key_base(int rank) { return optimizer_key_base(rank) + (uint64_t{1} << 31); }
-
-OffloadedOptimizerOptions optimizer_options(const EngineConfig& c, nvme::SwapStore* store, int rank,
-                                            bool plan_only) {
+OffloadedOptimizerOptions optimizer_options(const EngineConfig& c, const SessionInputs& in,
+                                            nvme::SwapStore* store, int rank) {
   OffloadedOptimizerOptions oo;
   oo.nvme_fraction = c.offload_optimizer == Home::kNvme ? c.optimizer_nvme_fraction : 0.0;
   oo.store = store;
   // The plan stages through its own buffers; the serial step through the optimizer's.
   oo.staging_slots = c.planned() ? 1 : c.nvme_buffer_count;
-  oo.key_base = optimizer_key_base(rank);
-  oo.plan_only = plan_only;
+  oo.key_base = Session::optimizer_key(rank, 0);
+  oo.plan_only = in.plan_only;
+  oo.pool = in.pool;
   return oo;
 }
 
@@ -57,6 +55,7 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.executor.cpu_threads = in.host_threads;
   zo.executor.cpu_workers = std::min(2, in.host_threads);
   zo.executor.trace = true;
+  zo.executor.pool = in.pool;
   zo.prefetch_depth = c.prefetch_depth;
   zo.staging_slots = c.nvme_buffer_count;
   zo.persistence_threshold = c.persistence_threshold;
@@ -69,7 +68,8 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.param_gpu_fraction = c.param_gpu_fraction;
   zo.offload_activations = c.offload_activations;
   zo.swap_store = store;
-  zo.swap_key_base = step_key_base(rank);
+  zo.shard_key_base = Session::shard_key(rank, 0);
+  zo.checkpoint_key_base = Session::checkpoint_key(rank, 0);
   zo.host_memory_limit = c.host_memory_limit;
   return zo;
 }
@@ -101,6 +101,16 @@ uint64_t Session::swap_capacity(const EngineConfig& config, const model::GptMode
   return bytes;
 }
 
+uint64_t Session::optimizer_key(int rank, size_t p) {
+  return (static_cast<uint64_t>(rank) << 32) + p;
+}
+uint64_t Session::shard_key(int rank, int64_t b) {
+  return optimizer_key(rank, 0) + (uint64_t{1} << 31) + static_cast<uint64_t>(b);
+}
+uint64_t Session::checkpoint_key(int rank, int64_t s) {
+  return shard_key(rank, 0) + (uint64_t{1} << 24) + static_cast<uint64_t>(s);
+}
+
 Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
                                                  comm::Communicator& comm, model::GptModel& model,
                                                  const SessionInputs& inputs) {
@@ -115,21 +125,26 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                       schedule_name(config.schedule), " runs one rank; ", ranks, " ranks need ",
                       ref(Field::kSchedule), " planned");
   }
+  if (config.precision != model.config().dtype) {
+    return make_error(ErrorCode::kConfig, ref(Field::kPrecision), " ", dtype_name(config.precision),
+                      " differs from the model's ", dtype_name(model.config().dtype));
+  }
   std::unique_ptr<Session> s(new Session());
   s->config_ = config;
   STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.config(), ranks));
   s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
-  if (config.uses_nvme() && !inputs.plan_only) {
+  s->store_ = inputs.store;
+  if (config.uses_nvme() && !inputs.plan_only && s->store_ == nullptr) {
     nvme::SwapStoreOptions so;
     so.dirs = config.nvme_paths;
     so.block_bytes = config.nvme_block_size;
     so.extent_bytes = std::max<uint64_t>(so.extent_bytes, config.nvme_block_size);
     so.queue.queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
     so.capacity_bytes = swap_capacity(config, model, s->numel_);
-    STRATA_ASSIGN_OR_RETURN(s->store_, nvme::SwapStore::open(so));
+    STRATA_ASSIGN_OR_RETURN(s->own_store_, nvme::SwapStore::open(so));
+    s->store_ = s->own_store_.get();
   }
-  const OffloadedOptimizerOptions oo =
-      optimizer_options(config, s->store_.get(), rank, inputs.plan_only);
+  const OffloadedOptimizerOptions oo = optimizer_options(config, inputs, s->store_, rank);
   STRATA_RETURN_IF_ERROR(check_optimizer_pinned(config, s->numel_, oo));
   STRATA_ASSIGN_OR_RETURN(s->optimizer_,
                           OffloadedOptimizer::create(s->numel_, cpu::CpuAdam(config.adam), oo));
@@ -144,7 +159,7 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   if (config.planned()) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ZeroStep> z,
                             ZeroStep::create(model, *s->optimizer_, comm,
-                                             zero_options(config, inputs, s->store_.get(), rank)));
+                                             zero_options(config, inputs, s->store_, rank)));
     s->zero_ = z.get();
     s->step_ = std::move(z);
   } else {

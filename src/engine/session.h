@@ -1,7 +1,8 @@
 // Session: the engine's front door. From an EngineConfig, a device, a communicator and a model
 // built with the storage the session names (block_storage), create() assembles everything a
 // training run needs, in the one order that works:
-//   1. validate the config (EngineConfig::validate; the rank count against the schedule);
+//   1. validate the config (EngineConfig::validate; the rank count against the schedule, the
+//      precision against the model's);
 //   2. open the swap store when a home is on NVMe, sized by the capacity formula below, with
 //      the key layout below;
 //   3. lay out the optimizer (its partitions: ZeroStep::optimizer_numel) and check its pinned
@@ -50,8 +51,12 @@ struct SessionInputs {
   // Resuming: loads a checkpoint into the optimizer (after the masters, before the step) and
   // returns its scaling state; unset: a fresh run.
   std::function<Result<StepScaling::State>(OffloadedOptimizer&)> restore;
-  bool plan_only = false;  // lay out only (above)
-  int host_threads = 1;    // the CPU lane's threads (the CPU Adam and host passes)
+  // A swap store the caller owns (tests and benches that share one among sessions, one at a
+  // time), used instead of opening one from config.nvme_paths; its capacity is the caller's.
+  nvme::SwapStore* store = nullptr;
+  cpu::PinnedPool* pool = nullptr;  // the optimizer's and the plan's pinned memory (null: default)
+  bool plan_only = false;           // lay out only (above)
+  int host_threads = 1;             // the CPU lane's threads (the CPU Adam and host passes)
   // Test hook (ZeroStepOptions::inject_inf_step).
   int64_t inject_inf_step = 0;
 };
@@ -78,7 +83,13 @@ class Session {
   ZeroStep* zero() { return zero_; }
   OffloadedOptimizer& optimizer() { return *optimizer_; }
   const OffloadedOptimizer& optimizer() const { return *optimizer_; }
-  nvme::SwapStore* store() const { return store_.get(); }
+  // The swap store in use (the session's own or SessionInputs::store), or null.
+  nvme::SwapStore* store() const { return store_; }
+  // The key layout above: optimizer partition p's state, block b's stage-3 parameter shard,
+  // segment s's offloaded checkpoint, of `rank`.
+  static uint64_t optimizer_key(int rank, size_t p);
+  static uint64_t shard_key(int rank, int64_t b);
+  static uint64_t checkpoint_key(int rank, int64_t s);
   const Partitioning& partitioning() const { return parts_; }
   const EngineConfig& config() const { return config_; }
   // This rank's optimizer partitions (elements each).
@@ -89,7 +100,8 @@ class Session {
   EngineConfig config_;
   Partitioning parts_;
   std::vector<int64_t> numel_;
-  std::unique_ptr<nvme::SwapStore> store_;  // before the optimizer and the step: they use it
+  std::unique_ptr<nvme::SwapStore> own_store_;  // before the optimizer and the step: they use it
+  nvme::SwapStore* store_ = nullptr;            // own_store_ or SessionInputs::store
   std::optional<OffloadedOptimizer> optimizer_;
   std::unique_ptr<TrainStep> step_;
   ZeroStep* zero_ = nullptr;  // step_ when it is the ZeRO step

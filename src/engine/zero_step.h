@@ -112,7 +112,7 @@ struct ZeroStepOptions {
   int64_t delayed_update_warmup = -1;
   // Stage 3 (--offload-param): the home of the sharded blocks' 16-bit shards.
   //   kPinned (cpu, the default): pinned host memory, the gathers' direct source.
-  //   kNvme: the swap store (swap_store, keys swap_key_base + block): read into pinned staging
+  //   kNvme: the swap store (swap_store, keys shard_key_base + block): read into pinned staging
   //     ahead of each gather (up to prefetch_depth ahead, as the gathers), written after each
   //     update; the fp32 master is not read for it (only the update reads the master).
   //   kDevice (none): the device. One rank: the shard is the whole block, used in place (no
@@ -133,10 +133,11 @@ struct ZeroStepOptions {
   // store (nvme lane) and back the same way. The model must leave them to the caller
   // (block_storage(..., true)). kDevice: the model keeps them all.
   Home offload_activations = Home::kDevice;
-  // The swap store of the NVMe homes: keys swap_key_base + block (shards) and swap_key_base +
-  // 2^24 + segment (checkpoints).
+  // The swap store of the NVMe homes: keys shard_key_base + block (shards) and
+  // checkpoint_key_base + segment (checkpoints); engine::Session sets them (its key layout).
   nvme::SwapStore* swap_store = nullptr;
-  uint64_t swap_key_base = uint64_t{1} << 40;
+  uint64_t shard_key_base = uint64_t{1} << 40;
+  uint64_t checkpoint_key_base = (uint64_t{1} << 40) + (uint64_t{1} << 24);
   // --host-memory-limit: pinned host bytes this rank may use (the optimizer's arena and staging,
   // and the plan's pinned peak); 0: no limit. The plan is checked against it, and against the
   // device pool's limit, before the executor allocates anything (engine/memory_budget.h).
@@ -335,9 +336,9 @@ class ZeroStep : public TrainStep {
   // Block b's shard (stage 3) into / from host memory, wherever its home is (outside replays).
   Status load_shard(int64_t b, void* host);
   Status store_shard(int64_t b, const void* host);
-  uint64_t shard_key(int64_t b) const { return options_.swap_key_base + uint64_t(b); }
+  uint64_t shard_key(int64_t b) const { return options_.shard_key_base + uint64_t(b); }
   uint64_t checkpoint_key(int64_t seg) const {
-    return options_.swap_key_base + (uint64_t{1} << 24) + uint64_t(seg);
+    return options_.checkpoint_key_base + uint64_t(seg);
   }
   // Segments whose checkpoint the engine moves (all but the last, when offloaded).
   int64_t offloaded_segments() const {

@@ -14,7 +14,7 @@
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/plan_report.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "gpu/planning_device.h"
 #include "model/gpt.h"
@@ -46,8 +46,9 @@ struct Built {
   std::unique_ptr<gpu::PlanningDevice> planning;
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<model::GptModel> model;
-  std::unique_ptr<OffloadedOptimizer> optimizer;
-  std::unique_ptr<ZeroStep> step;
+  std::unique_ptr<Session> session;
+  OffloadedOptimizer* optimizer = nullptr;  // the session's
+  ZeroStep* step = nullptr;                 // the session's
   std::vector<int32_t> tokens, targets;
   gpu::Device& dev() { return planning ? *planning : *device; }
 };
@@ -84,45 +85,39 @@ inline Result<Built> build(const PCase& c, bool plan_only, nvme::SwapStore* stor
   if (plan_only) b.planning = std::make_unique<gpu::PlanningDevice>(*b.device);
   b.comm = comm::create_local_comm();
   const model::GptConfig cfg = config_of(c);
-  STRATA_ASSIGN_OR_RETURN(Partitioning parts, ZeroStep::partition(cfg, 1, 0));
-  STRATA_ASSIGN_OR_RETURN(
-      b.model,
-      model::GptModel::create(
-          b.dev(), cfg, model::RunShape{c.batch, c.seq, c.checkpoint},
-          ZeroStep::block_storage(parts, c.stage, c.offload_activations != Home::kDevice)));
-  if (!plan_only) STRATA_RETURN_IF_ERROR(b.model->init_params(3));
-  OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = c.nvme_fraction;
-  oo.store = store;
-  oo.staging_slots = 1;
-  oo.pool = pool;
-  oo.plan_only = plan_only;
-  STRATA_ASSIGN_OR_RETURN(
-      OffloadedOptimizer opt,
-      OffloadedOptimizer::create(ZeroStep::optimizer_numel(*b.model, parts, c.stage),
-                                 cpu::CpuAdam(cpu::AdamHyper{}), oo));
-  b.optimizer = std::make_unique<OffloadedOptimizer>(std::move(opt));
-  if (!plan_only) {
-    STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(
-        *b.model, *b.optimizer, parts, c.stage, 0, [&cfg](int64_t blk, float* host) {
-          const std::vector<float> v = model::init_block(cfg, blk, 3);
-          std::copy(v.begin(), v.end(), host);
-          return ok_status();
-        }));
+  EngineConfig config;
+  config.zero_stage = c.stage;
+  config.precision = cfg.dtype;
+  config.grad_clip = c.grad_clip;
+  if (c.nvme_fraction > 0.0) {
+    config.offload_optimizer = Home::kNvme;
+    config.optimizer_nvme_fraction = c.nvme_fraction;
   }
-  ZeroStepOptions zo;
-  zo.stage = c.stage;
-  zo.step.grad_clip = c.grad_clip;
-  zo.executor.cpu_threads = threads > 0 ? threads : int(std::thread::hardware_concurrency());
-  zo.executor.cpu_workers = std::min(2, zo.executor.cpu_threads);
-  zo.executor.pool = pool;
-  zo.staging_slots = 2;
-  zo.prefetch_depth = 1;
-  zo.offload_param = c.offload_param;
-  zo.offload_activations = c.offload_activations;
-  zo.gpu_optimizer_fraction = c.gpu_fraction;
-  zo.swap_store = store;
-  STRATA_ASSIGN_OR_RETURN(b.step, ZeroStep::create(*b.model, *b.optimizer, *b.comm, zo));
+  if (c.stage == 3) config.offload_param = c.offload_param;
+  config.offload_activations = c.offload_activations;
+  config.gpu_optimizer_fraction = c.gpu_fraction;
+  config.nvme_buffer_count = 2;
+  config.prefetch_depth = 1;
+  // NVMe homes use `store` (a plan-only build opens none).
+  config.nvme_paths = {"(the test's store)"};
+  STRATA_ASSIGN_OR_RETURN(Partitioning parts, Session::partition(config, cfg, 1));
+  STRATA_ASSIGN_OR_RETURN(
+      b.model, model::GptModel::create(b.dev(), cfg, model::RunShape{c.batch, c.seq, c.checkpoint},
+                                       Session::block_storage(config, parts)));
+  if (!plan_only) STRATA_RETURN_IF_ERROR(b.model->init_params(3));
+  SessionInputs inputs;
+  inputs.store = store;
+  inputs.pool = pool;
+  inputs.plan_only = plan_only;
+  inputs.host_threads = threads > 0 ? threads : int(std::thread::hardware_concurrency());
+  inputs.init = [&cfg](int64_t blk, float* host) {
+    const std::vector<float> v = model::init_block(cfg, blk, 3);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  STRATA_ASSIGN_OR_RETURN(b.session, Session::create(config, b.dev(), *b.comm, *b.model, inputs));
+  b.step = b.session->zero();
+  b.optimizer = &b.session->optimizer();
   std::mt19937 rng(5);
   const auto rows = static_cast<size_t>(c.batch * c.seq);
   for (size_t i = 0; i < rows; ++i) {

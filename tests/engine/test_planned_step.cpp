@@ -1,4 +1,5 @@
-// PlannedStep against SerialStep: 50 training steps of a small GPT on the synthetic addition task
+// The planned step (the ZeRO step at stage 0 over one rank) against SerialStep, both built by
+// engine::Session: 50 training steps of a small GPT on the synthetic addition task
 // (checkpointing on, so recompute tasks run), the same losses, gradient norms and parameters,
 // bit for bit: bf16 and fp32, clipping on (and active) and off, optimizer state in host RAM
 // (test_planned_step on the CpuDevice, label unit; test_planned_step_gpu on a CUDA GPU, label
@@ -10,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/planned_step.h"
-#include "engine/serial_step.h"
+#include "comm/local_comm.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -49,6 +50,18 @@ struct TrainRun {
   std::vector<float> state;                // every partition's master, m, v after the run
 };
 
+// A one-rank session of the planned or the serial step over `m` (its masters from the model's
+// device blocks).
+std::unique_ptr<Session> one_rank_session(const EngineConfig& config, model::GptModel& m,
+                                          nvme::SwapStore* store = nullptr) {
+  static std::unique_ptr<comm::Communicator> one = comm::create_local_comm();
+  SessionInputs in;
+  in.store = store;
+  auto s = Session::create(config, m.device(), *one, m, in);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
 // Fewer on the emulated CUDA runtime, where a step takes seconds (every CUDA thread a fiber).
 constexpr int kSteps = gpu::test::kEmulatedCuda ? 8 : 50;
 
@@ -74,48 +87,30 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
   model::GptModel& m = *model_r.value();
   EXPECT_TRUE(m.init_params(7).ok());
-  const auto blocks = partition_blocks(m);
-  std::vector<int64_t> numel;
-  for (int64_t b : blocks) numel.push_back(m.block_numel(b));
-  cpu::AdamHyper hyper;
-  hyper.lr = 3e-3f;
-  hyper.weight_decay = 0.01f;
-  OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = c.nvme_fraction;
-  oo.store = store;
-  oo.key_base = c.planned ? 1000 : 0;
-  oo.staging_slots = c.planned ? 1 : 3;
-  auto opt_r = OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
-  EXPECT_TRUE(opt_r.ok()) << opt_r.status().to_string();
-  OffloadedOptimizer& opt = opt_r.value();
+  EngineConfig config;
+  config.precision = c.dtype;
+  config.schedule = c.planned ? Schedule::kPlanned : Schedule::kSerial;
+  config.adam.lr = 3e-3f;
+  config.adam.weight_decay = 0.01f;
+  if (c.nvme_fraction > 0) {
+    config.offload_optimizer = Home::kNvme;
+    config.optimizer_nvme_fraction = c.nvme_fraction;
+    config.nvme_paths = {"(the test's store)"};
+  }
+  if (c.device_optimizer) config.offload_optimizer = Home::kDevice;
+  config.nvme_buffer_count = c.planned ? 2 : 3;
+  config.grad_clip = c.grad_clip;
+  config.loss_scaling = c.loss_scaling;
+  std::unique_ptr<Session> session = one_rank_session(config, m, store);
+  if (!session) return run;
+  TrainStep& train_step = session->step();
+  OffloadedOptimizer& opt = session->optimizer();
+  const std::vector<int64_t>& numel = session->partition_numel();
   if (c.nvme_fraction > 0) {
     size_t on_nvme = 0;
     for (size_t p = 0; p < numel.size(); ++p) on_nvme += opt.on_nvme(p) ? 1 : 0;
     EXPECT_GT(on_nvme, 0u);
     EXPECT_LT(on_nvme, numel.size());
-  }
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    std::vector<float> master(static_cast<size_t>(numel[p]));
-    EXPECT_TRUE(m.download_params(blocks[p], master.data()).ok());
-    EXPECT_TRUE(opt.load(p, master.data(), nullptr, nullptr).ok());
-  }
-  OffloadStepOptions so;
-  so.grad_clip = c.grad_clip;
-  so.loss_scaling = c.loss_scaling;
-  std::unique_ptr<SerialStep> serial;
-  std::unique_ptr<PlannedStep> planned;
-  if (c.planned) {
-    PlannedStepOptions po;
-    po.step = so;
-    po.staging_slots = 2;
-    po.device_optimizer = c.device_optimizer;
-    auto r = PlannedStep::create(m, opt, po);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    planned = std::move(r).value();
-  } else {
-    auto r = SerialStep::create(m, opt, so);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    serial = std::move(r).value();
   }
   std::vector<int32_t> tokens(static_cast<size_t>(8 * task.seq())), targets(tokens.size());
   for (int64_t step = 1; step <= kSteps; ++step) {
@@ -123,13 +118,8 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     // A learning rate that changes every step: the planned step applies step n's update during
     // step n+1, and must still use step n's rate.
     const float lr = 3e-3f * (1.0f - 0.01f * static_cast<float>(step));
-    if (c.planned) {
-      planned->set_lr(lr);
-    } else {
-      serial->set_lr(lr);
-    }
-    auto r = c.planned ? planned->run(tokens.data(), targets.data(), step)
-                       : serial->run(tokens.data(), targets.data(), step);
+    train_step.set_lr(lr);
+    auto r = train_step.run(tokens.data(), targets.data(), step, 1);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     if (!r.ok()) return run;
     run.losses.push_back(r->loss);
@@ -137,10 +127,10 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
     run.scales.push_back(r->loss_scale);
     run.skipped.push_back(r->skipped);
   }
-  if (planned) {
-    const Status st = planned->flush();  // the last step's update (clipping on)
+  if (c.planned) {
+    const Status st = train_step.flush();  // the last step's update (clipping on)
     EXPECT_TRUE(st.ok()) << st.to_string();
-    EXPECT_TRUE(planned->flush().ok());  // nothing left: a no-op
+    EXPECT_TRUE(train_step.flush().ok());  // nothing left: a no-op
   }
   for (size_t p = 0; p < numel.size(); ++p) {
     std::vector<float> st(3 * static_cast<size_t>(numel[p]));
@@ -192,9 +182,10 @@ void expect_same_bits(const TrainRun& serial, const TrainRun& planned) {
 struct TinySetup {
   std::unique_ptr<model::GptModel> model;
   std::vector<int64_t> blocks;  // partition -> block
-  std::unique_ptr<OffloadedOptimizer> opt;
+  std::unique_ptr<Session> session;
+  OffloadedOptimizer* opt = nullptr;
 };
-TinySetup tiny_setup(gpu::Device& dev, DType dtype, int64_t batch) {
+TinySetup tiny_setup(gpu::Device& dev, DType dtype, int64_t batch, const EngineConfig& base = {}) {
   TinySetup t;
   model::GptConfig cfg;
   cfg.vocab = 13;
@@ -208,16 +199,10 @@ TinySetup tiny_setup(gpu::Device& dev, DType dtype, int64_t batch) {
   t.model = std::move(m).value();
   EXPECT_TRUE(t.model->init_params(1).ok());
   t.blocks = partition_blocks(*t.model);
-  std::vector<int64_t> numel;
-  for (int64_t b : t.blocks) numel.push_back(t.model->block_numel(b));
-  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), {});
-  EXPECT_TRUE(opt.ok()) << opt.status().to_string();
-  t.opt = std::make_unique<OffloadedOptimizer>(std::move(opt).value());
-  for (size_t p = 0; p < t.blocks.size(); ++p) {
-    std::vector<float> master(static_cast<size_t>(numel[p]));
-    EXPECT_TRUE(t.model->download_params(t.blocks[p], master.data()).ok());
-    EXPECT_TRUE(t.opt->load(p, master.data(), nullptr, nullptr).ok());
-  }
+  EngineConfig config = base;
+  config.precision = dtype;
+  t.session = one_rank_session(config, *t.model);
+  if (t.session) t.opt = &t.session->optimizer();
   return t;
 }
 
@@ -227,15 +212,13 @@ TEST(PlannedStep, BadTokensAreRefusedAndTheStepGoesOn) {
   auto dev = open_device(why);
   if (!dev) GTEST_SKIP() << why;
   TinySetup t = tiny_setup(*dev, DType::kBF16, 1);
-  auto& m = t.model;
-  auto& opt = t.opt;
-  auto step = PlannedStep::create(*m, *opt, PlannedStepOptions{});
-  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  ASSERT_NE(t.session, nullptr);
+  TrainStep& step = t.session->step();
   const std::vector<int32_t> bad{1, 2, 13, 4}, good{1, 2, 3, 4}, targets{2, 3, 4, 5};
-  const auto r = step.value()->run(bad.data(), targets.data(), 1);
+  const auto r = step.run(bad.data(), targets.data(), 1, 1);
   ASSERT_EQ(r.status().code(), ErrorCode::kConfig);
   EXPECT_NE(r.status().message().find("token 13 at position 2"), std::string::npos);
-  const auto ok = step.value()->run(good.data(), targets.data(), 1);
+  const auto ok = step.run(good.data(), targets.data(), 1, 1);
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_GT(ok->loss, 0.0f);
 }
@@ -317,7 +300,11 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
   std::string why;
   auto dev = open_device(why);
   if (!dev) GTEST_SKIP() << why;
-  TinySetup t = tiny_setup(*dev, DType::kF16, 2);
+  EngineConfig config;
+  config.loss_scaling.initial_scale_power = 60;  // 2^60: every fp16 gradient overflows
+  config.loss_scaling.hysteresis = 1;
+  TinySetup t = tiny_setup(*dev, DType::kF16, 2, config);
+  ASSERT_NE(t.session, nullptr);
   auto& m = t.model;
   auto& opt = t.opt;
   const auto& blocks = t.blocks;
@@ -326,17 +313,13 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
     before.emplace_back(static_cast<size_t>(m->block_numel(b)));
     ASSERT_TRUE(m->download_params(b, before.back().data()).ok());
   }
-  PlannedStepOptions po;
-  po.step.loss_scaling.initial_scale_power = 60;  // 2^60: every fp16 gradient overflows
-  po.step.loss_scaling.hysteresis = 1;
-  auto step = PlannedStep::create(*m, *opt, po);
-  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  TrainStep& step = t.session->step();
   const std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8}, targets{2, 3, 4, 5, 6, 7, 8, 9};
-  auto r = step.value()->run(tokens.data(), targets.data(), 1);
+  auto r = step.run(tokens.data(), targets.data(), 1, 1);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(r->skipped);
   EXPECT_EQ(r->loss_scale, std::ldexp(1.0, 60));
-  ASSERT_TRUE(step.value()->flush().ok());
+  ASSERT_TRUE(step.flush().ok());
   for (size_t p = 0; p < blocks.size(); ++p) {
     std::vector<float> now(before[p].size()), master(before[p].size()), mom(before[p].size()),
         var(before[p].size());
@@ -351,14 +334,14 @@ TEST(PlannedStep, AnFp16OverflowChangesNothing) {
   bool updated = false;
   double last_scale = r->loss_scale;
   for (int64_t s = 2; s <= 80 && !updated; ++s) {
-    r = step.value()->run(tokens.data(), targets.data(), s);
+    r = step.run(tokens.data(), targets.data(), s, 1);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->loss_scale, last_scale / 2) << "step " << s;
     last_scale = r->loss_scale;
     updated = !r->skipped;
   }
   EXPECT_TRUE(updated);
-  ASSERT_TRUE(step.value()->flush().ok());
+  ASSERT_TRUE(step.flush().ok());
   std::vector<float> now(before[0].size());
   ASSERT_TRUE(m->download_params(blocks[0], now.data()).ok());
   EXPECT_NE(now, before[0]);
@@ -410,36 +393,29 @@ TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   cfg.channels = 32;
   auto m = model::GptModel::create(*dev, cfg, model::RunShape{4, task.seq(), 0}).value();
   ASSERT_TRUE(m->init_params(3).ok());
-  const auto blocks = partition_blocks(*m);
-  std::vector<int64_t> numel;
-  for (int64_t b : blocks) numel.push_back(m->block_numel(b));
-  OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = 1.0;
-  oo.store = store.get();
-  oo.staging_slots = 1;
-  oo.key_base = 500;
-  auto opt = OffloadedOptimizer::create(numel, cpu::CpuAdam(cpu::AdamHyper{}), oo).value();
-  for (size_t p = 0; p < blocks.size(); ++p) {
-    std::vector<float> master(static_cast<size_t>(numel[p]));
-    ASSERT_TRUE(m->download_params(blocks[p], master.data()).ok());
-    ASSERT_TRUE(opt.load(p, master.data(), nullptr, nullptr).ok());
-  }
-  auto step = PlannedStep::create(*m, opt, PlannedStepOptions{}).value();
+  EngineConfig config;
+  config.precision = cfg.dtype;
+  config.offload_optimizer = Home::kNvme;
+  config.optimizer_nvme_fraction = 1.0;
+  config.nvme_paths = {dir.path()};
+  std::unique_ptr<Session> session = one_rank_session(config, *m, store.get());
+  ASSERT_NE(session, nullptr);
+  TrainStep* step = &session->step();
   std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
   for (int64_t s = 1; s <= 3; ++s) {
     task.make_batch(4, 1, 0, s, tokens.data(), targets.data());
-    ASSERT_TRUE(step->run(tokens.data(), targets.data(), s).ok());
+    ASSERT_TRUE(step->run(tokens.data(), targets.data(), s, 1).ok());
   }
   ASSERT_TRUE(step->flush().ok());
-  // Flip one byte inside partition 0's state (key 500), which the next update reads.
-  auto loc = store->locate(500);
+  // Flip one byte inside partition 0's state, which the next update reads.
+  auto loc = store->locate(Session::optimizer_key(0, 0));
   ASSERT_TRUE(loc.ok()) << loc.status().to_string();
   const auto& e = loc->front();
   nvme::test::flip_byte(e.path, e.offset + 100);
   Status failed;
   for (int64_t s = 4; s <= 5 && failed.ok(); ++s) {  // the update of step 4 reads it in run 5
     task.make_batch(4, 1, 0, s, tokens.data(), targets.data());
-    failed = step->run(tokens.data(), targets.data(), s).status();
+    failed = step->run(tokens.data(), targets.data(), s, 1).status();
   }
   if (failed.ok()) failed = step->flush();
   ASSERT_EQ(failed.code(), ErrorCode::kCorrupt) << failed.to_string();
@@ -447,7 +423,7 @@ TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   EXPECT_NE(failed.message().find("offset " + std::to_string(e.offset)), std::string::npos)
       << failed.message();
   task.make_batch(4, 1, 0, 6, tokens.data(), targets.data());
-  EXPECT_FALSE(step->run(tokens.data(), targets.data(), 6).ok()) << "the step must stay failed";
+  EXPECT_FALSE(step->run(tokens.data(), targets.data(), 6, 1).ok()) << "the step must stay failed";
 }
 #endif
 

@@ -23,8 +23,7 @@
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"
-#include "engine/serial_step.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "field_flags.h"
 #include "gpu/cpu_device.h"
 #include "tested_device.h"
@@ -94,7 +93,7 @@ struct ZCase {
   Home offload_param = Home::kPinned;        // --offload-param (stage 3)
   double param_gpu_fraction = 0.0;           // --param-gpu-fraction
   Home offload_activations = Home::kDevice;  // --offload-activations
-  bool expect_error = false;  // ZeroStep::create must refuse the case (ZRun::error says why)
+  bool expect_error = false;  // Session::create must refuse the case (ZRun::error says why)
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
   int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
@@ -120,7 +119,7 @@ struct ZRun {
   std::vector<bool> nvme_parts;                // by partition: optimizer state on NVMe
   std::vector<bool> device_parts;              // by partition: optimizer state on the device
   std::vector<int64_t> part_blocks;            // partition -> block
-  std::string error;                           // ZCase::expect_error: ZeroStep::create's message
+  std::string error;                           // ZCase::expect_error: Session::create's message
   int64_t segments = 0, checkpoint_bytes = 0;  // the model's checkpoint segments, one's bytes
 };
 
@@ -164,58 +163,52 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   if (!model_r.ok()) return run;
   model::GptModel& m = *model_r.value();
   EXPECT_TRUE(m.init_params(7).ok());
-  const std::vector<int64_t> numel = ZeroStep::optimizer_numel(m, parts, stage);
-  cpu::AdamHyper hyper;
-  hyper.lr = 3e-3f;
-  hyper.weight_decay = 0.01f;
-  OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = c.nvme_fraction;
-  oo.store = store;
-  oo.staging_slots = c.serial ? 3 : 1;
-  auto opt_r = OffloadedOptimizer::create(numel, cpu::CpuAdam(hyper), oo);
-  EXPECT_TRUE(opt_r.ok()) << opt_r.status().to_string();
-  if (!opt_r.ok()) return run;
-  OffloadedOptimizer& opt = opt_r.value();
-  const Status loaded =
-      ZeroStep::load_masters(m, opt, parts, stage, comm.rank(), [&cfg](int64_t b, float* host) {
-        const std::vector<float> v = model::init_block(cfg, b, 7);  // init_params(7)'s values
-        std::copy(v.begin(), v.end(), host);
-        return ok_status();
-      });
-  EXPECT_TRUE(loaded.ok()) << loaded.to_string();
-  OffloadStepOptions so;
-  so.grad_clip = c.grad_clip;
-  so.loss_scaling = c.loss_scaling;
-  std::unique_ptr<SerialStep> serial;
-  std::unique_ptr<ZeroStep> zero;
-  if (c.serial) {
-    auto r = SerialStep::create(m, opt, so);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    serial = std::move(r).value();
-  } else {
-    ZeroStepOptions zo;
-    zo.step = so;
-    zo.stage = c.stage;
-    zo.persistence_threshold = c.persistence;
-    zo.prefetch_depth = c.prefetch;
-    zo.staging_slots = c.staging_slots;
-    zo.inject_inf_step = c.inject_inf_step;
-    zo.device_optimizer = c.device_optimizer;
-    zo.gpu_optimizer_fraction = c.gpu_fraction;
-    zo.delayed_update_warmup = c.delayed;
-    zo.offload_param = c.offload_param;
-    zo.param_gpu_fraction = c.param_gpu_fraction;
-    zo.swap_store = store;
-    zo.offload_activations = c.offload_activations;
-    auto r = ZeroStep::create(m, opt, comm, zo);
-    if (c.expect_error) {
-      EXPECT_FALSE(r.ok()) << "ZeroStep::create accepted the case";
-      if (!r.ok()) run.error = test::as_flags(r.status().to_string());
-      return run;
-    }
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    if (!r.ok()) return run;
-    zero = std::move(r).value();
+  // The engine through its front door: a session of the case's settings.
+  EngineConfig config;
+  config.zero_stage = stage;
+  config.precision = c.dtype;
+  config.schedule = c.serial ? Schedule::kSerial : Schedule::kPlanned;
+  config.adam.lr = 3e-3f;
+  config.adam.weight_decay = 0.01f;
+  config.grad_clip = c.grad_clip;
+  config.loss_scaling = c.loss_scaling;
+  if (c.nvme_fraction > 0.0) {
+    config.offload_optimizer = Home::kNvme;
+    config.optimizer_nvme_fraction = c.nvme_fraction;
+  }
+  if (c.device_optimizer) config.offload_optimizer = Home::kDevice;
+  config.gpu_optimizer_fraction = c.gpu_fraction;
+  // The serial step's reference loop of the delayed update is the test's own (below).
+  config.delayed_update_warmup = c.serial ? -1 : c.delayed;
+  if (c.stage == 3 || c.offload_param != Home::kPinned) config.offload_param = c.offload_param;
+  config.param_gpu_fraction = c.param_gpu_fraction;
+  config.offload_activations = c.offload_activations;
+  config.persistence_threshold = c.persistence;
+  config.prefetch_depth = c.prefetch;
+  // The ZeRO step's NVMe staging; the serial step's optimizer stages through 3.
+  config.nvme_buffer_count = c.serial ? 3 : c.staging_slots;
+  if (store != nullptr) config.nvme_paths = {"(the test's store)"};
+  SessionInputs inputs;
+  inputs.store = store;
+  inputs.inject_inf_step = c.inject_inf_step;
+  inputs.init = [&cfg](int64_t b, float* host) {
+    const std::vector<float> v = model::init_block(cfg, b, 7);  // init_params(7)'s values
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  auto session_r = Session::create(config, dev, comm, m, inputs);
+  if (c.expect_error) {
+    EXPECT_FALSE(session_r.ok()) << "Session::create accepted the case";
+    if (!session_r.ok()) run.error = test::as_flags(session_r.status().to_string());
+    return run;
+  }
+  EXPECT_TRUE(session_r.ok()) << session_r.status().to_string();
+  if (!session_r.ok()) return run;
+  Session& session = *session_r.value();
+  OffloadedOptimizer& opt = session.optimizer();
+  ZeroStep* zero = session.zero();
+  TrainStep& train_step = session.step();
+  if (zero != nullptr) {
     dump_plan_if_asked(*zero, comm.rank());
     run.expected = zero->expected_traffic();
     run.memory = zero->memory();
@@ -254,13 +247,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     if (c.before_step) c.before_step(step);
     // A learning rate that changes every step (a rotated update still uses its own step's).
     const float lr = 3e-3f * (1.0f - 0.01f * static_cast<float>(step));
-    if (c.serial) {
-      serial->set_lr(lr);
-    } else {
-      zero->set_lr(lr);
-    }
-    auto r = c.serial ? serial->run(tokens.data(), targets.data(), step, c.micro)
-                      : zero->run(tokens.data(), targets.data(), step, c.micro);
+    train_step.set_lr(lr);
+    auto r = train_step.run(tokens.data(), targets.data(), step, c.micro);
     if (c.serial && c.delayed >= 0) snapshot();
     if (!r.ok() && c.before_step) {
       run.error = r.status().to_string();
@@ -592,7 +580,7 @@ TEST(ZeroStep, ACorruptedParameterShardStopsTrainingWithTheFileAndOffset) {
   nvme::ExtentLocation hit;
   c.before_step = [&](int64_t step) {
     if (step != 4) return;
-    auto where = store.store->locate((uint64_t{1} << 40) + 0);  // swap_key_base + block 0
+    auto where = store.store->locate(Session::shard_key(0, 0));  // block 0's shard
     ASSERT_TRUE(where.ok()) << where.status().to_string();
     ASSERT_FALSE(where->empty());
     hit = where->front();
@@ -995,32 +983,28 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
       continue;
     }
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    OffloadedOptimizerOptions oo;
-    oo.staging_slots = 1;
-    auto opt = OffloadedOptimizer::create(ZeroStep::optimizer_numel(*m.value(), parts, 3),
-                                          cpu::CpuAdam(cpu::AdamHyper{}), oo)
-                   .value();
-    ASSERT_TRUE(ZeroStep::load_masters(*m.value(), opt, parts, 3, comm.rank(), init).ok());
-    ZeroStepOptions zo;
-    zo.stage = 3;
-    auto step = ZeroStep::create(*m.value(), opt, comm, zo);
-    ASSERT_TRUE(step.ok()) << step.status().to_string();
-    dump_plan_if_asked(*step.value(), comm.rank());
+    EngineConfig config;
+    config.zero_stage = 3;
+    config.adam = cpu::AdamHyper{};
+    SessionInputs inputs;
+    inputs.init = init;
+    auto session = Session::create(config, *dev, comm, *m.value(), inputs);
+    ASSERT_TRUE(session.ok()) << session.status().to_string();
+    ZeroStep* step = session.value()->zero();
+    dump_plan_if_asked(*step, comm.rank());
     std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
     // One batch again and again: the loss must fall.
     task.make_batch(4, 9, static_cast<uint64_t>(comm.rank()), 1, tokens.data(), targets.data());
     float first = 0, last = 0;
     for (int64_t s = 1; s <= 8; ++s) {
-      auto r = step.value()->run(tokens.data(), targets.data(), s);
+      auto r = step->run(tokens.data(), targets.data(), s);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       (s == 1 ? first : last) = r->loss;
     }
     EXPECT_LT(last, first);
     EXPECT_LE(dev->memory_info().peak_bytes, cap);
     // The working set is a few blocks: less than half the model's 16-bit parameters.
-    EXPECT_LT(
-        static_cast<double>(step.value()->executor()->plan().peak_bytes(sched::Tier::kDevice)),
-        psi);
+    EXPECT_LT(static_cast<double>(step->executor()->plan().peak_bytes(sched::Tier::kDevice)), psi);
   }
 }
 

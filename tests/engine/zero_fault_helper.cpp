@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/mpi_comm.h"
-#include "engine/zero_step.h"
+#include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -47,37 +47,24 @@ int main(int argc, char** argv) {
   auto m = model::GptModel::create(*dev.value(), cfg, model::RunShape{4, task.seq(), 0});
   if (!m.ok()) stop(&world, m.status());
   if (Status st = m.value()->init_params(1); !st.ok()) stop(&world, st);
-  nvme::SwapStoreOptions so;
-  so.dirs = {std::string(argv[1])};
-  so.capacity_bytes = 32 << 20;
-  auto store = nvme::SwapStore::open(so);
-  if (!store.ok()) stop(&world, store.status());
-  const int stage = 3;
-  auto parts = engine::ZeroStep::partition(cfg, world.size(), 0);
-  if (!parts.ok()) stop(&world, parts.status());
-  engine::OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = 1.0;
-  oo.store = store.value().get();
-  oo.staging_slots = 1;
-  auto opt = engine::OffloadedOptimizer::create(
-      engine::ZeroStep::optimizer_numel(*m.value(), *parts, stage), cpu::CpuAdam({}), oo);
-  if (!opt.ok()) stop(&world, opt.status());
-  if (Status st =
-          engine::ZeroStep::load_masters(*m.value(), opt.value(), *parts, stage, world.rank());
-      !st.ok()) {
-    stop(&world, st);
-  }
-  engine::ZeroStepOptions zo;
-  zo.stage = stage;
-  auto step = engine::ZeroStep::create(*m.value(), opt.value(), world, zo);
-  if (!step.ok()) stop(&world, step.status());
+  // Stage 3, the optimizer state all on NVMe in argv[1] (the session's own swap store).
+  engine::EngineConfig config;
+  config.zero_stage = 3;
+  config.precision = cfg.dtype;
+  config.offload_optimizer = engine::Home::kNvme;
+  config.optimizer_nvme_fraction = 1.0;
+  config.nvme_paths = {std::string(argv[1])};
+  auto session = engine::Session::create(config, *dev.value(), world, *m.value(), {});
+  if (!session.ok()) stop(&world, session.status());
+  nvme::SwapStore* store = session.value()->store();
+  engine::TrainStep& step = session.value()->step();
   std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
   for (int64_t s = 1; s <= 10; ++s) {
     if (s == 3 && world.rank() == 1) {
-      store.value()->set_fault_injection(nvme::FaultInjection{1, nvme::FaultKind::kEio});
+      store->set_fault_injection(nvme::FaultInjection{1, nvme::FaultKind::kEio});
     }
     task.make_batch(4, 5, static_cast<uint64_t>(world.rank()), s, tokens.data(), targets.data());
-    auto r = step.value()->run(tokens.data(), targets.data(), s);
+    auto r = step.run(tokens.data(), targets.data(), s, 1);
     if (!r.ok()) stop(&world, r.status());
   }
   std::printf("zero_fault_helper: rank %d: 10 steps without a failure\n", world.rank());
