@@ -1,5 +1,6 @@
 #include "data.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace strata::train_gpt {
@@ -52,6 +53,7 @@ Result<TrainData> TrainData::open(const DataSource& src, const Flags& f, int64_t
   d.seed_ = f.seed;
   d.rows_ = rows;
   d.batch_ = f.batch;
+  d.seq_ = seq;
   if (src.task) {
     d.val_batches_ = f.val_batches > 0 ? f.val_batches : 8;
     return d;
@@ -69,6 +71,20 @@ Result<TrainData> TrainData::open(const DataSource& src, const Flags& f, int64_t
     d.val_batches_ = std::min(f.val_batches > 0 ? f.val_batches : 20, d.val_->batches_per_epoch());
   }
   return d;
+}
+
+Status TrainData::rank_batches(int64_t step, int64_t micro, int rank, int32_t* tokens,
+                               int32_t* targets) {
+  const auto n = static_cast<size_t>(batch_ * seq_), all = static_cast<size_t>(rows_ * seq_);
+  global_tokens_.resize(all);
+  global_targets_.resize(all);
+  for (int64_t k = 0; k < micro; ++k) {
+    STRATA_RETURN_IF_ERROR(
+        train_batch((step - 1) * micro + k + 1, global_tokens_.data(), global_targets_.data()));
+    std::copy_n(global_tokens_.begin() + rank * n, n, tokens + k * n);
+    std::copy_n(global_targets_.begin() + rank * n, n, targets + k * n);
+  }
+  return ok_status();
 }
 
 Status TrainData::train_batch(int64_t index, int32_t* tokens, int32_t* targets) {

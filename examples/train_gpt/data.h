@@ -36,6 +36,9 @@ class TrainData {
   // The global batch number `index` (1-based, taken in order; with gradient accumulation a step
   // takes several): rows x seq tokens and targets (-1: not scored).
   Status train_batch(int64_t index, int32_t* tokens, int32_t* targets);
+  // Step `step`'s `micro` global batches (one per micro-batch), of each the rows of `rank`
+  // ([rank*B, (rank+1)*B)), into tokens/targets [micro*B*seq] (micro-batch k at k*B*seq).
+  Status rank_batches(int64_t step, int64_t micro, int rank, int32_t* tokens, int32_t* targets);
   // Validation: val_batches() batches of B rows (the same on every rank); none without a source.
   int64_t val_batches() const { return val_batches_; }
   Status val_batch(int64_t i, int32_t* tokens, int32_t* targets);
@@ -47,7 +50,8 @@ class TrainData {
  private:
   DataSource src_;
   uint64_t seed_ = 0;
-  int64_t rows_ = 0, batch_ = 0, val_batches_ = 0;
+  int64_t rows_ = 0, batch_ = 0, seq_ = 0, val_batches_ = 0;
+  std::vector<int32_t> global_tokens_, global_targets_;  // rank_batches' whole global batch
   std::optional<model::DataLoader> train_, val_;
 };
 

@@ -57,4 +57,15 @@ void say_trimmed(const std::string& path, int64_t last_step, int64_t dropped) {
       static_cast<long long>(dropped), static_cast<long long>(last_step), path.c_str());
 }
 
+Status MetricsFile::open(const std::string& path, bool resuming, int64_t resumed_step) {
+  if (path.empty()) return ok_status();
+  if (resuming) {
+    STRATA_ASSIGN_OR_RETURN(const int64_t dropped, trim_metrics(path, resumed_step));
+    if (dropped > 0) say_trimmed(path, resumed_step, dropped);
+  }
+  out_.open(path, resuming ? std::ios::app : std::ios::trunc);
+  if (!out_) return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot create the file");
+  return ok_status();
+}
+
 }  // namespace strata::train_gpt

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <string>
 
 #include "gpu/kernels.h"
 
@@ -38,6 +40,17 @@ Result<double> measure_matmul_rate(gpu::Device& dev, DType dt) {
     if (i > 0) best = std::min(best, sec);
   }
   return 2.0 * static_cast<double>(n * n * n) / best;
+}
+
+double peak_flops_of(double flag, gpu::Device& dev, DType dt, bool lead) {
+  if (flag != 0.0 || !lead) return flag;
+  auto rate = measure_matmul_rate(dev, dt);
+  if (!rate.ok()) return 0.0;  // without room for the buffers: no MFU column
+  std::printf(
+      "mfu: against the device's measured %s matmul rate, %.3g FLOP/s per rank "
+      "(--peak-flops sets it)\n",
+      std::string(dtype_name(dt)).c_str(), rate.value());
+  return rate.value();
 }
 
 }  // namespace strata::train_gpt

@@ -18,4 +18,8 @@ double flops_per_token(const model::GptConfig& cfg, int64_t seq);
 // the CpuDevice, 4096 on a GPU) after a warm-up. Allocates and frees its buffers.
 Result<double> measure_matmul_rate(gpu::Device& dev, DType dt);
 
+// The peak rate per rank MFU is against: --peak-flops, or (rank 0, which says so) the measured
+// matmul rate; 0 (no MFU column) when neither is known.
+double peak_flops_of(double flag, gpu::Device& dev, DType dt, bool lead);
+
 }  // namespace strata::train_gpt

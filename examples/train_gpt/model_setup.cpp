@@ -5,8 +5,10 @@
 
 #include "engine/checkpoint.h"
 #include "model/gpt.h"
+#include "model/init.h"
 #include "model/model_file.h"
 #include "resume_check.h"
+#include "step_report.h"
 
 namespace strata::train_gpt {
 
@@ -136,6 +138,46 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   STRATA_RETURN_IF_ERROR(cfg.validate());
   STRATA_RETURN_IF_ERROR(m.shape.validate(cfg));
   return m;
+}
+
+Result<std::unique_ptr<model::GptModel>> build_model(const Flags& f, const ModelSetup& setup,
+                                                     gpu::Device& dev,
+                                                     const model::BlockStorage& storage,
+                                                     int stage) {
+  auto m = model::GptModel::create(dev, setup.cfg, setup.shape, storage);
+  if (!m.ok() && m.status().code() == ErrorCode::kOutOfMemory) {
+    return m.status().with_context(out_of_memory_advice(f, stage));
+  }
+  if (!m.ok() || f.plan) return m;
+  model::GptModel& gpt = *m.value();
+  STRATA_RETURN_IF_ERROR(gpt.init_params(f.seed));
+  for (size_t b = 0; b < setup.initial.size(); ++b) {  // --init-from's values, where held
+    if (gpt.param_block(int64_t(b)) == nullptr) continue;
+    STRATA_RETURN_IF_ERROR(gpt.upload_params(int64_t(b), setup.initial[b].data()));
+  }
+  return m;
+}
+
+engine::SessionInputs session_inputs(const Flags& f, const ModelSetup& setup, int rank,
+                                     int host_threads) {
+  engine::SessionInputs in;
+  in.plan_only = f.plan;
+  in.host_threads = host_threads;
+  in.init = [&setup, seed = f.seed](int64_t b, float* host) {
+    const std::vector<float> v =
+        setup.initial.empty() ? model::init_block(setup.cfg, b, seed) : setup.initial[size_t(b)];
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  if (!setup.resume_dir.empty()) {
+    in.restore = [&setup,
+                  rank](engine::OffloadedOptimizer& o) -> Result<engine::StepScaling::State> {
+      auto s = engine::load_checkpoint(setup.resume_dir, rank, o);
+      if (!s.ok()) return s.status().with_context("--resume");
+      return s;
+    };
+  }
+  return in;
 }
 
 }  // namespace strata::train_gpt

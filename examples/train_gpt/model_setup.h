@@ -10,8 +10,11 @@
 #include "core/status.h"
 #include "data.h"
 #include "ds_config.h"
+#include "engine/session.h"
 #include "flags.h"
+#include "gpu/device.h"
 #include "model/config.h"
+#include "model/gpt.h"
 
 namespace strata::train_gpt {
 
@@ -26,5 +29,18 @@ struct ModelSetup {
 // Fills the shape flags from the preset and from the config's model-dependent keys.
 Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& source,
                                const ConfigDeferred& deferred);
+
+// The model on `dev`, holding the blocks `storage` names, initialised (--seed, then the initial
+// values where held; nothing under --plan). One that does not fit says what the run has not
+// tried (out_of_memory_advice).
+Result<std::unique_ptr<model::GptModel>> build_model(const Flags& f, const ModelSetup& setup,
+                                                     gpu::Device& dev,
+                                                     const model::BlockStorage& storage, int stage);
+
+// What the engine's session takes from the run: the masters start from the initial values (or
+// the initialisation, model/init.h, also of blocks not on the device); resuming, the exact fp32
+// masters and moments of the checkpoint (the 16-bit parameters are their rounding).
+engine::SessionInputs session_inputs(const Flags& f, const ModelSetup& setup, int rank,
+                                     int host_threads);
 
 }  // namespace strata::train_gpt

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "config_fields.h"
+#include "engine/session.h"
 
 namespace strata::train_gpt {
 
@@ -60,7 +61,7 @@ engine::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
     struct statvfs vfs {};
     if (statvfs(d.c_str(), &vfs) == 0) b.nvme_free += uint64_t(vfs.f_bavail) * vfs.f_frsize;
   }
-  b.nvme_extent = std::max<uint64_t>(uint64_t{1} << 20, f.nvme_block_size);
+  b.nvme_extent = engine::Session::swap_extent(engine_config(f).value());
   return b;
 }
 

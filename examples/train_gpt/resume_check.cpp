@@ -145,4 +145,22 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
   return restart;
 }
 
+Result<engine::CheckpointInfo> open_resume(const ModelSetup& setup, int rank, int ranks, int stage,
+                                           TrainData& data) {
+  if (setup.resume_dir.empty()) return engine::CheckpointInfo{};
+  engine::CheckpointInfo expect;
+  expect.ranks = ranks;
+  expect.stage = stage;
+  expect.model = setup.cfg.describe();
+  auto v = engine::verify_checkpoint(setup.resume_dir, rank, expect);
+  if (!v.ok()) return v.status().with_context("--resume");
+  const auto extra = nlohmann::json::parse(v->extra_json);
+  if (extra.contains("data_epoch") && !setup.restart_data) {
+    const model::LoaderPosition pos{extra["data_epoch"].get<int64_t>(),
+                                    extra["data_batch"].get<int64_t>()};
+    STRATA_RETURN_IF_ERROR(data.seek(pos).with_context("--resume"));
+  }
+  return v;
+}
+
 }  // namespace strata::train_gpt

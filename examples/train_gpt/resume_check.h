@@ -11,8 +11,10 @@
 
 #include "core/status.h"
 #include "data.h"
+#include "engine/checkpoint.h"
 #include "flags.h"
 #include "model/config.h"
+#include "model_setup.h"
 
 namespace strata::train_gpt {
 
@@ -24,5 +26,11 @@ nlohmann::json run_record(const Flags& f, int64_t seq);
 // changed what it reads); kConfig naming every difference otherwise.
 Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& source,
                           const std::string& dir, const model::GptConfig& saved);
+
+// The checkpoint to resume (setup.resume_dir; nothing without one): its manifest against this
+// run (ranks, stage, model), this rank's files' checksums, and the data loader put back where
+// it was (unless the data starts over). Errors name --resume.
+Result<engine::CheckpointInfo> open_resume(const ModelSetup& setup, int rank, int ranks, int stage,
+                                           TrainData& data);
 
 }  // namespace strata::train_gpt

@@ -111,6 +111,10 @@ uint64_t Session::checkpoint_key(int rank, int64_t s) {
   return shard_key(rank, 0) + (uint64_t{1} << 24) + static_cast<uint64_t>(s);
 }
 
+uint64_t Session::swap_extent(const EngineConfig& config) {
+  return std::max<uint64_t>(uint64_t{1} << 20, config.nvme_block_size);
+}
+
 Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
                                                  comm::Communicator& comm, model::GptModel& model,
                                                  const SessionInputs& inputs) {
@@ -138,7 +142,7 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
     nvme::SwapStoreOptions so;
     so.dirs = config.nvme_paths;
     so.block_bytes = config.nvme_block_size;
-    so.extent_bytes = std::max<uint64_t>(so.extent_bytes, config.nvme_block_size);
+    so.extent_bytes = swap_extent(config);
     so.queue.queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
     so.capacity_bytes = swap_capacity(config, model, s->numel_);
     STRATA_ASSIGN_OR_RETURN(s->own_store_, nvme::SwapStore::open(so));

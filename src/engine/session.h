@@ -71,6 +71,8 @@ class Session {
   // The swap store's capacity for this rank (the formula above); `numel`: its partitions.
   static uint64_t swap_capacity(const EngineConfig& config, const model::GptModel& model,
                                 const std::vector<int64_t>& numel);
+  // The store's allocation unit: 1 MiB, or the request size when larger.
+  static uint64_t swap_extent(const EngineConfig& config);
 
   static Result<std::unique_ptr<Session>> create(const EngineConfig& config, gpu::Device& device,
                                                  comm::Communicator& comm, model::GptModel& model,
