@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "config_fields.h"
+#include "engine/config_exchange.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/session.h"
 #include "gpu/planning_device.h"
@@ -16,49 +17,55 @@
 namespace strata::train_gpt {
 
 std::string AutoSettings::flags() const {
+  using engine::home_name;
   std::ostringstream os;
-  os << "--offload-param " << offload_param << " --param-gpu-fraction " << param_gpu_fraction
-     << " --gpu-optimizer-fraction " << gpu_optimizer_fraction << " --offload-optimizer "
-     << (nvme_fraction > 0.0 ? "nvme" : "cpu");
-  if (nvme_fraction > 0.0) os << " --optimizer-nvme-fraction " << nvme_fraction;
-  os << " --offload-activations " << offload_activations << " --checkpoint-interval "
-     << checkpoint_interval << " --prefetch-depth " << prefetch_depth;
+  os << "--offload-param " << home_name(config.param_home()) << " --param-gpu-fraction "
+     << config.param_gpu_fraction << " --gpu-optimizer-fraction " << config.gpu_optimizer_fraction
+     << " --offload-optimizer " << home_name(config.offload_optimizer);
+  if (config.offload_optimizer == engine::Home::kNvme) {
+    os << " --optimizer-nvme-fraction " << config.optimizer_nvme_fraction;
+  }
+  os << " --offload-activations " << home_name(config.offload_activations)
+     << " --checkpoint-interval " << checkpoint_interval << " --prefetch-depth "
+     << config.prefetch_depth;
   return os.str();
 }
 
 void AutoSettings::apply(Flags& f) const {
-  f.offload_param = offload_param;
-  f.param_gpu_fraction = param_gpu_fraction;
-  f.gpu_optimizer_fraction = gpu_optimizer_fraction;
-  f.offload_optimizer = nvme_fraction > 0.0 ? "nvme" : "cpu";
-  f.nvme_fraction = nvme_fraction;
-  f.offload_activations = offload_activations;
+  using engine::home_name;
+  f.offload_param = home_name(config.param_home());
+  f.param_gpu_fraction = config.param_gpu_fraction;
+  f.gpu_optimizer_fraction = config.gpu_optimizer_fraction;
+  f.offload_optimizer = home_name(config.offload_optimizer);
+  f.nvme_fraction = config.optimizer_nvme_fraction;
+  f.offload_activations = home_name(config.offload_activations);
   f.checkpoint_interval = checkpoint_interval;
-  f.prefetch_depth = prefetch_depth;
+  f.prefetch_depth = config.prefetch_depth;
 }
 
 namespace {
 
-std::vector<AutoSettings> candidates(bool nvme, int64_t layers) {
+std::vector<AutoSettings> candidates(const engine::EngineConfig& base, bool nvme, int64_t layers) {
   const int64_t root = std::clamp<int64_t>(std::llround(std::sqrt(double(layers))), 1,
                                            std::max<int64_t>(1, layers - 1));
-  std::vector<std::string> homes{"cpu"};
+  using engine::Home;
+  std::vector<Home> homes{Home::kPinned};
   std::vector<double> nvme_fractions{0.0};
-  std::vector<std::pair<std::string, int64_t>> acts{{"none", 0}};
+  std::vector<std::pair<Home, int64_t>> acts{{Home::kDevice, 0}};
   if (layers >= 2) {
-    acts.push_back({"none", root});
-    acts.push_back({"cpu", root});
+    acts.push_back({Home::kDevice, root});
+    acts.push_back({Home::kPinned, root});
   }
   if (nvme) {
-    homes.push_back("nvme");
+    homes.push_back(Home::kNvme);
     nvme_fractions.push_back(0.5);
     nvme_fractions.push_back(1.0);
-    if (layers >= 2) acts.push_back({"nvme", root});
+    if (layers >= 2) acts.push_back({Home::kNvme, root});
   }
   std::vector<AutoSettings> out;
-  for (const std::string& home : homes) {
+  for (const Home home : homes) {
     for (double pf : {0.0, 0.5, 1.0}) {
-      if (home == "nvme" && pf == 1.0) continue;  // every shard on the device: the same as cpu
+      if (home == Home::kNvme && pf == 1.0) continue;  // every shard on the device: as cpu
       for (double gf : {0.0, 0.5}) {
         for (double nf : nvme_fractions) {
           if (gf + nf > 1.0) continue;
@@ -66,13 +73,15 @@ std::vector<AutoSettings> candidates(bool nvme, int64_t layers) {
             for (int depth : {1, 2}) {
               if (pf == 1.0 && depth == 1) continue;  // nothing to prefetch
               AutoSettings s;
-              s.offload_param = home;
-              s.param_gpu_fraction = pf;
-              s.gpu_optimizer_fraction = gf;
-              s.nvme_fraction = nf;
-              s.offload_activations = act;
+              s.config = base;
+              s.config.offload_param = home;
+              s.config.param_gpu_fraction = pf;
+              s.config.gpu_optimizer_fraction = gf;
+              s.config.offload_optimizer = nf > 0.0 ? Home::kNvme : Home::kPinned;
+              s.config.optimizer_nvme_fraction = nf;
+              s.config.offload_activations = act;
+              s.config.prefetch_depth = depth;
               s.checkpoint_interval = k;
-              s.prefetch_depth = depth;
               out.push_back(s);
             }
           }
@@ -84,13 +93,11 @@ std::vector<AutoSettings> candidates(bool nvme, int64_t layers) {
 }
 
 // One candidate, planned only: its budget check and its predicted step.
-Result<AutoCandidate> plan_candidate(const Flags& base, const AutoSettings& s, gpu::Device& real,
+Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
                                      const model::GptConfig& cfg, model::RunShape shape,
                                      comm::Communicator& comm, uint64_t nvme_free, int host_threads,
                                      const sched::Rates& rates) {
-  Flags f = base;
-  s.apply(f);
-  STRATA_ASSIGN_OR_RETURN(const engine::EngineConfig config, engine_config(f));
+  const engine::EngineConfig& config = s.config;
   gpu::PlanningDevice device(real);
   STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
                           engine::Session::partition(config, cfg, comm.size()));
@@ -117,7 +124,7 @@ Result<AutoCandidate> plan_candidate(const Flags& base, const AutoSettings& s, g
                          r.peak[int(engine::ReportTier::kNvme)], " bytes, ", nvme_free, " free");
     }
   }
-  STRATA_ASSIGN_OR_RETURN(c.prediction, zero->predict(rates, static_cast<int>(f.grad_accum)));
+  STRATA_ASSIGN_OR_RETURN(c.prediction, zero->predict(rates, static_cast<int>(config.grad_accum)));
   return c;
 }
 
@@ -128,8 +135,9 @@ Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::G
                                uint64_t nvme_free, int host_threads, const sched::Rates& rates) {
   AutoResult r;
   Status first_error;
-  for (const AutoSettings& s : candidates(nvme, cfg.layers)) {
-    auto c = plan_candidate(f, s, real, cfg, shape, comm, nvme_free, host_threads, rates);
+  STRATA_ASSIGN_OR_RETURN(const engine::EngineConfig base, engine_config(f));
+  for (const AutoSettings& s : candidates(base, nvme, cfg.layers)) {
+    auto c = plan_candidate(s, real, cfg, shape, comm, nvme_free, host_threads, rates);
     if (!c.ok()) {  // a combination the engine refuses: not a candidate
       if (first_error.ok()) first_error = c.status();
       continue;
@@ -191,9 +199,9 @@ Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model:
       calibration_request(f, real, cfg, shape, comm, nvme_dirs, host_threads);
   rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
   auto cal = engine::calibrate(rq);
-  // [ok, home nvme, param fraction, gpu optimizer fraction, nvme fraction, activations (0 none,
-  // 1 cpu, 2 nvme), interval, prefetch depth]: rank 0's choice, broadcast.
-  float choice[8] = {};
+  // Rank 0's choice, broadcast: [ok, checkpoint interval], then its engine config.
+  float choice[2] = {};
+  AutoSettings chosen;
   Status st = cal.status();
   if (lead && cal.ok()) {
     const engine::PlanBudgets budgets = plan_budgets(f, shape.seq, comm.size(), nvme_dirs);
@@ -211,35 +219,19 @@ Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model:
     st = r.status();
     if (r.ok()) {
       std::printf("%s", r->explain().c_str());
-      const AutoSettings& s = r->candidates[size_t(r->best)].settings;
-      const float acts = s.offload_activations == "none"  ? 0.0f
-                         : s.offload_activations == "cpu" ? 1.0f
-                                                          : 2.0f;
-      const float v[8] = {1.0f,
-                          s.offload_param == "nvme" ? 1.0f : 0.0f,
-                          float(s.param_gpu_fraction),
-                          float(s.gpu_optimizer_fraction),
-                          float(s.nvme_fraction),
-                          acts,
-                          float(s.checkpoint_interval),
-                          float(s.prefetch_depth)};
-      std::copy(v, v + 8, choice);
+      chosen = r->candidates[size_t(r->best)].settings;
+      choice[0] = 1.0f;
+      choice[1] = static_cast<float>(chosen.checkpoint_interval);
     }
   }
-  if (comm.size() > 1) STRATA_RETURN_IF_ERROR(comm.broadcast(choice, 8, DType::kF32, 0));
+  if (comm.size() > 1) STRATA_RETURN_IF_ERROR(comm.broadcast(choice, 2, DType::kF32, 0));
   if (choice[0] != 1.0f) {
     return st.ok() ? make_error(ErrorCode::kInternal, "--auto: rank 0 chose nothing") : st;
   }
-  AutoSettings s;
-  s.offload_param = choice[1] == 1.0f ? "nvme" : "cpu";
-  s.param_gpu_fraction = choice[2];
-  s.gpu_optimizer_fraction = choice[3];
-  s.nvme_fraction = choice[4];
-  s.offload_activations = choice[5] == 0.0f ? "none" : choice[5] == 1.0f ? "cpu" : "nvme";
-  s.checkpoint_interval = static_cast<int64_t>(choice[6]);
-  s.prefetch_depth = static_cast<int>(choice[7]);
-  s.apply(f);
-  shape.checkpoint_interval = s.checkpoint_interval;
+  STRATA_RETURN_IF_ERROR(engine::broadcast_config(chosen.config, comm, 0));
+  chosen.checkpoint_interval = static_cast<int64_t>(choice[1]);
+  chosen.apply(f);
+  shape.checkpoint_interval = chosen.checkpoint_interval;
   return ok_status();
 }
 

@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "core/status.h"
+#include "engine/engine_config.h"
 #include "flags.h"
 #include "gpu/device.h"
 #include "model/config.h"
@@ -23,13 +24,14 @@
 
 namespace strata::train_gpt {
 
+// A candidate: the run's engine settings with the planner's choices in them (offload_param,
+// param_gpu_fraction, gpu_optimizer_fraction, the optimizer's NVMe share, offload_activations,
+// prefetch_depth), and the checkpoint interval (the model's run shape).
 struct AutoSettings {
-  std::string offload_param = "cpu", offload_activations = "none";
-  double param_gpu_fraction = 0.0, gpu_optimizer_fraction = 0.0, nvme_fraction = 0.0;
+  engine::EngineConfig config;
   int64_t checkpoint_interval = 0;
-  int prefetch_depth = 2;
-  std::string flags() const;  // as train_gpt flags
-  void apply(Flags& f) const;
+  std::string flags() const;   // the choices as train_gpt flags
+  void apply(Flags& f) const;  // the choices into the flags
 };
 
 struct AutoCandidate {
@@ -57,7 +59,8 @@ Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::G
                                uint64_t nvme_free, int host_threads, const sched::Rates& rates);
 
 // --auto in the trainer: calibrates, searches (rank 0), prints the choice, the runner-up and why,
-// and applies rank 0's choice to `f` and `shape` on every rank (a broadcast: collective).
+// and applies rank 0's choice to `f` and `shape` on every rank (its EngineConfig and checkpoint
+// interval broadcast: collective).
 Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model::RunShape& shape,
                 comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
                 int host_threads);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config_exchange.h"
 #include "engine/engine_config.h"
 
 namespace strata::engine {
@@ -143,6 +144,79 @@ TEST(EngineConfig, RenderFieldsReplacesOnlyFieldReferences) {
   for (int f = 0; f < kNumFields; ++f) {
     EXPECT_EQ(render_fields(ref(Field(f)), upper), upper(Field(f)));
   }
+}
+
+// A config unlike the default in every field.
+EngineConfig unusual() {
+  EngineConfig c;
+  c.zero_stage = 3;
+  c.precision = DType::kF16;
+  c.schedule = Schedule::kPlanned;
+  c.offload_optimizer = Home::kNvme;
+  c.optimizer_nvme_fraction = 0.375;
+  c.gpu_optimizer_fraction = 0.1;  // not a binary fraction: the text must keep every bit
+  c.offload_param = Home::kNvme;
+  c.param_gpu_fraction = 1.0 / 3.0;
+  c.offload_activations = Home::kPinned;
+  c.prefetch_depth = 5;
+  c.bucket_bytes = (uint64_t{1} << 40) + 3;
+  c.persistence_threshold = 12345;
+  c.delayed_update_warmup = -1;
+  c.grad_accum = 7;
+  c.grad_clip = 0.3f;
+  c.loss_scaling.loss_scale = 0.0;
+  c.loss_scaling.initial_scale_power = 12;
+  c.loss_scaling.loss_scale_window = 77;
+  c.loss_scaling.hysteresis = 4;
+  c.loss_scaling.min_loss_scale = 1.0 / 1024;
+  c.loss_scaling.consecutive_hysteresis = true;
+  c.adam.lr = 1.234567e-4f;
+  c.adam.beta1 = 0.85f;
+  c.adam.beta2 = 0.9876f;
+  c.adam.eps = 3e-9f;
+  c.adam.weight_decay = 0.1f;
+  c.adam.mode = cpu::AdamMode::kAdam;
+  c.adam.bias_correction = false;
+  c.gpu_memory_limit = uint64_t{80} << 30;
+  c.host_memory_limit = (uint64_t{3} << 30) + 1;
+  c.nvme_paths = {"/a b", "c,d"};
+  c.nvme_block_size = 8192;
+  c.nvme_queue_depth = 64;
+  c.nvme_buffer_count = 5;
+  return c;
+}
+
+TEST(EngineConfig, JsonRoundTripKeepsEveryField) {
+  const EngineConfig c = unusual();
+  auto back = config_from_json(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  // Compared field by field through the JSON of both (every field is in it), and a few
+  // directly, bit for bit.
+  EXPECT_EQ(config_to_json(*back), config_to_json(c));
+  EXPECT_EQ(back->gpu_optimizer_fraction, c.gpu_optimizer_fraction);
+  EXPECT_EQ(back->param_gpu_fraction, c.param_gpu_fraction);
+  EXPECT_EQ(back->adam.lr, c.adam.lr);
+  EXPECT_EQ(back->bucket_bytes, c.bucket_bytes);
+  EXPECT_EQ(back->nvme_paths, c.nvme_paths);
+  EXPECT_EQ(back->offload_param, c.offload_param);
+  EXPECT_EQ(back->adam.mode, c.adam.mode);
+  // The default config differs from it in every field the JSON holds.
+  const nlohmann::json d = config_to_json(EngineConfig{}), u = config_to_json(c);
+  for (const auto& [k, v] : u.items()) {
+    if (k == "schedule" || k == "delayed_update_warmup" || k == "loss_scale") continue;
+    EXPECT_NE(d.value(k, nlohmann::json()), v) << k << " is the default's: it proves nothing";
+  }
+}
+
+TEST(EngineConfig, JsonWithoutAFieldIsRefusedNamingIt) {
+  nlohmann::json j = config_to_json(unusual());
+  j.erase("prefetch_depth");
+  auto r = config_from_json(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("prefetch_depth"), std::string::npos) << r.status().message();
+  j = config_to_json(unusual());
+  j["grad_accum"] = "seven";
+  EXPECT_FALSE(config_from_json(j).ok());
 }
 
 }  // namespace

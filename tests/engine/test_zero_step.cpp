@@ -23,6 +23,7 @@
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"
+#include "engine/config_exchange.h"
 #include "engine/session.h"
 #include "field_flags.h"
 #include "gpu/cpu_device.h"
@@ -1006,6 +1007,24 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
     // The working set is a few blocks: less than half the model's 16-bit parameters.
     EXPECT_LT(static_cast<double>(step->executor()->plan().peak_bytes(sched::Tier::kDevice)), psi);
   }
+}
+
+// What rank 0 decides (the planner's --auto choice) is every rank's config after
+// broadcast_config, whatever each rank had.
+TEST(ZeroStep, EveryRankGetsRankZerosEngineConfig) {
+  comm::Communicator& comm = world();
+  EngineConfig c;
+  c.zero_stage = comm.rank() == 0 ? 3 : 1;
+  c.offload_param = comm.rank() == 0 ? std::optional<Home>(Home::kNvme) : std::nullopt;
+  c.param_gpu_fraction = comm.rank() == 0 ? 0.1 : 0.0;
+  c.nvme_paths = {"rank " + std::to_string(comm.rank())};
+  c.adam.lr = comm.rank() == 0 ? 1.5e-4f : 9.0f;
+  ASSERT_TRUE(broadcast_config(c, comm, 0).ok());
+  EXPECT_EQ(c.zero_stage, 3);
+  EXPECT_EQ(c.offload_param, std::optional<Home>(Home::kNvme));
+  EXPECT_EQ(c.param_gpu_fraction, 0.1);
+  EXPECT_EQ(c.nvme_paths, std::vector<std::string>{"rank 0"});
+  EXPECT_EQ(c.adam.lr, 1.5e-4f);
 }
 
 // --delayed-update: after the warm-up, step s computes with the parameters from before update
