@@ -26,6 +26,7 @@
 #include "comm/local_comm.h"
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
+#include "model/gpt.h"
 #include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   config.offload_param = engine::Home::kNvme;
   config.offload_activations = engine::Home::kNvme;
   config.nvme_paths = {dir};
-  auto parts = check(engine::Session::partition(config, cfg, 1));
+  auto parts = check(engine::Session::partition(config, model::GptModel::block_numels(cfg), 1));
   auto gpt = check(
       model::GptModel::create(*dev, cfg, shape, engine::Session::block_storage(config, parts)));
   engine::SessionInputs inputs;

@@ -29,6 +29,7 @@
 #include "engine/checkpoint.h"
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
+#include "model/gpt.h"
 #include "model/init.h"
 #include "model/model_file.h"
 #include "nvme/swap_store.h"

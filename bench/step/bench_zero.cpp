@@ -36,6 +36,7 @@
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "gpu/device.h"
+#include "model/gpt.h"
 #include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
@@ -126,7 +127,8 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   }
   if (stage == 3) config.offload_param = offload_param;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
-  auto parts = check(engine::Session::partition(config, cfg, world.size()));
+  auto parts =
+      check(engine::Session::partition(config, model::GptModel::block_numels(cfg), world.size()));
   st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0},
                                            engine::Session::block_storage(config, parts)));
   check(st.model->init_params(5));

@@ -99,8 +99,9 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
                                      const sched::Rates& rates) {
   const engine::EngineConfig& config = s.config;
   gpu::PlanningDevice device(real);
-  STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
-                          engine::Session::partition(config, cfg, comm.size()));
+  STRATA_ASSIGN_OR_RETURN(
+      engine::Partitioning parts,
+      engine::Session::partition(config, model::GptModel::block_numels(cfg), comm.size()));
   shape.checkpoint_interval = s.checkpoint_interval;
   STRATA_ASSIGN_OR_RETURN(
       auto model,

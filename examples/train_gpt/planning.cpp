@@ -7,6 +7,7 @@
 
 #include "config_fields.h"
 #include "engine/session.h"
+#include "model/gpt.h"
 
 namespace strata::train_gpt {
 
@@ -15,7 +16,7 @@ engine::CalibrationRequest calibration_request(
     comm::Communicator& comm, const std::vector<std::string>& nvme_dirs, int host_threads) {
   engine::CalibrationRequest rq;
   rq.device = &real;
-  rq.config = cfg;
+  rq.probe = model::GptModel::probe(cfg);
   rq.shape = shape;
   rq.comm = &comm;
   rq.host_threads = host_threads;

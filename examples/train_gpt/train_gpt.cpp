@@ -36,6 +36,7 @@
 #include "lr_schedule.h"
 #include "metrics_file.h"
 #include "mfu.h"
+#include "model/gpt.h"
 #include "model_setup.h"
 #include "planning.h"
 #include "progress.h"
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
   // The engine's settings (accepted by check_flags), the model holding on the device only what
   // the ZeRO stage keeps there, and the engine's session (engine/session.h).
   const engine::EngineConfig config = train_gpt::engine_config(f).value();
-  auto parts = engine::Session::partition(config, cfg, ranks);
+  auto parts = engine::Session::partition(config, model::GptModel::block_numels(cfg), ranks);
   if (!parts.ok()) return die(parts.status());
   auto gpt = train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts),
                                     config.zero_stage);

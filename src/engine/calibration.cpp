@@ -17,7 +17,6 @@
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "gpu/kernels.h"
-#include "model/gpt.h"
 #include "scheduler/executor.h"
 
 namespace strata::engine {
@@ -71,23 +70,21 @@ std::string machine_key(const gpu::Device& device) {
 Result<std::vector<double>> measure_compute(const CalibrationRequest& rq) {
   model::RunShape shape = rq.shape;
   shape.checkpoint_interval = 0;  // keep every activation: a recompute is a forward, counted so
-  std::unique_ptr<model::GptModel> m[2];
+  std::unique_ptr<model::Model> m[2];
   for (int k = 0; k < 2; ++k) {
-    model::GptConfig c = rq.config;
-    c.layers = k + 1;
-    STRATA_ASSIGN_OR_RETURN(m[k], model::GptModel::create(*rq.device, c, shape));
-    STRATA_RETURN_IF_ERROR(m[k]->init_params(1));
+    STRATA_ASSIGN_OR_RETURN(m[k], rq.probe.make(*rq.device, k + 1, shape));
   }
   const auto rows = static_cast<size_t>(shape.batch * shape.seq);
+  const auto vocab = static_cast<size_t>(m[0]->vocab());
   std::vector<int32_t> tokens(rows), targets(rows);
   for (size_t i = 0; i < rows; ++i) {
-    tokens[i] = static_cast<int32_t>(i % static_cast<size_t>(rq.config.vocab));
-    targets[i] = static_cast<int32_t>((i + 1) % static_cast<size_t>(rq.config.vocab));
+    tokens[i] = static_cast<int32_t>(i % vocab);
+    targets[i] = static_cast<int32_t>((i + 1) % vocab);
   }
   // One step's work, its ops queued back to back on the stream as in a step.
-  auto pass = [&](model::GptModel& g) -> Status {
+  auto pass = [&](model::Model& g) -> Status {
     gpu::Stream& s = g.stream();
-    const int64_t L = g.config().layers;
+    const int64_t L = g.num_layers();
     void* sp = g.param_block(L);
     void* sg = g.grad_block(L);
     STRATA_RETURN_IF_ERROR(g.set_batch(s, tokens.data(), targets.data()));
@@ -120,7 +117,7 @@ Result<std::vector<double>> measure_compute(const CalibrationRequest& rq) {
   for (auto& v : t) std::sort(v.begin(), v.end());
   const double layer_s = std::max(t[1][3] - t[0][3], 1e-9);
   const double head_s = std::max(t[0][3] - layer_s, 1e-9);
-  const model::GptModel::BlockCost lc = m[0]->block_cost(0), hc = m[0]->block_cost(1);
+  const model::BlockCost lc = m[0]->block_cost(0), hc = m[0]->block_cost(1);
   return std::vector<double>{(lc.forward_flops + lc.backward_flops) / layer_s,
                              (hc.forward_flops + hc.backward_flops) / head_s};
 }
@@ -353,10 +350,9 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   } else {
     r.per_second[static_cast<int>(Work::kNetBytes)] = 1e30;  // one rank sends nothing
   }
-  const model::GptConfig& c = rq.config;
+  if (!rq.probe.make) return make_error(ErrorCode::kConfig, "calibration: no model probe");
   std::ostringstream ck;
-  ck << "compute " << dtype_name(c.dtype) << " C=" << c.channels << " H=" << c.heads
-     << " V=" << c.vocab << " B=" << rq.shape.batch << " T=" << rq.shape.seq;
+  ck << "compute " << rq.probe.key << " B=" << rq.shape.batch << " T=" << rq.shape.seq;
   STRATA_ASSIGN_OR_RETURN(auto compute, entry(ck.str(), [&] { return measure_compute(rq); }));
   STRATA_ASSIGN_OR_RETURN(auto link, entry("link", [&] { return measure_link(*rq.device); }));
   const std::string threads = " threads=" + std::to_string(rq.host_threads);

@@ -42,6 +42,7 @@
 #include "core/status.h"
 #include "gpu/device.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "nvme/swap_store.h"
 #include "scheduler/cost_model.h"
 
@@ -49,7 +50,7 @@ namespace strata::engine {
 
 struct CalibrationRequest {
   gpu::Device* device = nullptr;  // the real device (required)
-  model::GptConfig config;        // the model (the compute probe takes one layer of it)
+  model::ModelProbe probe;        // the model (the compute probe: one and two of its layers)
   model::RunShape shape;
   // The disk: a small swap store of its own in these directories (--nvme-path), with these
   // settings; none: the disk is not measured.

@@ -51,7 +51,7 @@ struct CheckpointInfo {
   int64_t step = 0;  // steps done
   int ranks = 1;
   int stage = 0;
-  std::string model;       // the model's shape, as GptConfig::describe()
+  std::string model;       // the model's shape, as model::Model::describe()
   std::string extra_json;  // the caller's (a JSON object)
 };
 

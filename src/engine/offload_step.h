@@ -27,7 +27,7 @@
 
 #include "core/status.h"
 #include "engine/loss_scaler.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace strata::engine {
 
@@ -86,7 +86,7 @@ class StepScaling {
 };
 
 // partition p -> model block: L-1, L-2, ..., 0, then L (the shared block).
-std::vector<int64_t> partition_blocks(const model::GptModel& model);
+std::vector<int64_t> partition_blocks(const model::Model& model);
 
 // The clip coefficient for a global norm (1 when clipping is off or the norm is within bounds).
 float clip_coefficient(float grad_clip, double norm);

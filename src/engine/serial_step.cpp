@@ -4,11 +4,11 @@
 
 namespace strata::engine {
 
-Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
+Result<std::unique_ptr<SerialStep>> SerialStep::create(model::Model& model,
                                                        OffloadedOptimizer& optimizer,
                                                        const OffloadStepOptions& options) {
   std::unique_ptr<SerialStep> s(new SerialStep(model, optimizer, options));
-  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options, model.config().dtype));
+  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options, model.dtype()));
   s->blocks_ = partition_blocks(model);
   if (optimizer.num_partitions() != s->blocks_.size()) {
     return make_error(ErrorCode::kConfig, "serial step: the optimizer has ",
@@ -16,7 +16,7 @@ Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
                       " model blocks");
   }
   const size_t nb = s->blocks_.size();
-  const DType dt = model.config().dtype;
+  const DType dt = model.dtype();
   s->grads_.resize(nb);
   s->master_.resize(nb);
   s->pg_.resize(nb);
@@ -39,7 +39,7 @@ Result<std::unique_ptr<SerialStep>> SerialStep::create(model::GptModel& model,
 
 Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets, int64_t step,
                                    int micro_batches) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   if (micro_batches < 1) {
     return make_error(ErrorCode::kConfig, "SerialStep::run: ", micro_batches,
                       " micro-batches are not accepted (at least 1)");

@@ -21,7 +21,7 @@ namespace strata::engine {
 
 class SerialStep : public TrainStep {
  public:
-  static Result<std::unique_ptr<SerialStep>> create(model::GptModel& model,
+  static Result<std::unique_ptr<SerialStep>> create(model::Model& model,
                                                     OffloadedOptimizer& optimizer,
                                                     const OffloadStepOptions& options);
   // One training step on micro_batches micro-batches (tokens/targets: host int32
@@ -44,11 +44,10 @@ class SerialStep : public TrainStep {
   }
 
  private:
-  SerialStep(model::GptModel& model, OffloadedOptimizer& optimizer,
-             const OffloadStepOptions& options)
+  SerialStep(model::Model& model, OffloadedOptimizer& optimizer, const OffloadStepOptions& options)
       : model_(model), opt_(optimizer), options_(options) {}
 
-  model::GptModel& model_;
+  model::Model& model_;
   OffloadedOptimizer& opt_;
   OffloadStepOptions options_;
   StepScaling scaling_;

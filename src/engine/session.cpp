@@ -75,9 +75,9 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
 }
 }  // namespace
 
-Result<Partitioning> Session::partition(const EngineConfig& config, const model::GptConfig& model,
-                                        int ranks) {
-  return ZeroStep::partition(model, ranks, config.persistence_threshold);
+Result<Partitioning> Session::partition(const EngineConfig& config,
+                                        const std::vector<int64_t>& block_numel, int ranks) {
+  return Partitioning::create(block_numel, ranks, config.persistence_threshold);
 }
 
 model::BlockStorage Session::block_storage(const EngineConfig& config, const Partitioning& parts) {
@@ -85,14 +85,14 @@ model::BlockStorage Session::block_storage(const EngineConfig& config, const Par
                                  config.offload_activations != Home::kDevice);
 }
 
-uint64_t Session::swap_capacity(const EngineConfig& config, const model::GptModel& model,
+uint64_t Session::swap_capacity(const EngineConfig& config, const model::Model& model,
                                 const std::vector<int64_t>& numel) {
   const auto nb = static_cast<uint64_t>(model.num_blocks());
   uint64_t elements = 0;
   for (int64_t n : numel) elements += static_cast<uint64_t>(n);
   uint64_t bytes = 12 * elements + kExtentSlack * nb;
   if (config.param_home() == Home::kNvme) {
-    bytes += dtype_size(model.config().dtype) * elements + kExtentSlack * nb;
+    bytes += dtype_size(model.dtype()) * elements + kExtentSlack * nb;
   }
   if (config.offload_activations == Home::kNvme) {
     bytes +=
@@ -116,7 +116,7 @@ uint64_t Session::swap_extent(const EngineConfig& config) {
 }
 
 Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
-                                                 comm::Communicator& comm, model::GptModel& model,
+                                                 comm::Communicator& comm, model::Model& model,
                                                  const SessionInputs& inputs) {
   STRATA_RETURN_IF_ERROR(config.validate());
   if (&model.device() != &device) {
@@ -129,13 +129,15 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                       schedule_name(config.schedule), " runs one rank; ", ranks, " ranks need ",
                       ref(Field::kSchedule), " planned");
   }
-  if (config.precision != model.config().dtype) {
+  if (config.precision != model.dtype()) {
     return make_error(ErrorCode::kConfig, ref(Field::kPrecision), " ", dtype_name(config.precision),
-                      " differs from the model's ", dtype_name(model.config().dtype));
+                      " differs from the model's ", dtype_name(model.dtype()));
   }
   std::unique_ptr<Session> s(new Session());
   s->config_ = config;
-  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.config(), ranks));
+  std::vector<int64_t> numel;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) numel.push_back(model.block_numel(b));
+  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, numel, ranks));
   s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
   s->store_ = inputs.store;
   if (config.uses_nvme() && !inputs.plan_only && s->store_ == nullptr) {

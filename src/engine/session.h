@@ -40,7 +40,7 @@
 #include "engine/serial_step.h"
 #include "engine/train_step.h"
 #include "engine/zero_step.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "nvme/swap_store.h"
 
 namespace strata::engine {
@@ -63,19 +63,19 @@ struct SessionInputs {
 
 class Session {
  public:
-  // The partitioning of `model` for `config` over `ranks`, and the blocks the model must hold
-  // on the device (build the model with it).
-  static Result<Partitioning> partition(const EngineConfig& config, const model::GptConfig& model,
-                                        int ranks);
+  // The partitioning of a model of these blocks (their elements, in block order) for `config`
+  // over `ranks`, and the blocks the model must hold on the device (build the model with it).
+  static Result<Partitioning> partition(const EngineConfig& config,
+                                        const std::vector<int64_t>& block_numel, int ranks);
   static model::BlockStorage block_storage(const EngineConfig& config, const Partitioning& parts);
   // The swap store's capacity for this rank (the formula above); `numel`: its partitions.
-  static uint64_t swap_capacity(const EngineConfig& config, const model::GptModel& model,
+  static uint64_t swap_capacity(const EngineConfig& config, const model::Model& model,
                                 const std::vector<int64_t>& numel);
   // The store's allocation unit: 1 MiB, or the request size when larger.
   static uint64_t swap_extent(const EngineConfig& config);
 
   static Result<std::unique_ptr<Session>> create(const EngineConfig& config, gpu::Device& device,
-                                                 comm::Communicator& comm, model::GptModel& model,
+                                                 comm::Communicator& comm, model::Model& model,
                                                  const SessionInputs& inputs);
 
   TrainStep& step() { return *step_; }

@@ -26,7 +26,7 @@ size_t ZeroStep::PlanBuild::op_index(const std::string& op_name) const {
 // segment ahead: after the first op of segment s+1's backward (its recompute, or the head
 // backward for the last segment), for the recompute and the backward of its first layer.
 void ZeroStep::plan_checkpoints(PlanBuild& pb) {
-  const model::GptModel& m = model_;
+  const model::Model& m = model_;
   pb.nseg = offloaded_segments();
   pb.act_home = options_.offload_activations;
   pb.cb = m.checkpoint_bytes();

@@ -36,7 +36,7 @@ void write_inf(void* at, DType dt) {
 
 // The gradient of block gb is complete after task t: down, reduce, check.
 void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   sched::Plan& plan = pb.plan;
   const int stage = pb.stage;
   const DType dt = pb.dt;

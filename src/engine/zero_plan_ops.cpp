@@ -16,7 +16,7 @@ using sched::TaskId;
 using sched::Tier;
 
 void ZeroStep::plan_ops(PlanBuild& pb) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   const int stage = pb.stage;
   const size_t nb = pb.nb;
   for (auto* v :
@@ -60,9 +60,9 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
   ops.push_back({"zero grads", [this, &m, stage](gpu::Stream& s, const TaskContext&) -> Status {
                    if (stage >= 2 || micro_ > 0) return ok_status();
                    for (int64_t b = 0; b < m.num_blocks(); ++b) {
-                     STRATA_RETURN_IF_ERROR(s.memset(
-                         m.grad_block(b), 0,
-                         static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype)));
+                     STRATA_RETURN_IF_ERROR(
+                         s.memset(m.grad_block(b), 0,
+                                  static_cast<size_t>(m.block_numel(b)) * dtype_size(m.dtype())));
                    }
                    return ok_status();
                  }});
@@ -87,7 +87,7 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                    return m.head_forward(s, params(L, 0, c));
                  },
                  use(L, 0)});
-  const model::GptModel::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
+  const model::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
   ops.back().work = sched::Work::kFlopsHead;
   ops.back().flops = head.forward_flops;
   ops.push_back({"head backward",
@@ -157,7 +157,7 @@ void ZeroStep::emit_ops(PlanBuild& pb) {
 
 // Op i's task (after zeroing the gradient it starts, stages 2-3), with its checkpoints' uses.
 TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   sched::Plan& plan = pb.plan;
   const PlanBuild::Op& op = pb.ops[i];
   if (op.zero_grad >= 0) {

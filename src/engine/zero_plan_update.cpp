@@ -53,7 +53,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
 // The new parameters of a block kept whole on the device: after `after` wrote the rank's part
 // into pbuf, all-gathered (stages 1-3) and uploaded into the model's block.
 TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
   const size_t es = pb.es;
@@ -222,7 +222,7 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
 
 // add_update() of a partition the device optimizer updates (deps include its state read).
 TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
   const int64_t b = blocks_[p];

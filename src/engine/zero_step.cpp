@@ -9,15 +9,6 @@
 
 namespace strata::engine {
 
-Result<Partitioning> ZeroStep::partition(const model::GptConfig& config, int ranks,
-                                         int64_t persistence_threshold) {
-  std::vector<int64_t> numel;
-  for (int64_t b = 0; b <= config.layers; ++b) {
-    numel.push_back(model::GptModel::block_numel(config, b));
-  }
-  return Partitioning::create(numel, ranks, persistence_threshold);
-}
-
 model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage,
                                             bool offload_activations) {
   model::BlockStorage s;
@@ -29,8 +20,8 @@ model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage
   return s;
 }
 
-std::vector<int64_t> ZeroStep::optimizer_numel(const model::GptModel& model,
-                                               const Partitioning& parts, int stage) {
+std::vector<int64_t> ZeroStep::optimizer_numel(const model::Model& model, const Partitioning& parts,
+                                               int stage) {
   std::vector<int64_t> numel;
   for (int64_t b : partition_blocks(model)) {
     const BlockPartition& bp = parts.block(size_t(b));
@@ -39,7 +30,7 @@ std::vector<int64_t> ZeroStep::optimizer_numel(const model::GptModel& model,
   return numel;
 }
 
-Status ZeroStep::load_masters(model::GptModel& model, OffloadedOptimizer& optimizer,
+Status ZeroStep::load_masters(model::Model& model, OffloadedOptimizer& optimizer,
                               const Partitioning& parts, int stage, int rank,
                               const ParamSource& source) {
   const std::vector<int64_t> blocks = partition_blocks(model);
@@ -58,7 +49,7 @@ Status ZeroStep::load_masters(model::GptModel& model, OffloadedOptimizer& optimi
     STRATA_RETURN_IF_ERROR(source ? source(blocks[p], whole.data())
                                   : model.download_params(blocks[p], whole.data()));
     // As the device holds them: rounded to the model's dtype.
-    const DType dt = model.config().dtype;
+    const DType dt = model.dtype();
     std::vector<std::byte> rounded(whole.size() * dtype_size(dt));
     convert(whole.data(), DType::kF32, rounded.data(), dt, whole.size());
     convert(rounded.data(), dt, whole.data(), DType::kF32, whole.size());
@@ -71,7 +62,7 @@ Status ZeroStep::load_masters(model::GptModel& model, OffloadedOptimizer& optimi
   return ok_status();
 }
 
-Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
+Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                                                    OffloadedOptimizer& optimizer,
                                                    comm::Communicator& comm,
                                                    const ZeroStepOptions& options) {
@@ -95,8 +86,10 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
   s->rank_ = comm.rank();
   s->ranks_ = comm.size();
-  STRATA_ASSIGN_OR_RETURN(s->parts_,
-                          partition(model.config(), s->ranks_, options.persistence_threshold));
+  std::vector<int64_t> block_numel;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) block_numel.push_back(model.block_numel(b));
+  STRATA_ASSIGN_OR_RETURN(
+      s->parts_, Partitioning::create(block_numel, s->ranks_, options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
   STRATA_RETURN_IF_ERROR(s->choose_homes());
   const bool offload_acts = options.offload_activations != Home::kDevice;
@@ -140,7 +133,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::GptModel& model,
   s->tokens_.assign(rows, 0);
   s->targets_.assign(rows, 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
-  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.config().dtype));
+  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.dtype()));
   const bool delayed = options.delayed_update_warmup >= 0;
   if (delayed && options.stage == 3) {
     return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate), " needs ",
@@ -242,7 +235,7 @@ Status ZeroStep::choose_homes() {
 }
 
 Status ZeroStep::check_budgets(const sched::Plan& plan) const {
-  const uint64_t es = dtype_size(model_.config().dtype);
+  const uint64_t es = dtype_size(model_.dtype());
   PinnedNeeds pn;
   pn.optimizer_state = opt_.host_state_bytes();
   pn.optimizer_staging = opt_.staging_bytes();
@@ -289,7 +282,7 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
 }
 
 Status ZeroStep::init_param_shards() {
-  const DType dt = model_.config().dtype;
+  const DType dt = model_.dtype();
   for (size_t p = 0; p < blocks_.size(); ++p) {
     const int64_t b = blocks_[p];
     if (!sharded_params(b)) continue;
@@ -306,7 +299,7 @@ Status ZeroStep::init_param_shards() {
 
 Status ZeroStep::load_shard(int64_t b, void* host) {
   const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.dtype());
   switch (home_[size_t(b)]) {
     case Home::kPinned:
       std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
@@ -328,7 +321,7 @@ Status ZeroStep::load_shard(int64_t b, void* host) {
 
 Status ZeroStep::store_shard(int64_t b, const void* host) {
   const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.config().dtype);
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.dtype());
   switch (home_[size_t(b)]) {
     case Home::kPinned:
       std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
@@ -347,10 +340,10 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
 }
 
 Status ZeroStep::gather_block(int64_t b, void* dst) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   STRATA_RETURN_IF_ERROR(gather_host(b));
   return m.stream().copy_now(dst, host_scratch_.data(),
-                             static_cast<size_t>(m.block_numel(b)) * dtype_size(m.config().dtype),
+                             static_cast<size_t>(m.block_numel(b)) * dtype_size(m.dtype()),
                              gpu::CopyKind::kHostToDevice);
 }
 
@@ -361,13 +354,13 @@ Status ZeroStep::gather_params(int64_t b, float* host) {
   }
   if (!sharded_params(b)) return model_.download_params(b, host);
   STRATA_RETURN_IF_ERROR(gather_host(b));
-  convert(host_scratch_.data(), model_.config().dtype, host, DType::kF32,
+  convert(host_scratch_.data(), model_.dtype(), host, DType::kF32,
           static_cast<size_t>(parts_.block(size_t(b)).numel));
   return ok_status();
 }
 
 Status ZeroStep::gather_host(int64_t b) {
-  const DType dt = model_.config().dtype;
+  const DType dt = model_.dtype();
   const BlockPartition& bp = parts_.block(size_t(b));
   const size_t shard_bytes = static_cast<size_t>(bp.shard_numel) * dtype_size(dt);
   host_scratch_.resize(shard_bytes * static_cast<size_t>(ranks_));
@@ -386,7 +379,7 @@ Status ZeroStep::gather_into_model() {
 }
 
 Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets) {
-  model::GptModel& m = model_;
+  model::Model& m = model_;
   // Checked before the first gather (a collective): a rank that stopped here would leave the
   // others waiting.
   STRATA_RETURN_IF_ERROR(m.check_batch(tokens, targets));
@@ -394,8 +387,8 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
     return make_error(ErrorCode::kConfig,
                       "ZeroStep::forward_inference: an update is pending: flush() first");
   }
-  const int64_t L = m.config().layers;
-  const size_t es = dtype_size(m.config().dtype);
+  const int64_t L = m.num_layers();
+  const size_t es = dtype_size(m.dtype());
   // The shared block stays gathered for the head; one layer at a time goes through scratch.
   size_t need = 0;
   for (int64_t b = 0; b <= L; ++b) {
@@ -444,7 +437,7 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
 ZeroMemory ZeroStep::memory() const {
   ZeroMemory z;
   const sched::Plan& plan = this->plan();
-  const int64_t es = static_cast<int64_t>(dtype_size(model_.config().dtype));
+  const int64_t es = static_cast<int64_t>(dtype_size(model_.dtype()));
   int64_t pinned_homes = 0;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
     const int64_t shard = parts_.block(b).shard_numel * es;
@@ -525,7 +518,7 @@ Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro
 ZeroTraffic ZeroStep::expected_traffic() const {
   ZeroTraffic t;
   const uint64_t n = static_cast<uint64_t>(ranks_);
-  const uint64_t es = dtype_size(model_.config().dtype);
+  const uint64_t es = dtype_size(model_.dtype());
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
     const BlockPartition& bp = parts_.block(b);
     const uint64_t shard_bytes = static_cast<uint64_t>(bp.shard_numel) * es;
@@ -535,7 +528,7 @@ ZeroTraffic ZeroStep::expected_traffic() const {
     if (options_.stage >= 1) t.param_all_gather += one;
     // Stage 3: gathers for the forward and the backward instead of one after the update; the
     // shared block is gathered once (its forward copy serves the head backward too).
-    if (sharded_params(int64_t(b)) && int64_t(b) != model_.config().layers) {
+    if (sharded_params(int64_t(b)) && int64_t(b) != model_.num_layers()) {
       t.param_all_gather += one;
     }
   }

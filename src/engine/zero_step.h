@@ -195,19 +195,16 @@ class ZeroStep : public TrainStep {
  public:
   // The optimizer partitions one rank needs: partition p is block partition_blocks()[p], of the
   // block's numel at stage 0 and of its shard (padding included) at stages 1-3.
-  static std::vector<int64_t> optimizer_numel(const model::GptModel& model,
-                                              const Partitioning& parts, int stage);
+  static std::vector<int64_t> optimizer_numel(const model::Model& model, const Partitioning& parts,
+                                              int stage);
   // Loads this rank's part of the parameters as the optimizer's fp32 masters (zero moments;
   // padding zero), rounded to the model's dtype as the device holds them. `source(b, host)`
   // writes block b's fp32 values; by default the model's device block (download_params); a
   // model without a block on the device needs a source (e.g. model::init_block).
   using ParamSource = std::function<Status(int64_t block, float* host)>;
-  static Status load_masters(model::GptModel& model, OffloadedOptimizer& optimizer,
+  static Status load_masters(model::Model& model, OffloadedOptimizer& optimizer,
                              const Partitioning& parts, int stage, int rank,
                              const ParamSource& source = {});
-  // The block partitioning of a model over `ranks` (persistence threshold in elements).
-  static Result<Partitioning> partition(const model::GptConfig& config, int ranks,
-                                        int64_t persistence_threshold);
   // The blocks the model must hold on the device at `stage`: parameters of the blocks that are
   // not sharded (all below stage 3; persistent ones at 3), gradients at stages 0-1.
   // offload_activations: the model leaves the checkpoints the engine moves to the caller.
@@ -215,7 +212,7 @@ class ZeroStep : public TrainStep {
                                            bool offload_activations = false);
 
   // `optimizer` as optimizer_numel(); every rank calls create (it is not collective).
-  static Result<std::unique_ptr<ZeroStep>> create(model::GptModel& model,
+  static Result<std::unique_ptr<ZeroStep>> create(model::Model& model,
                                                   OffloadedOptimizer& optimizer,
                                                   comm::Communicator& comm,
                                                   const ZeroStepOptions& options);
@@ -274,7 +271,7 @@ class ZeroStep : public TrainStep {
   // device (stages 0-2, persistent blocks), else the shard's home.
   Home param_home(int64_t b) const { return home_[size_t(b)]; }
   // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
-  size_t dtype_bytes() const { return dtype_size(model_.config().dtype); }
+  size_t dtype_bytes() const { return dtype_size(model_.dtype()); }
   int64_t checkpoints_on_nvme() const {
     return options_.offload_activations == Home::kNvme ? offloaded_segments() : 0;
   }
@@ -283,7 +280,7 @@ class ZeroStep : public TrainStep {
   ZeroTraffic expected_traffic() const;
 
  private:
-  ZeroStep(model::GptModel& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
+  ZeroStep(model::Model& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
            const ZeroStepOptions& options)
       : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
   // build_plan() and its parts (zero_plan*.cpp), over the state they share (PlanBuild,
@@ -348,7 +345,7 @@ class ZeroStep : public TrainStep {
     lane_counting_[size_t(lane)].fetch_add(bytes, std::memory_order_relaxed);
   }
 
-  model::GptModel& model_;
+  model::Model& model_;
   OffloadedOptimizer& opt_;
   comm::Communicator& comm_;
   ZeroStepOptions options_;

@@ -49,6 +49,27 @@ int64_t GptModel::block_numel(const GptConfig& config, int64_t block) {
   return block == config.layers ? shared_layout(config).numel : layer_layout(config).numel;
 }
 
+ModelProbe GptModel::probe(const GptConfig& config) {
+  ModelProbe p;
+  p.make = [config](gpu::Device& device, int64_t layers,
+                    const RunShape& shape) -> Result<std::unique_ptr<Model>> {
+    GptConfig c = config;
+    c.layers = layers;
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> m, create(device, c, shape));
+    STRATA_RETURN_IF_ERROR(m->init_params(1));
+    return std::unique_ptr<Model>(std::move(m));
+  };
+  p.key = std::string(dtype_name(config.dtype)) + " C=" + std::to_string(config.channels) +
+          " H=" + std::to_string(config.heads) + " V=" + std::to_string(config.vocab);
+  return p;
+}
+
+std::vector<int64_t> GptModel::block_numels(const GptConfig& config) {
+  std::vector<int64_t> numel;
+  for (int64_t b = 0; b <= config.layers; ++b) numel.push_back(block_numel(config, b));
+  return numel;
+}
+
 Status GptModel::allocate_all(const BlockStorage& storage) {
   const auto blocks = static_cast<size_t>(num_blocks());
   for (const auto* v : {&storage.params, &storage.grads}) {

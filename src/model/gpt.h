@@ -45,125 +45,120 @@
 #include "gpu/device.h"
 #include "gpu/kernels.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/param_layout.h"
 
 namespace strata::model {
 
-// Which blocks' parameter and gradient buffers the model allocates on the device. A ZeRO engine
-// keeps the others elsewhere (sharded, gathered on demand) and passes them to the entry points.
-// Empty vectors mean every block.
-struct BlockStorage {
-  std::vector<bool> params;  // by block (L + 1)
-  std::vector<bool> grads;
-  // false: the kept inputs of every checkpoint segment but the last live in the caller's
-  // buffers (set_checkpoint before the entry points that touch them; the engine offloads them).
-  bool checkpoints = true;
-};
-
-class GptModel {
+class GptModel : public Model {
  public:
+  using BlockCost = model::BlockCost;
   static Result<std::unique_ptr<GptModel>> create(gpu::Device& device, const GptConfig& config,
                                                   const RunShape& shape,
                                                   const BlockStorage& storage = {});
   // Elements of block `block` (layer l < L, or the shared block L) of a model of `config`.
   static int64_t block_numel(const GptConfig& config, int64_t block);
+  // Every block's elements, in block order (the engine partitions a model of `config` by them).
+  static std::vector<int64_t> block_numels(const GptConfig& config);
+  // Models of `config` cut to a few layers (initialised with seed 1); key "bf16 C=768 H=12 V=..".
+  static ModelProbe probe(const GptConfig& config);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
-  const RunShape& shape() const { return shape_; }
-  gpu::Stream& stream() { return *stream_; }
-  gpu::Device& device() const { return device_; }
+  DType dtype() const override { return config_.dtype; }
+  int64_t num_layers() const override { return config_.layers; }
+  int64_t vocab() const override { return config_.vocab; }
+  std::string describe() const override { return config_.describe(); }
+  const RunShape& shape() const override { return shape_; }
+  gpu::Stream& stream() override { return *stream_; }
+  gpu::Device& device() const override { return device_; }
   // Effective checkpoint interval (K clamped to [1, L]; L when checkpointing is off).
-  int64_t checkpoint_interval() const { return k_; }
+  int64_t checkpoint_interval() const override { return k_; }
 
-  int64_t num_blocks() const { return config_.layers + 1; }
-  int64_t block_numel(int64_t block) const;
+  int64_t block_numel(int64_t block) const override;
   // The block's parameter / gradient buffer; null when BlockStorage left it out.
-  void* param_block(int64_t block) const { return params_[static_cast<size_t>(block)].data(); }
-  void* grad_block(int64_t block) const { return grads_[static_cast<size_t>(block)].data(); }
+  void* param_block(int64_t block) const override {
+    return params_[static_cast<size_t>(block)].data();
+  }
+  void* grad_block(int64_t block) const override {
+    return grads_[static_cast<size_t>(block)].data();
+  }
   // Bytes of device memory this model holds (parameters, gradients, activations), and the part
   // that is parameter and gradient blocks.
-  size_t device_bytes() const { return device_bytes_; }
-  size_t param_bytes() const { return param_bytes_; }
-  size_t grad_bytes() const { return grad_bytes_; }
-
-  // Work and sizes of one block for one micro-batch of the RunShape (cost model, MFU).
-  struct BlockCost {
-    double forward_flops = 0;      // matmuls and attention (causal half), 2 FLOPs per multiply-add
-    double backward_flops = 0;     // gradients of inputs and weights (2x forward)
-    int64_t param_bytes = 0;       // the block's parameters (= its gradient bytes)
-    int64_t activation_bytes = 0;  // tensors a layer keeps for its backward (0 for the shared)
-    int64_t checkpoint_bytes = 0;  // one kept layer input [B,T,C]
-  };
-  BlockCost block_cost(int64_t block) const;
+  size_t device_bytes() const override { return device_bytes_; }
+  size_t param_bytes() const override { return param_bytes_; }
+  size_t grad_bytes() const override { return grad_bytes_; }
+  BlockCost block_cost(int64_t block) const override;
 
   // The kept input of segment `seg` (one [B,T,C] tensor of checkpoint_bytes()) lives at `at`
   // from now on; only for the caller's segments (BlockStorage::checkpoints false, seg below the
   // last). Touched by: the layer before the segment (writes it; embedding_forward for segment
   // 0), the segment's first layer's forward, recompute and backward (read it).
-  Status set_checkpoint(int64_t seg, void* at);
-  bool caller_checkpoint(int64_t seg) const {
+  Status set_checkpoint(int64_t seg, void* at) override;
+  bool caller_checkpoint(int64_t seg) const override {
     return checkpoints_[static_cast<size_t>(seg)].data() == nullptr;
   }
-  size_t checkpoint_bytes() const;
+  size_t checkpoint_bytes() const override;
   // Activation checkpoint segments: segment s holds layers [s*K, min((s+1)*K, L)).
-  int64_t num_segments() const { return (config_.layers + k_ - 1) / k_; }
-  int64_t segment_begin(int64_t seg) const { return seg * k_; }
-  int64_t segment_end(int64_t seg) const { return std::min((seg + 1) * k_, config_.layers); }
+  int64_t num_segments() const override { return (config_.layers + k_ - 1) / k_; }
+  int64_t segment_begin(int64_t seg) const override { return seg * k_; }
+  int64_t segment_end(int64_t seg) const override {
+    return std::min((seg + 1) * k_, config_.layers);
+  }
 
   // --- Per-layer entry points (see the header comment for the order of a step) ---
   // Checks tokens/targets (as forward) and enqueues their upload on `s`. targets may be null
   // (inference). The host arrays must stay valid until `s` has run the copies.
-  Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets);
+  Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) override;
   // set_batch's checks alone (kConfig naming the position and the value).
-  Status check_batch(const int32_t* tokens, const int32_t* targets) const;
+  Status check_batch(const int32_t* tokens, const int32_t* targets) const override;
   // Token + position embedding into layer 0's input. `shared`: the shared block's parameters.
-  Status embedding_forward(gpu::Stream& s, const void* shared);
+  Status embedding_forward(gpu::Stream& s, const void* shared) override;
   // Layer l's forward, keeping its activations for backward. `params`: layer l's block.
-  Status layer_forward(gpu::Stream& s, int64_t l, const void* params);
+  Status layer_forward(gpu::Stream& s, int64_t l, const void* params) override;
   // Final layernorm, logits and (with targets) the cross-entropy; the per-token losses are
   // copied to model-owned host memory, read by mean_loss() once `s` has run the copy.
-  Status head_forward(gpu::Stream& s, const void* shared);
+  Status head_forward(gpu::Stream& s, const void* shared) override;
   // fp16 loss scaling: head_forward's loss gradient is multiplied by `scale` (so are all the
   // gradients); the losses it reports are not. 1 by default.
-  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  void set_loss_scale(float scale) override { loss_scale_ = scale; }
   float loss_scale() const { return loss_scale_; }
   // Mean loss of the last head_forward with targets (0 when none was valid, or when the last
   // set_batch had no targets).
-  float mean_loss() const;
+  float mean_loss() const override;
   // Gradients of the logits and the final layernorm into `shared_grads`; starts the residual
   // gradient. Needs a head_forward with targets.
-  Status head_backward(gpu::Stream& s, const void* shared, void* shared_grads);
+  Status head_backward(gpu::Stream& s, const void* shared, void* shared_grads) override;
   // Recomputes layer l's activations from its segment's kept input (backward of a segment that
   // is not the last one needs this, for every layer of the segment in ascending order).
-  Status layer_recompute(gpu::Stream& s, int64_t l, const void* params);
+  Status layer_recompute(gpu::Stream& s, int64_t l, const void* params) override;
   // Layer l's backward: parameter gradients added into `grads`, residual gradient carried on.
-  Status layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads);
+  Status layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads) override;
   // Token and position embedding gradients added into `shared_grads`.
-  Status embedding_backward(gpu::Stream& s, void* shared_grads);
+  Status embedding_backward(gpu::Stream& s, void* shared_grads) override;
 
   // GPT-2 initialisation (init.h) of every block on the device (blocks left out by
   // BlockStorage are skipped: init_block gives their values).
   Status init_params(uint64_t seed);
   // Copies `block_numel(block)` fp32 values into the block's parameters (rounded to the dtype).
-  Status upload_params(int64_t block, const float* host);
+  Status upload_params(int64_t block, const float* host) override;
   // Copies a block's parameters / gradients to host fp32.
-  Status download_params(int64_t block, float* host);
-  Status download_grads(int64_t block, float* host);
+  Status download_params(int64_t block, float* host) override;
+  Status download_grads(int64_t block, float* host) override;
   // Sets every gradient to zero. backward() accumulates into the gradients.
-  Status zero_grad();
+  Status zero_grad() override;
 
   // tokens: host int32 [B*T] in [0, V). targets: host int32 [B*T], negative = ignored, or
   // nullptr (inference: logits are kept for logits_to_host and 0 is returned). With targets,
   // returns the mean cross-entropy over the non-ignored targets (0 when there are none) and
   // prepares backward().
-  Result<float> forward(const int32_t* tokens, const int32_t* targets);
+  Result<float> forward(const int32_t* tokens, const int32_t* targets) override;
   // Gradients of the last forward's mean loss, added into the gradient blocks.
-  Status backward();
+  Status backward() override;
   // After forward(tokens, nullptr): logits as host fp32 [B*T, V] (padding columns dropped).
-  Status logits_to_host(std::vector<float>& out);
+  Status logits_to_host(std::vector<float>& out) override;
 
  private:
   struct Activations;  // one layer's saved tensors

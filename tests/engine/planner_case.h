@@ -100,7 +100,8 @@ inline Result<Built> build(const PCase& c, bool plan_only, nvme::SwapStore* stor
   config.prefetch_depth = 1;
   // NVMe homes use `store` (a plan-only build opens none).
   config.nvme_paths = {"(the test's store)"};
-  STRATA_ASSIGN_OR_RETURN(Partitioning parts, Session::partition(config, cfg, 1));
+  STRATA_ASSIGN_OR_RETURN(Partitioning parts,
+                          Session::partition(config, model::GptModel::block_numels(cfg), 1));
   STRATA_ASSIGN_OR_RETURN(
       b.model, model::GptModel::create(b.dev(), cfg, model::RunShape{c.batch, c.seq, c.checkpoint},
                                        Session::block_storage(config, parts)));

@@ -14,6 +14,7 @@
 #include "comm/local_comm.h"
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
+#include "model/gpt.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/calibration.h"
+#include "model/gpt.h"
 #include "planner_case.h"
 #include "scheduler/trace.h"
 
@@ -28,7 +29,7 @@ struct Attempt {
 Result<sched::Prediction> predict_now(Built& built, const PCase& c, const std::string& dir) {
   CalibrationRequest rq;
   rq.device = built.device.get();
-  rq.config = config_of(c);
+  rq.probe = model::GptModel::probe(config_of(c));
   rq.shape = model::RunShape{c.batch, c.seq, c.checkpoint};
   rq.nvme_dirs = {dir};
   rq.host_threads = int(std::thread::hardware_concurrency());

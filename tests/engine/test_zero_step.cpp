@@ -27,6 +27,7 @@
 #include "engine/session.h"
 #include "field_flags.h"
 #include "gpu/cpu_device.h"
+#include "model/gpt.h"
 #include "tested_device.h"
 #if STRATA_CUDA_EMULATE && STRATA_TEST_CUDA
 #include "simt_device.h"
@@ -59,11 +60,13 @@ DeviceMaker make_device = [](comm::Communicator&, const gpu::DeviceOptions& o) {
 };
 
 // STRATA_PLAN_DUMP=DIR: every plan a case builds is appended (sched::Plan::dump, with the step's
-// memory report) to DIR/rank<R>.txt, so that a refactor can show the plans unchanged.
-void dump_plan_if_asked(const ZeroStep& step, int rank) {
+// memory report) to DIR/rank<R>.txt, R the process's rank in the job (the cases on a one-rank
+// LocalComm run on every process), so that a refactor can show the plans unchanged.
+void dump_plan_if_asked(const ZeroStep& step) {
   const char* dir = std::getenv("STRATA_PLAN_DUMP");
   if (dir == nullptr || *dir == '\0') return;
-  std::ofstream out(std::string(dir) + "/rank" + std::to_string(rank) + ".txt", std::ios::app);
+  std::ofstream out(std::string(dir) + "/rank" + std::to_string(world().rank()) + ".txt",
+                    std::ios::app);
   out << "== " << ::testing::UnitTest::GetInstance()->current_test_info()->name() << '\n';
   step.plan().dump(out);
   out << "memory: " << step.memory().describe() << '\n';
@@ -155,7 +158,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   cfg.channels = c.channels;
   cfg.dtype = c.dtype;
   const int stage = c.serial ? 0 : c.stage;
-  auto parts = ZeroStep::partition(cfg, comm.size(), c.persistence).value();
+  auto parts =
+      Partitioning::create(model::GptModel::block_numels(cfg), comm.size(), c.persistence).value();
   // The model holds on the device only what the stage keeps there.
   auto model_r = model::GptModel::create(
       dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint},
@@ -210,7 +214,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   ZeroStep* zero = session.zero();
   TrainStep& train_step = session.step();
   if (zero != nullptr) {
-    dump_plan_if_asked(*zero, comm.rank());
+    dump_plan_if_asked(*zero);
     run.expected = zero->expected_traffic();
     run.memory = zero->memory();
     run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
@@ -667,17 +671,17 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     SCOPED_TRACE(describe(c));
     const ZRun r = train(comm, c, store.store.get());
     ASSERT_EQ(r.homes.size(), r.params.size());
-    const auto parts = ZeroStep::partition(
-        [&] {
-          model::GptConfig cfg;
-          cfg.vocab = model::AdditionTask::kVocab;
-          cfg.max_seq = model::AdditionTask::create(2, 10).value().seq();
-          cfg.layers = 3;
-          cfg.heads = 4;
-          cfg.channels = 32;
-          return cfg;
-        }(),
-        int(n_ranks), 0);
+    const auto parts = Partitioning::create(model::GptModel::block_numels([&] {
+                                              model::GptConfig cfg;
+                                              cfg.vocab = model::AdditionTask::kVocab;
+                                              cfg.max_seq =
+                                                  model::AdditionTask::create(2, 10).value().seq();
+                                              cfg.layers = 3;
+                                              cfg.heads = 4;
+                                              cfg.channels = 32;
+                                              return cfg;
+                                            }()),
+                                            int(n_ranks), 0);
     ASSERT_TRUE(parts.ok());
     const uint64_t e = 2;  // bf16
     ZeroLaneBytes want;
@@ -951,7 +955,7 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
   cfg.dtype = DType::kBF16;
   const model::RunShape shape{4, task.seq(), 2};
   const double psi = static_cast<double>(cfg.num_params());
-  auto parts = ZeroStep::partition(cfg, comm.size(), 0).value();
+  auto parts = Partitioning::create(model::GptModel::block_numels(cfg), comm.size(), 0).value();
   auto init = [&cfg](int64_t b, float* host) {
     const auto v = model::init_block(cfg, b, 3);
     std::copy(v.begin(), v.end(), host);
@@ -992,7 +996,7 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
     auto session = Session::create(config, *dev, comm, *m.value(), inputs);
     ASSERT_TRUE(session.ok()) << session.status().to_string();
     ZeroStep* step = session.value()->zero();
-    dump_plan_if_asked(*step, comm.rank());
+    dump_plan_if_asked(*step);
     std::vector<int32_t> tokens(static_cast<size_t>(4 * task.seq())), targets(tokens.size());
     // One batch again and again: the loss must fall.
     task.make_batch(4, 9, static_cast<uint64_t>(comm.rank()), 1, tokens.data(), targets.data());

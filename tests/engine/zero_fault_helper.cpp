@@ -10,6 +10,7 @@
 #include "comm/mpi_comm.h"
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
+#include "model/gpt.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 
