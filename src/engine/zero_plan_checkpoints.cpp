@@ -80,7 +80,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     const BufferId f = pb.ckf[us], h = pb.ckh[us];
     const TaskId down = plan.add("checkpoint " + std::to_string(s) + " down", Lane::kD2H,
                                  [this, f, h, cb](const TaskContext& c) -> Status {
-                                   if (flushing_) return ok_status();
+                                   if (c.args<Replay>().flushing) return ok_status();
                                    moved(kD2H, cb);
                                    return c.stream->copy(c.buffer(h), c.buffer(f), cb,
                                                          gpu::CopyKind::kDeviceToHost);
@@ -96,7 +96,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     pb.ck_stored[us] =
         plan.add("write checkpoint " + std::to_string(s), Lane::kNvme,
                  [this, h, s, cb](const TaskContext& c) -> Status {
-                   if (flushing_) return ok_status();
+                   if (c.args<Replay>().flushing) return ok_status();
                    moved(kNvmeWrite, cb);
                    return options_.swap_store->write(checkpoint_key(s), c.buffer(h), cb).wait();
                  },
@@ -114,7 +114,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
       prev =
           plan.add("read checkpoint " + std::to_string(s), Lane::kNvme,
                    [this, src, s, cb](const TaskContext& c) -> Status {
-                     if (flushing_) return ok_status();
+                     if (c.args<Replay>().flushing) return ok_status();
                      moved(kNvmeRead, cb);
                      return options_.swap_store->read(checkpoint_key(s), c.buffer(src), cb).wait();
                    },
@@ -126,7 +126,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     const BufferId d = pb.ckb[us];
     pb.ck_up[us] = plan.add("checkpoint " + std::to_string(s) + " up", Lane::kH2D,
                             [this, src, d, cb](const TaskContext& c) -> Status {
-                              if (flushing_) return ok_status();
+                              if (c.args<Replay>().flushing) return ok_status();
                               moved(kH2D, cb);
                               return c.stream->copy(c.buffer(d), c.buffer(src), cb,
                                                     gpu::CopyKind::kHostToDevice);

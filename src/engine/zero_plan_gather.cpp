@@ -78,7 +78,8 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
     fetch = plan.add(
         "read param shard " + what, Lane::kNvme,
         [this, sh, b, sbytes, from_staging](const TaskContext& c) -> Status {
-          if (flushing_ || (from_staging && update_step_ != 0)) return ok_status();
+          if (c.args<Replay>().flushing || (from_staging && c.args<Replay>().update_step != 0))
+            return ok_status();
           moved(kNvmeRead, sbytes);
           return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
         },
@@ -94,7 +95,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
     fetch = plan.add(
         "param shard down " + what, Lane::kD2H,
         [this, d, gh, send_off, sbytes](const TaskContext& c) -> Status {
-          if (flushing_) return ok_status();
+          if (c.args<Replay>().flushing) return ok_status();
           moved(kD2H, sbytes);
           return c.stream->copy(static_cast<std::byte*>(c.buffer(gh)) + send_off, c.buffer(d),
                                 sbytes, gpu::CopyKind::kDeviceToHost);
@@ -111,10 +112,10 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   const TaskId gather = plan.add(
       "gather " + what, Lane::kComm,
       [this, sh, staged, send_off, gh, c16, dt](const TaskContext& c) -> Status {
-        if (flushing_) return ok_status();
+        if (c.args<Replay>().flushing) return ok_status();
         comm::CollectiveCall call;
         call.kind = comm::CollectiveKind::kAllGather;
-        const BufferId src = staged >= 0 && update_step_ != 0 ? staged : sh;
+        const BufferId src = staged >= 0 && c.args<Replay>().update_step != 0 ? staged : sh;
         call.send = static_cast<const std::byte*>(c.buffer(src)) + send_off;
         call.recv = c.buffer(gh);
         call.count = c16;
@@ -137,7 +138,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   const size_t bytes = static_cast<size_t>(pb.numel(b)) * pb.es;
   gt.upload = plan.add("upload " + what, Lane::kH2D,
                        [this, gh, gd, bytes](const TaskContext& c) -> Status {
-                         if (flushing_) return ok_status();
+                         if (c.args<Replay>().flushing) return ok_status();
                          moved(kH2D, bytes);
                          return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
                                                gpu::CopyKind::kHostToDevice);

@@ -48,7 +48,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const TaskId down =
       plan.add("grads down " + pb.name(gb), Lane::kD2H,
                [this, &m, gb, gf, dg, bytes, stage](const TaskContext& c) -> Status {
-                 if (flushing_ || (stage <= 1 && !last_micro())) return ok_status();
+                 if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
+                   return ok_status();
                  moved(kD2H, bytes);
                  const void* src = dg >= 0 ? c.buffer(dg) : m.grad_block(gb);
                  return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
@@ -69,9 +70,11 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const TaskId reduce =
       plan.add("reduce " + pb.name(gb), Lane::kComm,
                [this, gf, gs, gb, c16, real, dt, es, stage, rank](const TaskContext& c) -> Status {
-                 if (flushing_ || (stage <= 1 && !last_micro())) return ok_status();
+                 if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
+                   return ok_status();
                  auto* full = static_cast<std::byte*>(c.buffer(gf));
-                 if (gb == 0 && step_ == options_.inject_inf_step) write_inf(full, dt);
+                 if (gb == 0 && c.args<Replay>().step == options_.inject_inf_step)
+                   write_inf(full, dt);
                  const size_t total = c16 * static_cast<size_t>(ranks_);
                  std::memset(full + real * es, 0, (total - real) * es);  // the padding takes part
                  comm::CollectiveCall call;
@@ -79,7 +82,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  call.send = full;
                  std::byte* own = full + static_cast<size_t>(rank) * c16 * es;
                  // A later micro-batch's shard goes to its place in `full`, then into gs.
-                 const bool add = gs >= 0 && micro_ > 0;
+                 const bool add = gs >= 0 && c.args<Replay>().micro > 0;
                  call.recv = gs >= 0 && !add ? c.buffer(gs) : own;
                  call.count = c16;
                  call.dtype = dt;
@@ -110,7 +113,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   pb.checks[size_t(gb)] =
       plan.add("check " + pb.name(gb), Lane::kCpu,
                [this, src, gb, c16, dt, es, stage, rank, nbk](const TaskContext& c) -> Status {
-                 if (flushing_ || !last_micro()) return ok_status();
+                 if (c.args<Replay>().flushing || !c.args<Replay>().last_micro())
+                   return ok_status();
                  const auto* base = static_cast<const std::byte*>(c.buffer(src));
                  for (int r = 0; r < ranks_; ++r) {
                    if (stage != 0 && r != rank) continue;
@@ -122,7 +126,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                    out[1] = s.has_nonfinite ? 1.0 : 0.0;
                    // Not rotated, the block's Adam follows at once: a non-finite gradient (an
                    // error without fp16) must stop the step before it reaches the state.
-                   if (!rotate_ && s.has_nonfinite) return nonfinite_gradient_error(step_);
+                   if (!rotate_ && s.has_nonfinite)
+                     return nonfinite_gradient_error(c.args<Replay>().step);
                  }
                  return ok_status();
                },
@@ -142,8 +147,8 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
   if (pb.stage >= 1 && pb.ranks > 1) {
     const TaskId exchange = plan.add(
         "exchange statistics", Lane::kComm,
-        [this, nbk = pb.nb](const TaskContext&) -> Status {
-          if (flushing_ || !last_micro()) return ok_status();
+        [this, nbk = pb.nb](const TaskContext& c) -> Status {
+          if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
           // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
           const size_t words = nbk * 2 * sizeof(double) / 2;
           comm::CollectiveCall call;
@@ -160,8 +165,8 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
   }
   plan.add(
       "norm", Lane::kCpu,
-      [this, nbk = pb.nb](const TaskContext&) {
-        if (flushing_ || !last_micro()) return ok_status();
+      [this, nbk = pb.nb](const TaskContext& c) {
+        if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
         double sum = 0.0;
         bool finite = true;
         for (size_t b = 0; b < nbk; ++b) {

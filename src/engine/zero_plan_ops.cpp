@@ -57,8 +57,8 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
   std::vector<PlanBuild::Op>& ops = pb.ops;
   // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the others
   // add to them).
-  ops.push_back({"zero grads", [this, &m, stage](gpu::Stream& s, const TaskContext&) -> Status {
-                   if (stage >= 2 || micro_ > 0) return ok_status();
+  ops.push_back({"zero grads", [this, &m, stage](gpu::Stream& s, const TaskContext& c) -> Status {
+                   if (stage >= 2 || c.args<Replay>().micro > 0) return ok_status();
                    for (int64_t b = 0; b < m.num_blocks(); ++b) {
                      STRATA_RETURN_IF_ERROR(
                          s.memset(m.grad_block(b), 0,
@@ -165,7 +165,7 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
     const size_t bytes = static_cast<size_t>(pb.numel(op.zero_grad)) * pb.es;
     const TaskId z = plan.add("zero grad " + pb.name(op.zero_grad), Lane::kCompute,
                               [this, dg, bytes](const TaskContext& c) -> Status {
-                                if (flushing_) return ok_status();
+                                if (c.args<Replay>().flushing) return ok_status();
                                 return c.stream->memset(c.buffer(dg), 0, bytes);
                               });
     plan.acquire(z, dg);
@@ -176,7 +176,7 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) cks.emplace_back(u.seg, u.buf);
   const TaskId t =
       plan.add(op.name, Lane::kCompute, [this, &m, fn, cks](const TaskContext& c) -> Status {
-        if (flushing_) return ok_status();
+        if (c.args<Replay>().flushing) return ok_status();
         for (const auto& [seg, buf] : cks)
           STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
         return fn(*c.stream, c);

@@ -39,7 +39,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
         pb.add_buffer(Kind::kNvmeStaging, "state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
     const BufferId buf = pb.staging[p];
     pb.read[p] = pb.plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
-      if (update_step_ == 0) return ok_status();
+      if (c.args<Replay>().update_step == 0) return ok_status();
       moved(kNvmeRead, opt_.state_bytes(p));
       return opt_.read_partition(p, c.buffer(buf)).wait();
     });
@@ -64,7 +64,7 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
     const size_t c16 = static_cast<size_t>(pb.shard(b));
     before_up = plan.add("gather params " + pb.name(b), Lane::kComm,
                          [this, u, c16, dt, rank, es](const TaskContext& c) -> Status {
-                           if (update_step_ == 0) return ok_status();
+                           if (c.args<Replay>().update_step == 0) return ok_status();
                            auto* base = static_cast<std::byte*>(c.buffer(u));
                            comm::CollectiveCall call;
                            call.kind = comm::CollectiveKind::kAllGather;
@@ -83,7 +83,7 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
   const size_t bytes = static_cast<size_t>(pb.numel(b)) * es;
   const TaskId up = plan.add("params up " + pb.name(b), Lane::kH2D,
                              [this, &m, b, u, bytes](const TaskContext& c) {
-                               if (update_step_ == 0) return ok_status();
+                               if (c.args<Replay>().update_step == 0) return ok_status();
                                moved(kH2D, bytes);
                                return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
                                                      gpu::CopyKind::kHostToDevice);
@@ -108,7 +108,7 @@ void ZeroStep::add_grad_up(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   const TaskId gup = pb.plan.add(
       "grad up " + pb.name(b), Lane::kH2D,
       [this, g, gdev, grad_off, bytes](const TaskContext& c) {
-        if (update_step_ == 0) return ok_status();
+        if (c.args<Replay>().update_step == 0) return ok_status();
         moved(kH2D, bytes);
         return c.stream->copy(c.buffer(gdev), static_cast<const std::byte*>(c.buffer(g)) + grad_off,
                               bytes, gpu::CopyKind::kHostToDevice);
@@ -133,7 +133,7 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
       home == Home::kDevice
           ? pb.plan.add("param shard up " + pb.name(b), Lane::kH2D,
                         [this, u, d, bytes](const TaskContext& c) -> Status {
-                          if (update_step_ == 0) return ok_status();
+                          if (c.args<Replay>().update_step == 0) return ok_status();
                           moved(kH2D, bytes);
                           return c.stream->copy(c.buffer(d), c.buffer(u), bytes,
                                                 gpu::CopyKind::kHostToDevice);
@@ -142,7 +142,7 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
           : pb.plan.add(
                 "write param shard " + pb.name(b), Lane::kNvme,
                 [this, u, b, bytes](const TaskContext& c) -> Status {
-                  if (update_step_ == 0) return ok_status();
+                  if (c.args<Replay>().update_step == 0) return ok_status();
                   moved(kNvmeWrite, bytes);
                   return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
                 },
@@ -175,7 +175,7 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   const TaskId adam = plan.add(
       "adam " + pb.name(b), Lane::kCpu,
       [this, p, g, u, st, grad_off, out_off, opt_numel, dt](const TaskContext& c) -> Status {
-        if (update_step_ == 0) return ok_status();
+        if (c.args<Replay>().update_step == 0) return ok_status();
         void* state = st >= 0 ? c.buffer(st) : nullptr;
         auto* out = static_cast<std::byte*>(c.buffer(u)) + out_off;
         PartitionGrad pg;
@@ -183,8 +183,9 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
         pg.grad_dtype = dt;
         pg.out16 = dt == DType::kF32 ? nullptr : out;
         pg.out_dtype = dt;
-        STRATA_RETURN_IF_ERROR(
-            opt_.step_partition(p, state, pg, cpu::AdamStep{update_step_, update_grad_scale_}));
+        STRATA_RETURN_IF_ERROR(opt_.step_partition(
+            p, state, pg,
+            cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale}));
         if (dt == DType::kF32) {
           std::memcpy(out, opt_.master_params(p, state), static_cast<size_t>(opt_numel) * 4);
         }
@@ -201,7 +202,7 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
     plan.writes(adam, st);
     const TaskId write = plan.add("write state " + pb.name(b), Lane::kNvme,
                                   [this, p, st](const TaskContext& c) {
-                                    if (update_step_ == 0) return ok_status();
+                                    if (c.args<Replay>().update_step == 0) return ok_status();
                                     moved(kNvmeWrite, opt_.state_bytes(p));
                                     return opt_.write_partition(p, c.buffer(st)).wait();
                                   },
@@ -236,9 +237,10 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
     const TaskId t = plan.add(
         "adam " + pb.name(b) + " (device)", Lane::kCompute,
         [this, &m, p, b, dt](const TaskContext& c) -> Status {
-          if (update_step_ == 0) return ok_status();
-          return device_opt_->update(*c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
-                                     cpu::AdamStep{update_step_, update_grad_scale_});
+          if (c.args<Replay>().update_step == 0) return ok_status();
+          return device_opt_->update(
+              *c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
+              cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
         },
         deps);
     pb.work(t, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
@@ -254,15 +256,15 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
       pb.stage >= 1
           ? pb.add_buffer(Kind::kOptimizerIo, "new params " + pb.name(b), Tier::kDevice, bytes)
           : -1;
-  const TaskId dadam =
-      plan.add("adam " + pb.name(b) + " (device)", Lane::kCompute,
-               [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
-                 if (update_step_ == 0) return ok_status();
-                 return device_opt_->update(*c.stream, opt_, p, c.buffer(gdev),
-                                            odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
-                                            cpu::AdamStep{update_step_, update_grad_scale_});
-               },
-               {gup});
+  const TaskId dadam = plan.add(
+      "adam " + pb.name(b) + " (device)", Lane::kCompute,
+      [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
+        if (c.args<Replay>().update_step == 0) return ok_status();
+        return device_opt_->update(
+            *c.stream, opt_, p, c.buffer(gdev), odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
+            cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
+      },
+      {gup});
   pb.work(dadam, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
   plan.reads(dadam, gdev);
   plan.release(dadam, gdev);
@@ -272,7 +274,7 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
   const TaskId down =
       plan.add("new params down " + pb.name(b), Lane::kD2H,
                [this, u, odev, out_off, bytes](const TaskContext& c) {
-                 if (update_step_ == 0) return ok_status();
+                 if (c.args<Replay>().update_step == 0) return ok_status();
                  moved(kD2H, bytes);
                  return c.stream->copy(static_cast<std::byte*>(c.buffer(u)) + out_off,
                                        c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);

@@ -561,19 +561,20 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     STRATA_RETURN_IF_ERROR(flush());
   }
   step_ = step;
+  const double accumulated = static_cast<double>(ranks_) * micro_batches;
+  Replay replay;
+  replay.step = step;
+  replay.micros = micro_batches;
+  int64_t this_update = 0;
   if (rotate_) {  // the previous step's update, if it is to be applied
-    update_step_ = pending_adam_step_;
-    update_grad_scale_ = pending_grad_scale_;
+    this_update = pending_adam_step_;
+    replay.update_grad_scale = pending_grad_scale_;
     if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
-  } else {  // this step's, with no clipping and no loss scale
-    update_step_ = scaling_.applied() + 1;
-    update_grad_scale_ = static_cast<float>(1.0 / static_cast<double>(ranks_));  // decide()'s
+  } else {  // this step's, with no clipping and no loss scale: decide()'s multiplier
+    this_update = scaling_.applied() + 1;
+    replay.update_grad_scale = static_cast<float>(1.0 / accumulated);
     if (lr_ >= 0.0f) opt_.adam().set_lr(lr_);
   }
-  const double accumulated = static_cast<double>(ranks_) * micro_batches;
-  if (!rotate_) update_grad_scale_ = static_cast<float>(1.0 / accumulated);
-  const int64_t this_update = update_step_;
-  flushing_ = false;
   StepResult r;
   r.loss_scale = scaling_.loss_scale();
   model_.set_loss_scale(scaling_.loss_scale());
@@ -583,15 +584,11 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   // last (where the gradients are complete).
   double loss_sum = 0.0;
   for (int k = 0; k < micro_batches; ++k) {
-    micro_ = k;
-    micros_ = micro_batches;
-    update_step_ = (rotate_ ? k == 0 : last_micro()) ? this_update : 0;
+    replay.micro = k;
+    replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
     std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());
     std::copy(targets + k * bt, targets + (k + 1) * bt, targets_.begin());
-    const Status st = executor_->replay();
-    micro_ = 0;
-    micros_ = 1;
-    STRATA_RETURN_IF_ERROR(st.with_context("step " + std::to_string(step)));
+    STRATA_RETURN_IF_ERROR(executor_->replay(&replay).with_context("step " + std::to_string(step)));
     loss_sum += static_cast<double>(model_.mean_loss());
   }
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
@@ -625,13 +622,13 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
 
 Status ZeroStep::flush() {
   if (pending_adam_step_ != 0) {
-    update_step_ = pending_adam_step_;
-    update_grad_scale_ = pending_grad_scale_;
+    Replay replay;
+    replay.step = step_;
+    replay.flushing = true;
+    replay.update_step = pending_adam_step_;
+    replay.update_grad_scale = pending_grad_scale_;
     if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
-    flushing_ = true;
-    const Status st = executor_->replay();
-    flushing_ = false;
-    STRATA_RETURN_IF_ERROR(st);
+    STRATA_RETURN_IF_ERROR(executor_->replay(&replay));
     pending_adam_step_ = 0;
   }
   if (device_opt_) STRATA_RETURN_IF_ERROR(device_opt_->download(opt_, model_.stream()));

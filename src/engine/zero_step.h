@@ -286,6 +286,16 @@ class ZeroStep : public TrainStep {
   // build_plan() and its parts (zero_plan*.cpp), over the state they share (PlanBuild,
   // zero_plan_build.h), in the order build_plan() calls them.
   struct PlanBuild;
+  // What one replay of the plan does, passed to its tasks (sched::TaskContext::args<Replay>()):
+  // run() replays once per micro-batch, flush() once to apply a pending update alone.
+  struct Replay {
+    int64_t step = 0;                // the training step (run()'s; flush(): the last)
+    int micro = 0, micros = 1;       // the micro-batch replayed, of how many
+    bool flushing = false;           // only the pending update (no compute, no gradient)
+    int64_t update_step = 0;         // Adam's step count of the update it applies (0: none)
+    float update_grad_scale = 1.0f;  // and its gradient multiplier
+    bool last_micro() const { return micro + 1 == micros; }
+  };
   Result<sched::Plan> build_plan();
   void plan_host_buffers(PlanBuild& pb);  // zero_plan.cpp
   // The update (zero_plan_update.cpp): NVMe state reads, the update of a partition and its steps.
@@ -364,14 +374,9 @@ class ZeroStep : public TrainStep {
   Status fit_;
   std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
-  int64_t update_step_ = 0;  // Adam's step count of the update this replay applies (0: none)
-  float update_grad_scale_ = 1.0f;
   int64_t pending_adam_step_ = 0;
   float pending_grad_scale_ = 1.0f;
   float lr_ = -1.0f, pending_lr_ = -1.0f;  // set_lr(); negative: the optimizer's own
-  bool flushing_ = false;
-  int micro_ = 0, micros_ = 1;  // the micro-batch being replayed, of how many
-  bool last_micro() const { return micro_ + 1 == micros_; }
   bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
   StepScaling scaling_;
   // Gradient statistics, [rank][block][sum of squares, non-finite], all-gathered as raw bits.

@@ -189,9 +189,10 @@ void Executor::worker_loop(HostLane& hl, int worker) {
     hl.heap.pop_back();
     ++running_;
     const int64_t step = step_;
+    const void* args = args_;
     lock.unlock();
     const int64_t start = now_ns();
-    const TaskContext ctx{nullptr, step, worker, buffer_ptrs_.data()};
+    const TaskContext ctx{nullptr, step, worker, buffer_ptrs_.data(), args};
     const Plan::Task& task = plan_.task(t);
     Status st;
     if (hl.lane == Lane::kCpu) {
@@ -234,7 +235,7 @@ Status Executor::enqueue_stream_task(TaskId t) {
       span.start_ns = now_ns();
     }));
   }
-  const TaskContext ctx{&s, step_, 0, buffer_ptrs_.data()};
+  const TaskContext ctx{&s, step_, 0, buffer_ptrs_.data(), args_};
   STRATA_RETURN_IF_ERROR(run_task(task, ctx));
   // The end stamp comes before the event, so a task that waits on the event starts after it.
   // The dispatcher enqueues the record before it looks at the callback's report, and the
@@ -248,11 +249,12 @@ Status Executor::enqueue_stream_task(TaskId t) {
   return ok_status();
 }
 
-Status Executor::replay() {
+Status Executor::replay(const void* args) {
   if (!broken_.ok()) return broken_;
   const size_t n = plan_.num_tasks();
   std::unique_lock<std::mutex> lock(mu_);
   ++step_;
+  args_ = args;
   std::copy(waits_.begin(), waits_.end(), remaining_.begin());
   std::fill(enqueued_.begin(), enqueued_.end(), uint8_t{0});
   std::fill(trace_.spans.begin(), trace_.spans.end(), Span{});

@@ -65,8 +65,10 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Runs one step of the plan; returns when every lane is idle.
-  Status replay();
+  // Runs one step of the plan; returns when every lane is idle. Every task of this replay sees
+  // `args` as TaskContext::replay_args (what this replay is to do: the plan's builder defines
+  // it), which must stay valid until replay() returns.
+  Status replay(const void* args = nullptr);
 
   const Plan& plan() const { return plan_; }
   gpu::Stream& stream(Lane lane);  // stream lanes only
@@ -128,6 +130,7 @@ class Executor {
   std::unique_ptr<HostLane> host_lanes_[kNumLanes];
 
   int64_t step_ = 0;
+  const void* args_ = nullptr;  // the current replay's (replay())
   std::chrono::steady_clock::time_point t0_;
   StepTrace trace_;
   std::atomic<bool> trace_on_{true};  // read by stream callbacks

@@ -50,11 +50,17 @@ using BufferId = int32_t;
 
 // What a task function gets when it runs.
 struct TaskContext {
-  gpu::Stream* stream = nullptr;   // the lane's stream (stream lanes); null on host lanes
-  int64_t step = 0;                // replay count, from 1
-  int worker = 0;                  // host lanes: which worker thread runs it
-  void* const* buffers = nullptr;  // base address of every plan buffer (by BufferId)
+  gpu::Stream* stream = nullptr;      // the lane's stream (stream lanes); null on host lanes
+  int64_t step = 0;                   // replay count, from 1
+  int worker = 0;                     // host lanes: which worker thread runs it
+  void* const* buffers = nullptr;     // base address of every plan buffer (by BufferId)
+  const void* replay_args = nullptr;  // what Executor::replay(args) was given for this replay
   void* buffer(BufferId id) const { return buffers[id]; }
+  // The replay's arguments as the plan's builder typed them (valid until replay() returns).
+  template <typename T>
+  const T& args() const {
+    return *static_cast<const T*>(replay_args);
+  }
 };
 // Stream lanes: enqueue the work on ctx.stream and return (never synchronize). Host lanes: do
 // the work. A non-OK Status stops the step (Executor::replay returns it).
