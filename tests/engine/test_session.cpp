@@ -1,0 +1,132 @@
+// engine::Session, the front door (label nvme, CpuDevice, one rank):
+//   - the swap store it opens holds what a run stores: every state, shard and checkpoint on
+//     NVMe at stage 3, trained a few steps, stays within the capacity formula, and the disk
+//     holds all of that data and no more than an extent of rounding per stored object;
+//   - the key layout gives every object of every rank its own key (optimizer partitions, shards
+//     and checkpoints of ranks 0..63 never meet);
+//   - what it refuses, in one line naming the field: a precision unlike the model's, a bad
+//     config (validate()); and a model on another device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "comm/local_comm.h"
+#include "engine/session.h"
+#include "gpu/cpu_device.h"
+#include "model/gpt.h"
+#include "model/init.h"
+#include "model/synthetic_task.h"
+#include "scratch_dir.h"
+
+namespace strata::engine {
+namespace {
+
+model::GptConfig small_config() {
+  model::GptConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = 10;
+  cfg.layers = 4;
+  cfg.heads = 2;
+  cfg.channels = 32;
+  cfg.dtype = DType::kBF16;
+  return cfg;
+}
+
+TEST(Session, TheStoreItOpensHoldsEverythingARunStores) {
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  auto dev = gpu::create_cpu_device({}).value();
+  auto one = comm::create_local_comm();
+  const model::GptConfig cfg = small_config();
+  EngineConfig config;
+  config.zero_stage = 3;
+  config.offload_optimizer = Home::kNvme;
+  config.optimizer_nvme_fraction = 1.0;
+  config.offload_param = Home::kNvme;
+  config.offload_activations = Home::kNvme;
+  config.nvme_paths = {dir.path()};
+  auto parts = Session::partition(config, model::GptModel::block_numels(cfg), 1).value();
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 1},
+                                   Session::block_storage(config, parts))
+               .value();
+  ASSERT_GE(m->num_segments(), 3);  // checkpoints to store
+  SessionInputs inputs;  // the masters from the initialisation (the device holds no block)
+  inputs.init = [&cfg](int64_t b, float* host) {
+    const std::vector<float> v = model::init_block(cfg, b, 5);
+    std::copy(v.begin(), v.end(), host);
+    return ok_status();
+  };
+  auto s = Session::create(config, *dev, *one, *m, inputs);
+  if (!s.ok() && s.status().code() == ErrorCode::kUnsupported) GTEST_SKIP() << s.status().message();
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  nvme::SwapStore* store = s.value()->store();
+  ASSERT_NE(store, nullptr);
+  const uint64_t capacity = Session::swap_capacity(config, *m, s.value()->partition_numel());
+  EXPECT_GE(store->capacity_bytes(), capacity);  // the store rounds up to whole extents
+  auto task = model::AdditionTask::create(2, 10).value();
+  std::vector<int32_t> tokens(20), targets(20);
+  for (int64_t step = 1; step <= 3; ++step) {
+    task.make_batch(2, 3, 0, step, tokens.data(), targets.data());
+    auto r = s.value()->step().run(tokens.data(), targets.data(), step, 1);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  ASSERT_TRUE(s.value()->step().flush().ok());
+  const uint64_t used = store->used_bytes();
+  EXPECT_LE(used, capacity);
+  // What the run stores: 12 bytes per optimizer element, the 16-bit shards and the checkpoints
+  // of every segment but the last, all of it on the disk,
+  uint64_t elements = 0;
+  for (int64_t n : s.value()->partition_numel()) elements += uint64_t(n);
+  const uint64_t stored = 14 * elements + uint64_t(m->num_segments() - 1) * m->checkpoint_bytes();
+  EXPECT_GE(used, stored);
+  // and no more than one extent of rounding per stored object (the formula's slack is larger).
+  const uint64_t objects = 2 * uint64_t(m->num_blocks()) + uint64_t(m->num_segments());
+  EXPECT_LE(used, stored + objects * Session::swap_extent(config));
+}
+
+TEST(Session, TheKeyLayoutGivesEveryObjectOfEveryRankItsOwnKey) {
+  std::set<uint64_t> keys;
+  size_t n = 0;
+  for (int rank = 0; rank < 64; ++rank) {
+    // Up to 4096 blocks/partitions and segments each (far more than a model has).
+    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{4095}}) {
+      keys.insert(Session::optimizer_key(rank, size_t(i)));
+      keys.insert(Session::shard_key(rank, i));
+      keys.insert(Session::checkpoint_key(rank, i));
+      n += 3;
+    }
+    // The ranges do not overlap: the last of one kind below the first of the next.
+    EXPECT_LT(Session::optimizer_key(rank, 4095), Session::shard_key(rank, 0));
+    EXPECT_LT(Session::shard_key(rank, 4095), Session::checkpoint_key(rank, 0));
+    EXPECT_LT(Session::checkpoint_key(rank, 4095), Session::optimizer_key(rank + 1, 0));
+  }
+  EXPECT_EQ(keys.size(), n);
+}
+
+TEST(Session, RefusesWhatOnlyItCanCheckNamingTheField) {
+  auto dev = gpu::create_cpu_device({}).value();
+  const model::GptConfig cfg = small_config();
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();
+  auto one = comm::create_local_comm();
+  EngineConfig fp32;
+  fp32.precision = DType::kF32;
+  auto r = Session::create(fp32, *dev, *one, *m, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kConfig);
+  EXPECT_EQ(r.status().message().rfind(ref(Field::kPrecision), 0), 0u) << r.status().message();
+  EngineConfig bad;
+  bad.prefetch_depth = 99;
+  r = Session::create(bad, *dev, *one, *m, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind(ref(Field::kPrefetchDepth), 0), 0u) << r.status().message();
+  // Another device than the model's.
+  auto other = gpu::create_cpu_device({}).value();
+  r = Session::create(EngineConfig{}, *other, *one, *m, {});
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace strata::engine
