@@ -36,6 +36,7 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
     {Field::kNvmeQueueDepth, "--nvme-queue-depth", "aio.queue_depth"},
     {Field::kNvmeBufferCount, "--nvme-buffer-count",
      "zero_optimization.offload_optimizer.buffer_count"},
+    {Field::kLr, "--lr", "optimizer.params.lr"},
 }};
 
 constexpr bool in_field_order() {

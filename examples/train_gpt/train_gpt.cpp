@@ -204,11 +204,11 @@ int main(int argc, char** argv) {
   train_gpt::Checkpoints checkpoints(run, progress);
   train_gpt::StepTimes step_times;
   sched::TraceWriter trace;
+  const auto t_train = Clock::now();
   // MFU: the step's model FLOPs (all ranks) over its time, against the ranks' peak rate.
   const double peak = train_gpt::peak_flops_of(f.peak_flops, dev, cfg.dtype, lead);
   const double step_flops = train_gpt::flops_per_token(cfg, run.seq()) * double(run.step_tokens());
   const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
-  const auto t_train = Clock::now();
   int64_t steps_done = 0;
   double accuracy = 0.0;
   auto summary = [&] {

@@ -99,17 +99,34 @@ Result<EngineConfig> config_from_json(const nlohmann::json& j) {
 
 Status broadcast_config(EngineConfig& config, comm::Communicator& comm, int root) {
   if (comm.size() == 1) return ok_status();
-  // The length, then the text, as 4-byte elements (a broadcast copies bits).
-  std::string text = comm.rank() == root ? config_to_json(config).dump() : std::string();
+  // The length, then the text, as 4-byte elements (a broadcast copies bits). A config the text
+  // cannot carry (a non-finite number, a path that is not UTF-8) is sent as length kUnsent, so
+  // that every rank refuses it together.
+  constexpr uint32_t kUnsent = 0xFFFFFFFFu;
+  std::string text;
+  uint32_t n = 0;
+  if (comm.rank() == root) {
+    try {
+      text = config_to_json(config).dump();
+      n = config_from_json(nlohmann::json::parse(text)).ok() ? uint32_t(text.size()) : kUnsent;
+    } catch (const nlohmann::json::exception&) {
+      n = kUnsent;
+    }
+  }
   float length = 0.0f;
-  const auto n = static_cast<uint32_t>(text.size());
   std::memcpy(&length, &n, sizeof n);
   STRATA_RETURN_IF_ERROR(comm.broadcast(&length, 1, DType::kF32, root));
   uint32_t size = 0;
   std::memcpy(&size, &length, sizeof size);
+  if (size == kUnsent) {
+    return make_error(ErrorCode::kConfig, "engine config: rank ", root,
+                      "'s cannot be sent (a value that is not a "
+                      "finite number, or a path that is not UTF-8)");
+  }
   std::vector<float> words((size + 3) / 4, 0.0f);
   std::memcpy(words.data(), text.data(), text.size());
   STRATA_RETURN_IF_ERROR(comm.broadcast(words.data(), words.size(), DType::kF32, root));
+  if (comm.rank() == root) return ok_status();
   text.assign(reinterpret_cast<const char*>(words.data()), size);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return make_error(ErrorCode::kCorrupt, "engine config: bad broadcast");

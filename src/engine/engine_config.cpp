@@ -29,6 +29,7 @@ constexpr std::array<std::string_view, kNumFields> kFieldNames = {
     "nvme_block_size",
     "nvme_queue_depth",
     "nvme_buffer_count",
+    "lr",
 };
 
 bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
@@ -98,7 +99,11 @@ std::string render_fields(std::string_view message, const std::function<std::str
       out += name(static_cast<Field>(f));
       known = true;
     }
-    if (!known) out.append(message.substr(open, close - open + 1));
+    if (!known) {  // a backtick of something else: kept, and the scan goes on after it
+      out += '`';
+      i = open + 1;
+      continue;
+    }
     i = close + 1;
   }
   out.append(message.substr(i));

@@ -59,8 +59,9 @@ enum class Field {
   kNvmeBlockSize,
   kNvmeQueueDepth,
   kNvmeBufferCount,
+  kLr,
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kNvmeBufferCount) + 1;
+inline constexpr int kNumFields = static_cast<int>(Field::kLr) + 1;
 std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);

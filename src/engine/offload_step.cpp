@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "engine/engine_config.h"
+
 namespace strata::engine {
 
 std::vector<int64_t> partition_blocks(const model::Model& model) {
@@ -54,7 +56,8 @@ Result<StepScaling::Decision> StepScaling::decide(double sum_squares, bool finit
 }
 
 Status nonfinite_gradient_error(int64_t step) {
-  return make_error(ErrorCode::kInternal, "step ", step, ": non-finite gradient (lower --lr)");
+  return make_error(ErrorCode::kInternal, "step ", step, ": non-finite gradient (lower ",
+                    ref(Field::kLr), ")");
 }
 
 }  // namespace strata::engine

@@ -75,8 +75,8 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
   const uint64_t host_bytes = sp.host_bytes;
   opt.numel_ = std::move(partition_numel);
   if (max_nvme > 0 && options.store == nullptr && !options.plan_only) {
-    return make_error(ErrorCode::kConfig,
-                      "optimizer state on NVMe needs a swap store (--nvme-path)");
+    return make_error(ErrorCode::kConfig, "optimizer state on NVMe needs a swap store (",
+                      ref(Field::kNvmePath), ")");
   }
   opt.host_bytes_ = host_bytes;
   if (max_nvme > 0) {

@@ -388,6 +388,10 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
                       "ZeroStep::forward_inference: an update is pending: flush() first");
   }
   const int64_t L = m.num_layers();
+  // Every block on the device and every checkpoint the model's: its own forward.
+  bool resident = offloaded_segments() == 0;
+  for (int64_t b = 0; b <= L && resident; ++b) resident = m.param_block(b) != nullptr;
+  if (resident) return m.forward(tokens, targets).status();
   const size_t es = dtype_size(m.dtype());
   // The shared block stays gathered for the head; one layer at a time goes through scratch.
   size_t need = 0;

@@ -319,6 +319,7 @@ Status Executor::replay(const void* args) {
     if (hl) hl->heap.clear();
   }
   Status result = failed_ ? error_ : ok_status();
+  args_ = nullptr;  // every task of this replay has been run or enqueued
   lock.unlock();
   for (auto& s : streams_) {
     Status st = s->synchronize();

@@ -141,6 +141,7 @@ TEST(EngineConfig, RenderFieldsReplacesOnlyFieldReferences) {
   EXPECT_EQ(render_fields("keep `not_a_field` and a lone ` quote", upper),
             "keep `not_a_field` and a lone ` quote");
   EXPECT_EQ(render_fields("", upper), "");
+  EXPECT_EQ(render_fields("a ` b `lr` c", upper), "a ` b <lr> c");
   for (int f = 0; f < kNumFields; ++f) {
     EXPECT_EQ(render_fields(ref(Field(f)), upper), upper(Field(f)));
   }

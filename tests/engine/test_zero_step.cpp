@@ -1029,6 +1029,12 @@ TEST(ZeroStep, EveryRankGetsRankZerosEngineConfig) {
   EXPECT_EQ(c.param_gpu_fraction, 0.1);
   EXPECT_EQ(c.nvme_paths, std::vector<std::string>{"rank 0"});
   EXPECT_EQ(c.adam.lr, 1.5e-4f);
+  // A config the text cannot carry is refused on every rank together (none waits).
+  c.grad_clip = comm.rank() == 0 ? std::nanf("") : 1.0f;
+  const Status st = broadcast_config(c, comm, 0);
+  if (comm.size() > 1) {
+    EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();
+  }
 }
 
 // --delayed-update: after the warm-up, step s computes with the parameters from before update
