@@ -135,9 +135,7 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   }
   std::unique_ptr<Session> s(new Session());
   s->config_ = config;
-  std::vector<int64_t> numel;
-  for (int64_t b = 0; b < model.num_blocks(); ++b) numel.push_back(model.block_numel(b));
-  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, numel, ranks));
+  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.block_numels(), ranks));
   s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
   s->store_ = inputs.store;
   if (config.uses_nvme() && !inputs.plan_only && s->store_ == nullptr) {

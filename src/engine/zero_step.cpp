@@ -66,14 +66,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                                                    OffloadedOptimizer& optimizer,
                                                    comm::Communicator& comm,
                                                    const ZeroStepOptions& options) {
-  if (options.stage < 0 || options.stage > 3) {
-    return make_error(ErrorCode::kConfig, ref(Field::kZeroStage), " ", options.stage,
-                      " is not accepted (0, 1, 2 or 3)");
-  }
-  if (options.prefetch_depth < 0 || options.prefetch_depth > 64) {
-    return make_error(ErrorCode::kConfig, ref(Field::kPrefetchDepth), " ", options.prefetch_depth,
-                      " is not accepted (0..64 layers)");
-  }
+  // The settings' ranges and combinations are EngineConfig::validate()'s (engine::Session, the
+  // only caller, validates before it creates the step); what is left here is the step's own.
   if (options.staging_slots < 1 || options.staging_slots > 64) {
     return make_error(ErrorCode::kConfig, "ZeRO step: staging slots ", options.staging_slots,
                       " is not accepted (1..64)");
@@ -86,10 +80,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
   s->rank_ = comm.rank();
   s->ranks_ = comm.size();
-  std::vector<int64_t> block_numel;
-  for (int64_t b = 0; b < model.num_blocks(); ++b) block_numel.push_back(model.block_numel(b));
-  STRATA_ASSIGN_OR_RETURN(
-      s->parts_, Partitioning::create(block_numel, s->ranks_, options.persistence_threshold));
+  STRATA_ASSIGN_OR_RETURN(s->parts_, Partitioning::create(model.block_numels(), s->ranks_,
+                                                          options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
   STRATA_RETURN_IF_ERROR(s->choose_homes());
   const bool offload_acts = options.offload_activations != Home::kDevice;
@@ -135,28 +127,11 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.dtype()));
   const bool delayed = options.delayed_update_warmup >= 0;
-  if (delayed && options.stage == 3) {
-    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate), " needs ",
-                      ref(Field::kZeroStage),
-                      " 0, 1 or 2 (at stage 3 the update writes the parameter shards the step's "
-                      "gathers read)");
-  }
-  if (delayed && (options.device_optimizer || options.gpu_optimizer_fraction > 0.0)) {
-    return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate),
-                      " overlaps the CPU Adam with the step: not with the optimizer on the device "
-                      "(",
-                      ref(Field::kOffloadOptimizer), " none, ", ref(Field::kGpuOptimizerFraction),
-                      ")");
-  }
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
   // the device optimizer, which cannot wait for a host check within the step, too; the delayed
   // update runs during the next step by definition.
   s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer ||
                options.gpu_optimizer_fraction > 0.0 || delayed;
-  if (!(options.gpu_optimizer_fraction >= 0.0 && options.gpu_optimizer_fraction <= 1.0)) {
-    return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
-                      options.gpu_optimizer_fraction, " is not accepted (0..1)");
-  }
   const std::vector<bool> on_device = DeviceOptimizer::choose(
       optimizer, options.device_optimizer ? 1.0 : options.gpu_optimizer_fraction);
   bool any_on_device = false;
@@ -194,25 +169,8 @@ Status ZeroStep::choose_homes() {
   home_.assign(size_t(nb), Home::kDevice);
   const double f = options_.param_gpu_fraction;
   const bool offloaded = options_.offload_param != Home::kDevice;
-  if (!(f >= 0.0 && f <= 1.0)) {
-    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", f,
-                      " is not accepted (0..1)");
-  }
-  const bool nvme = options_.offload_param == Home::kNvme;
-  if (options_.stage != 3 && (nvme || f > 0.0)) {
-    // Below stage 3 nothing is sharded to offload (DeepSpeed's offload_param needs stage 3 too);
-    // the default kPinned is stage 3's and means nothing below it.
-    return make_error(ErrorCode::kConfig,
-                      ref(nvme ? Field::kOffloadParam : Field::kParamGpuFraction),
-                      nvme ? " nvme" : "", " needs ", ref(Field::kZeroStage),
-                      " 3 (stages 0-2 keep every parameter whole on the device)");
-  }
+  // Below stage 3 nothing is sharded (EngineConfig::validate refuses an offload_param there).
   if (options_.stage != 3) return ok_status();
-  if (!offloaded && f > 0.0) {
-    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", f, " needs ",
-                      ref(Field::kOffloadParam),
-                      " cpu or nvme (none keeps every shard on the device)");
-  }
   // The shared block is used first (embedding) and last (head backward): forward order.
   std::vector<int64_t> order{nb - 1};
   for (int64_t b = 0; b + 1 < nb; ++b) order.push_back(b);

@@ -60,6 +60,7 @@ class GptModel : public Model {
   static int64_t block_numel(const GptConfig& config, int64_t block);
   // Every block's elements, in block order (the engine partitions a model of `config` by them).
   static std::vector<int64_t> block_numels(const GptConfig& config);
+  using Model::block_numels;  // a built model's own
   // Models of `config` cut to a few layers (initialised with seed 1); key "bf16 C=768 H=12 V=..".
   static ModelProbe probe(const GptConfig& config);
   ~GptModel();

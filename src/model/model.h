@@ -74,6 +74,11 @@ class Model {
   // --- Blocks ---
   int64_t num_blocks() const { return num_layers() + 1; }
   virtual int64_t block_numel(int64_t block) const = 0;
+  std::vector<int64_t> block_numels() const {  // every block's, in block order
+    std::vector<int64_t> n;
+    for (int64_t b = 0; b < num_blocks(); ++b) n.push_back(block_numel(b));
+    return n;
+  }
   // The block's parameter / gradient buffer; null when BlockStorage left it out.
   virtual void* param_block(int64_t block) const = 0;
   virtual void* grad_block(int64_t block) const = 0;
