@@ -111,12 +111,11 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
   inputs.host_threads = host_threads;
   STRATA_ASSIGN_OR_RETURN(auto session,
                           engine::Session::create(config, device, comm, *model, inputs));
-  const engine::ZeroStep* zero = session->zero();
-  const engine::OffloadedOptimizer& opt = session->optimizer();
   AutoCandidate c;
   c.settings = s;
-  c.fit = zero->fit();
-  const engine::PlanReport r = engine::make_plan_report(*zero, opt, device, {});
+  c.fit = session->zero()->fit();
+  const engine::PlanReport r =
+      engine::make_plan_report(*session->zero(), session->optimizer(), device, {});
   c.device_peak = r.peak[int(engine::ReportTier::kDevice)];
   c.pinned_peak = r.peak[int(engine::ReportTier::kPinned)];
   if (c.fit.ok() && nvme_free > 0) {
@@ -125,7 +124,7 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
                          r.peak[int(engine::ReportTier::kNvme)], " bytes, ", nvme_free, " free");
     }
   }
-  STRATA_ASSIGN_OR_RETURN(c.prediction, zero->predict(rates, static_cast<int>(config.grad_accum)));
+  STRATA_ASSIGN_OR_RETURN(c.prediction, session->predict(rates));
   return c;
 }
 
@@ -196,8 +195,9 @@ Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model:
                 comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
                 int host_threads) {
   const bool lead = comm.rank() == 0;
-  engine::CalibrationRequest rq =
-      calibration_request(f, real, cfg, shape, comm, nvme_dirs, host_threads);
+  engine::CalibrationRequest rq = engine::Session::calibration_request(
+      engine_config(f).value(), model::GptModel::probe(cfg), shape, real, comm, host_threads);
+  rq.redo = f.calibrate;
   rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
   auto cal = engine::calibrate(rq);
   // Rank 0's choice, broadcast: [ok, checkpoint interval], then its engine config.

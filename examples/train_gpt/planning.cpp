@@ -7,32 +7,12 @@
 
 #include "config_fields.h"
 #include "engine/session.h"
-#include "model/gpt.h"
 
 namespace strata::train_gpt {
 
-engine::CalibrationRequest calibration_request(
-    const Flags& f, gpu::Device& real, const model::GptConfig& cfg, const model::RunShape& shape,
-    comm::Communicator& comm, const std::vector<std::string>& nvme_dirs, int host_threads) {
-  engine::CalibrationRequest rq;
-  rq.device = &real;
-  rq.probe = model::GptModel::probe(cfg);
-  rq.shape = shape;
-  rq.comm = &comm;
-  rq.host_threads = host_threads;
-  rq.redo = f.calibrate;
-  const bool nvme =
-      f.offload_optimizer == "nvme" || f.offload_param == "nvme" || f.offload_activations == "nvme";
-  if (nvme) rq.nvme_dirs = nvme_dirs;
-  rq.nvme_block_bytes = f.nvme_block_size;
-  rq.nvme_queue_depth = static_cast<uint32_t>(f.nvme_queue_depth);
-  return rq;
-}
-
-std::optional<sched::Prediction> predict(const engine::ZeroStep& step,
-                                         const engine::CalibrationRequest& request, const Flags& f,
-                                         bool lead) {
-  auto cal = engine::calibrate(request);
+std::optional<sched::Prediction> predict(const engine::Session& session, gpu::Device& real,
+                                         bool redo, bool lead) {
+  auto cal = session.calibrate(real, redo);
   if (!cal.ok()) {
     if (lead)
       std::printf("plan: no prediction: %s\n", with_flag_names(cal.status()).to_string().c_str());
@@ -42,7 +22,7 @@ std::optional<sched::Prediction> predict(const engine::ZeroStep& step,
     std::printf("plan: calibrated %d rates of this machine (%s):\n%s", cal->measured,
                 cal->cache_path.c_str(), cal->describe().c_str());
   }
-  auto p = step.predict(cal->rates, static_cast<int>(f.grad_accum));
+  auto p = session.predict(cal->rates);
   if (!p.ok()) {
     if (lead)
       std::printf("plan: no prediction: %s\n", with_flag_names(p.status()).to_string().c_str());
@@ -66,10 +46,11 @@ engine::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
   return b;
 }
 
-void print_plan(const engine::ZeroStep& step, const engine::OffloadedOptimizer& optimizer,
-                const gpu::Device& device, const engine::PlanBudgets& budgets,
+void print_plan(const engine::Session& session, const gpu::Device& device,
+                const engine::PlanBudgets& budgets,
                 const std::optional<sched::Prediction>& prediction, int rank, int ranks) {
-  engine::PlanReport report = engine::make_plan_report(step, optimizer, device, budgets);
+  const engine::ZeroStep& step = *session.zero();
+  engine::PlanReport report = engine::make_plan_report(step, session.optimizer(), device, budgets);
   report.prediction = prediction;
   report.fit = with_flag_names(report.fit);
   if (rank != 0) return;

@@ -59,7 +59,9 @@ void print_banner(const Run& run) {
         nvme_share_text(fraction, opt.nvme_state_bytes(), session.partition_numel()).c_str());
   }
   if (session.store()) std::printf("nvme: %s\n", session.store()->describe().c_str());
-  if (run.zero) std::printf("memory (rank 0): %s\n", session.zero()->memory().describe().c_str());
+  if (const auto memory = session.step().memory_report(); run.zero && memory) {
+    std::printf("memory (rank 0): %s\n", memory->describe().c_str());
+  }
   if (const sched::Executor* executor = run.session.step().executor()) {
     const sched::Plan& plan = executor->plan();
     std::printf(
@@ -114,7 +116,9 @@ Status record_trace(const Run& run, sched::TraceWriter& trace, int64_t step) {
   if (!run.lead()) return ok_status();
   std::printf("trace step %lld: %s\n", static_cast<long long>(step),
               sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
-  if (run.zero) print_step_traffic(step, *run.session.zero(), run.world);
+  if (const auto traffic = run.session.step().traffic_report(); run.zero && traffic) {
+    print_step_traffic(step, *traffic, run.world);
+  }
   if (step + 1 == 2 + run.f.trace_steps || step == run.f.steps) {
     STRATA_RETURN_IF_ERROR(trace.write(run.f.trace).with_context("--trace"));
     std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n", trace.num_events(),

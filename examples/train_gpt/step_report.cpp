@@ -6,9 +6,9 @@
 
 namespace strata::train_gpt {
 
-void print_step_traffic(int64_t step, const engine::ZeroStep& zstep,
+void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
                         const comm::Communicator& world) {
-  const engine::ZeroTraffic& t = zstep.last_traffic();
+  const engine::ZeroTraffic& t = traffic.last;
   std::printf(
       "comm step %lld: sent %llu bytes (grad reduce-scatter %llu, grad all-gather %llu, "
       "param all-gather %llu, statistics %llu; theory %llu)\n",
@@ -16,8 +16,8 @@ void print_step_traffic(int64_t step, const engine::ZeroStep& zstep,
       static_cast<unsigned long long>(t.grad_reduce_scatter),
       static_cast<unsigned long long>(t.grad_all_gather),
       static_cast<unsigned long long>(t.param_all_gather), static_cast<unsigned long long>(t.stats),
-      static_cast<unsigned long long>(zstep.expected_traffic().total()));
-  const engine::ZeroLaneBytes lb = zstep.last_lane_bytes();
+      static_cast<unsigned long long>(traffic.expected.total()));
+  const engine::ZeroLaneBytes& lb = traffic.lanes;
   std::printf("lanes step %lld: h2d %llu bytes, d2h %llu, nvme read %llu, nvme write %llu\n",
               static_cast<long long>(step), static_cast<unsigned long long>(lb.h2d),
               static_cast<unsigned long long>(lb.d2h),

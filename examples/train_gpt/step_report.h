@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/zero_step.h"
+#include "engine/step_reports.h"
 #include "flags.h"
 
 namespace strata::train_gpt {
 
 // "comm step N: ...", "lanes step N: ..." and the bytes per collective kind (rank 0, --trace).
-void print_step_traffic(int64_t step, const engine::ZeroStep& zstep,
+void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
                         const comm::Communicator& world);
 
 // What a run that does not fit the device has not tried yet (the flags to name).

@@ -173,17 +173,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(resumed->step));
   }
   // The predicted step time (calibrated rates, cached per machine); --plan prints the plan.
-  const engine::ZeroStep* zero_step = session.value()->zero();
   std::optional<sched::Prediction> predicted;
-  if (zero_step != nullptr) {
-    predicted =
-        train_gpt::predict(*zero_step,
-                           train_gpt::calibration_request(f, *devices->real, cfg, setup.shape,
-                                                          world, *nvme_dirs, host_threads),
-                           f, lead);
+  if (config.planned()) {
+    predicted = train_gpt::predict(**session, *devices->real, f.calibrate, lead);
   }
   if (f.plan) {
-    train_gpt::print_plan(*zero_step, session.value()->optimizer(), dev,
+    train_gpt::print_plan(**session, dev,
                           train_gpt::plan_budgets(f, setup.shape.seq, ranks, *nvme_dirs), predicted,
                           rank, ranks);
     return 0;

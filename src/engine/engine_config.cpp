@@ -39,9 +39,10 @@ Status refuse(Field field, const auto& value, std::string_view accepted) {
                     ")");
 }
 
-// An NVMe home needs a directory to put it in.
-Status check_nvme_home(Field field, Home home, const EngineConfig& c, std::string_view holds) {
-  if (home != Home::kNvme || !c.nvme_paths.empty()) return ok_status();
+// An NVMe home needs a directory to put it in (or a store given to the session).
+Status check_nvme_home(Field field, Home home, const EngineConfig& c, bool store_given,
+                       std::string_view holds) {
+  if (home != Home::kNvme || store_given || !c.nvme_paths.empty()) return ok_status();
   return make_error(ErrorCode::kConfig, ref(field), " nvme needs ", ref(Field::kNvmePath),
                     " DIR[,DIR...] (a directory on the disk that holds ", holds, ")");
 }
@@ -110,21 +111,21 @@ std::string render_fields(std::string_view message, const std::function<std::str
   return out;
 }
 
-Status EngineConfig::validate() const {
+Status EngineConfig::validate(bool store_given) const {
   if (zero_stage < 0 || zero_stage > 3) return refuse(Field::kZeroStage, zero_stage, "0..3");
   if (loss_scaling.loss_scale != 0.0 && precision != DType::kF16) {
     return make_error(ErrorCode::kConfig, ref(Field::kLossScale), " ", loss_scaling.loss_scale,
                       " needs ", ref(Field::kPrecision),
                       " fp16 (bf16 and fp32 are not loss-scaled)");
   }
-  STRATA_RETURN_IF_ERROR(
-      check_nvme_home(Field::kOffloadOptimizer, offload_optimizer, *this, "the optimizer state"));
+  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadOptimizer, offload_optimizer, *this,
+                                         store_given, "the optimizer state"));
   if (offload_param) {
-    STRATA_RETURN_IF_ERROR(
-        check_nvme_home(Field::kOffloadParam, *offload_param, *this, "the parameter shards"));
+    STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadParam, *offload_param, *this, store_given,
+                                           "the parameter shards"));
   }
   STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadActivations, offload_activations, *this,
-                                         "the activation checkpoints"));
+                                         store_given, "the activation checkpoints"));
   STRATA_RETURN_IF_ERROR(check_planned(*this, offload_optimizer == Home::kDevice,
                                        setting(Field::kOffloadOptimizer, "none"),
                                        "the serial step updates on the host"));

@@ -105,8 +105,9 @@ struct EngineConfig {
   bool planned() const { return schedule == Schedule::kPlanned; }
 
   // kConfig naming the first field (ref()) whose value, or combination with another, is not
-  // accepted, with the value and what is.
-  Status validate() const;
+  // accepted, with the value and what is. store_given: the NVMe homes go into a swap store the
+  // caller hands the session (SessionInputs::store), so they need no nvme_paths.
+  Status validate(bool store_given = false) const;
 };
 
 }  // namespace strata::engine

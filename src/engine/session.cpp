@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/dtype.h"
 #include "engine/memory_budget.h"
@@ -118,7 +119,8 @@ uint64_t Session::swap_extent(const EngineConfig& config) {
 Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
                                                  comm::Communicator& comm, model::Model& model,
                                                  const SessionInputs& inputs) {
-  STRATA_RETURN_IF_ERROR(config.validate());
+  // A given store, or none at all (plan_only), needs no directories.
+  STRATA_RETURN_IF_ERROR(config.validate(inputs.store != nullptr || inputs.plan_only));
   if (&model.device() != &device) {
     return make_error(ErrorCode::kConfig, "engine session: the model lives on another device (",
                       model.device().name(), ", not ", device.name(), ")");
@@ -135,6 +137,9 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   }
   std::unique_ptr<Session> s(new Session());
   s->config_ = config;
+  s->model_ = &model;
+  s->comm_ = &comm;
+  s->host_threads_ = inputs.host_threads;
   STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.block_numels(), ranks));
   s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
   s->store_ = inputs.store;
@@ -172,6 +177,36 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   }
   if (restored) s->step_->restore_scaling(*restored);
   return s;
+}
+
+CalibrationRequest Session::calibration_request(const EngineConfig& config, model::ModelProbe probe,
+                                                const model::RunShape& shape, gpu::Device& real,
+                                                comm::Communicator& comm, int host_threads) {
+  CalibrationRequest rq;
+  rq.device = &real;
+  rq.probe = std::move(probe);
+  rq.shape = shape;
+  rq.comm = &comm;
+  rq.host_threads = host_threads;
+  if (config.uses_nvme()) rq.nvme_dirs = config.nvme_paths;
+  rq.nvme_block_bytes = config.nvme_block_size;
+  rq.nvme_queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
+  return rq;
+}
+
+Result<Calibration> Session::calibrate(gpu::Device& real, bool redo) const {
+  CalibrationRequest rq =
+      calibration_request(config_, model_->probe(), model_->shape(), real, *comm_, host_threads_);
+  rq.redo = redo;
+  return engine::calibrate(rq);
+}
+
+Result<sched::Prediction> Session::predict(const sched::Rates& rates) const {
+  if (zero_ == nullptr) {
+    return make_error(ErrorCode::kConfig, "no prediction for ", ref(Field::kSchedule), " ",
+                      schedule_name(config_.schedule), " (it runs no plan)");
+  }
+  return zero_->predict(rates, static_cast<int>(config_.grad_accum));
 }
 
 }  // namespace strata::engine

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/status.h"
 #include "engine/offload_step.h"
+#include "engine/step_reports.h"
 
 namespace strata::sched {
 class Executor;
@@ -42,6 +44,11 @@ class TrainStep {
   virtual const sched::Executor* executor() const { return nullptr; }
   // Whether the next steps record a trace (only a step with an executor has one).
   virtual void set_trace(bool /*on*/) {}
+  // What this rank holds by tier and kind, and the last step's traffic with its theory; nothing
+  // for a step without a plan (the serial reference holds the model on the device and the
+  // optimizer state in host RAM, and moves every gradient and parameter once a step).
+  virtual std::optional<ZeroMemory> memory_report() const { return std::nullopt; }
+  virtual std::optional<StepTraffic> traffic_report() const { return std::nullopt; }
 };
 
 }  // namespace strata::engine

@@ -451,22 +451,6 @@ ZeroMemory ZeroStep::memory() const {
   return z;
 }
 
-std::string ZeroMemory::describe() const {
-  std::ostringstream os;
-  os << "model state " << model_state() << " bytes (16-bit params " << params16 << ", grads "
-     << grads16 << ", fp32 master " << master << ", m " << exp_avg << ", v " << exp_avg_sq << "; "
-     << optimizer_nvme << " of it on NVMe, " << optimizer_device
-     << " on the device; 16-bit params on the device " << params_device << ", on NVMe "
-     << params_nvme << "); device: activations " << device_activations << ", in flight "
-     << device_working << " (gathered " << device_gathered << ", gradients "
-     << device_grads_in_flight << ", optimizer i/o " << device_optimizer_io << "); pinned "
-     << pinned_working << " (gathered " << pinned_gathered << ", gradients " << pinned_grads
-     << ", new params " << pinned_params << ", NVMe staging " << pinned_nvme_staging
-     << "); activation checkpoints offloaded: device " << device_checkpoints << ", pinned "
-     << pinned_checkpoints << ", NVMe " << nvme_checkpoints;
-  return os.str();
-}
-
 Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro_batches) const {
   STRATA_ASSIGN_OR_RETURN(sched::Prediction p, sched::simulate(plan(), rates));
   const double k = std::max(1, micro_batches);

@@ -74,6 +74,7 @@ class GptModel : public Model {
   std::string describe() const override { return config_.describe(); }
   const RunShape& shape() const override { return shape_; }
   gpu::Stream& stream() override { return *stream_; }
+  ModelProbe probe() const override { return probe(config_); }
   gpu::Device& device() const override { return device_; }
   // Effective checkpoint interval (K clamped to [1, L]; L when checkpointing is off).
   int64_t checkpoint_interval() const override { return k_; }

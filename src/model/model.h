@@ -69,7 +69,8 @@ class Model {
   virtual std::string describe() const = 0;  // its shape in one line (checkpoints record it)
   virtual const RunShape& shape() const = 0;
   virtual gpu::Device& device() const = 0;
-  virtual gpu::Stream& stream() = 0;  // the model's own (forward, backward, copies)
+  virtual gpu::Stream& stream() = 0;     // the model's own (forward, backward, copies)
+  virtual ModelProbe probe() const = 0;  // copies of it to measure (calibration)
 
   // --- Blocks ---
   int64_t num_blocks() const { return num_layers() + 1; }

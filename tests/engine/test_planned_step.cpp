@@ -96,7 +96,6 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   if (c.nvme_fraction > 0) {
     config.offload_optimizer = Home::kNvme;
     config.optimizer_nvme_fraction = c.nvme_fraction;
-    config.nvme_paths = {"(the test's store)"};
   }
   if (c.device_optimizer) config.offload_optimizer = Home::kDevice;
   config.nvme_buffer_count = c.planned ? 2 : 3;

@@ -5,11 +5,15 @@
 //   - the key layout gives every object of every rank its own key (optimizer partitions, shards
 //     and checkpoints of ranks 0..63 never meet);
 //   - what it refuses, in one line naming the field: a precision unlike the model's, a bad
-//     config (validate()); and a model on another device.
+//     config (validate()); and a model on another device;
+//   - what it reports: a step with a plan holds 16 bytes per parameter at stage 0 on one rank
+//     (ZeRO's 2 + 2 + 12, bf16) and its prediction is K times one micro-batch's for K
+//     micro-batches; the serial step has neither report nor prediction.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -126,6 +130,41 @@ TEST(Session, RefusesWhatOnlyItCanCheckNamingTheField) {
   auto other = gpu::create_cpu_device({}).value();
   r = Session::create(EngineConfig{}, *other, *one, *m, {});
   EXPECT_FALSE(r.ok());
+}
+
+TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
+  auto dev = gpu::create_cpu_device({}).value();
+  const model::GptConfig cfg = small_config();
+  auto one = comm::create_local_comm();
+  int64_t psi = 0;
+  for (int64_t n : model::GptModel::block_numels(cfg)) psi += n;
+  sched::Rates rates;
+  for (double& r : rates.per_second) r = 1e9;
+  std::vector<double> step_s;
+  for (int64_t k : {1, 3}) {
+    EngineConfig config;  // stage 0, the optimizer in host RAM, planned
+    config.grad_accum = k;
+    auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();
+    auto s = Session::create(config, *dev, *one, *m, {}).value();
+    const std::optional<ZeroMemory> mem = s->step().memory_report();
+    ASSERT_TRUE(mem.has_value());
+    EXPECT_EQ(mem->model_state(), 16 * psi);
+    EXPECT_TRUE(s->step().traffic_report().has_value());
+    auto p = s->predict(rates);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_GT(p->step_s, 0.0);
+    step_s.push_back(p->step_s);
+  }
+  EXPECT_DOUBLE_EQ(step_s[1], 3.0 * step_s[0]);
+  EngineConfig serial;
+  serial.schedule = Schedule::kSerial;
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();
+  auto s = Session::create(serial, *dev, *one, *m, {}).value();
+  EXPECT_FALSE(s->step().memory_report().has_value());
+  EXPECT_FALSE(s->step().traffic_report().has_value());
+  auto p = s->predict(rates);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), ErrorCode::kConfig);
 }
 
 }  // namespace

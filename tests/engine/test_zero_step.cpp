@@ -192,7 +192,6 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.prefetch_depth = c.prefetch;
   // The ZeRO step's NVMe staging; the serial step's optimizer stages through 3.
   config.nvme_buffer_count = c.serial ? 3 : c.staging_slots;
-  if (store != nullptr) config.nvme_paths = {"(the test's store)"};
   SessionInputs inputs;
   inputs.store = store;
   inputs.inject_inf_step = c.inject_inf_step;
