@@ -20,23 +20,28 @@ s=$scratch
 # DeepSpeed configs with one bad key or value each: cfg NAME JSON
 cfg() { echo "$2" >"$scratch/$1.json"; }
 cfg typo '{"zero_optimization": {"offload_optimiser": {"device": "cpu"}}}'
-cfg typo2 '{"gradient_cliping": 1.0}'
-cfg live '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e9}}'
+cfg typo2 '{"optimizer": {"type": "AdamW", "params": {"weight_decy": 0.1}}}'
+cfg live '{"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e9, "quantized_weights": true}}'
 cfg stage_type '{"zero_optimization": {"stage": "three"}}'
 cfg stage5 '{"zero_optimization": {"stage": 5}}'
 cfg device '{"zero_optimization": {"offload_optimizer": {"device": "disk"}}}'
-cfg ratio '{"zero_optimization": {"offload_optimizer": {"ratio": 1.5}}}'
+cfg ratio '{"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 1.5}}}'
 cfg accum '{"gradient_accumulation_steps": 0}'
-cfg pin '{"zero_optimization": {"offload_param": {"pin_memory": false}}}'
+cfg pin '{"prescale_gradients": true}'
 cfg sched '{"scheduler": {"type": "OneCycle"}}'
 cfg both '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}'
 echo '{"zero_optimization": {' >"$scratch/broken.json"
 cfg cosmin '{"scheduler": {"type": "WarmupLR", "params": {"cos_min_ratio": 0.1}}}'
-cfg paths '{"zero_optimization": {"offload_optimizer": {"nvme_path": "/a"}, "offload_param": {"nvme_path": "/b"}}}'
+cfg paths '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/a"}, "offload_param": {"device": "nvme", "nvme_path": "/b"}}}'
 cfg tbs '{"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16}'
 cfg lamb '{"optimizer": {"type": "Lamb"}}'
 cfg notobj '{"zero_optimization": []}'
-cfg subgroup '{"sub_group_size": 5, "zero_optimization": {"sub_group_size": 10}}'
+cfg subgroup '{"zero_optimization": {"sub_group_size": 10, "offload_optimizer": {"device": "cpu", "nvme_pth": "/x"}}}'
+cfg auto '{"zero_optimization": {"stage": "auto"}}'
+cfg adamw '{"optimizer": {"type": "Adam", "params": {"weight_decay": 0.1, "adam_w_mode": false}}}'
+cfg tbs3 '{"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2}'
+# Five problems at once: all five named in one run.
+cfg five '{"zero_optimization": {"stage": 7, "offload_optimiser": {}}, "optimizer": {"type": "SGD"}, "fp16": {"enabled": true, "hysteresis": 0}, "scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 5}}}'
 cfg block '{"aio": {"block_size": 1000}}'
 cfg betas '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}'
 # args|expected text
@@ -98,7 +103,7 @@ cases=(
   "--data-order random|--data-order 'random' is not accepted"
   "--lr-schedule step|--lr-schedule 'step' is not accepted"
   "--warmup-type exp|--warmup-type 'exp' is not accepted"
-  "--warmup 2000 --steps 100|--warmup 2000 is longer than the schedule's 100 steps"
+  "--warmup 2000 --lr-schedule cosine --lr-decay-steps 100|--warmup 2000 is longer than the decay's 100 steps"
   "--lr-min 0.1 --lr 0.01|--lr-min 0.1 is above --lr 0.01"
   "--beta2 1.5|--beta2: Value 1.5 not in range"
   "--peak-flops -1|--peak-flops: Value -1 not in range"
@@ -109,9 +114,9 @@ cases=(
   "--data $s/zeros.bin|$s/zeros.bin: bad magic 0"
   "--data $s/tok.bin --seq-len 16 --batch 2 --val-data $s/zeros.bin|--val-data: token file $s/zeros.bin: bad magic 0"
   "--data $s/tok.bin --seq-len 64 --batch 64|$s/tok.bin: 1000 tokens are fewer than one batch needs"
-  "--config $s/typo.json|unknown key zero_optimization.offload_optimiser (the nearest known key is zero_optimization.offload_optimizer"
-  "--config $s/typo2.json|unknown key gradient_cliping (the nearest known key is gradient_clipping"
-  "--config $s/live.json|unknown key zero_optimization.stage3_max_live_parameters"
+  "--config $s/typo.json|unknown key zero_optimization.offload_optimiser (did you mean zero_optimization.offload_optimizer?)"
+  "--config $s/typo2.json|unknown key optimizer.params.weight_decy (did you mean optimizer.params.weight_decay?)"
+  "--config $s/live.json|unknown key zero_optimization.quantized_weights: DeepSpeed refuses"
   "--config $s/stage_type.json|zero_optimization.stage = \"three\" is not accepted (an integer from 0 to 3)"
   "--config $s/stage5.json|zero_optimization.stage = 5 is not accepted"
   "--config $s/device.json|zero_optimization.offload_optimizer.device = \"disk\" is not accepted"
@@ -120,17 +125,20 @@ cases=(
   "--grad-accum 2 --delayed-update|--grad-accum 2 does not go with --delayed-update"
   "--checkpoint-dir $s/ck --checkpoint-every 2 --delayed-update|--checkpoint-every 2 does not go with --delayed-update"
   "--grad-accum 0|--grad-accum: Value 0 not in range"
-  "--config $s/pin.json|zero_optimization.offload_param.pin_memory = false is not accepted (only true"
+  "--config $s/pin.json|prescale_gradients = true is not accepted (only false"
   "--config $s/sched.json|scheduler.type = \"OneCycle\" is not accepted"
   "--config $s/both.json|fp16.enabled and bf16.enabled are both true"
   "--config $s/broken.json|--config $s/broken.json: not JSON"
   "--config $s/missing.json|--config $s/missing.json: cannot open"
   "--config $s/cosmin.json|scheduler.params.cos_min_ratio does not apply to scheduler type WarmupLR"
   "--config $s/paths.json|zero_optimization.offload_param.nvme_path = \"/b\" is not accepted (the same directory as zero_optimization.offload_optimizer.nvme_path"
-  "--config $s/tbs.json|train_batch_size = 100 is not train_micro_batch_size_per_gpu (16)"
+  "--config $s/tbs.json|train_batch_size = 100 is not a multiple of train_micro_batch_size_per_gpu (16) x ranks (1)"
+  "--config $s/tbs3.json|train_batch_size = 100 is not train_micro_batch_size_per_gpu (16) x gradient_accumulation_steps (2) x ranks (1) = 32"
+  "--config $s/auto.json|zero_optimization.stage = \"auto\" is not accepted (Hugging Face fills in"
+  "--config $s/adamw.json|optimizer.params.adam_w_mode = false is not accepted with type Adam and weight_decay 0.1"
   "--config $s/lamb.json|optimizer.type = \"Lamb\" is not accepted"
   "--config $s/notobj.json|zero_optimization = [] is not accepted (an object of keys)"
-  "--config $s/subgroup.json|unknown key sub_group_size (the nearest known key is zero_optimization.sub_group_size"
+  "--config $s/subgroup.json|unknown key zero_optimization.offload_optimizer.nvme_pth (did you mean zero_optimization.offload_optimizer.nvme_path?)"
   "--config $s/block.json|aio.block_size = 1000 is not accepted"
   "--config $s/betas.json|optimizer.params.betas = [0.9] is not accepted (two numbers in [0, 1)"
   "--nvme-block-size 1000|--nvme-block-size 1000 is not accepted"
@@ -153,6 +161,24 @@ for c in "${cases[@]}"; do
   fi
   rm -f "$scratch/out.txt" "$scratch/err.txt"
 done
+# A config with five problems names all five in one run (one line each after the first).
+"$train" --device cpu --config "$s/five.json" >"$scratch/out.txt" 2>"$scratch/err.txt" && failed=1
+for want in "5 problems" "zero_optimization.stage = 7 is not accepted" \
+  "unknown key zero_optimization.offload_optimiser" 'optimizer.type = "SGD" is not accepted' \
+  "fp16.hysteresis = 0 is not accepted" \
+  "scheduler.params.total_num_steps does not apply to scheduler type WarmupLR"; do
+  if ! grep -qF -- "$want" "$scratch/err.txt"; then
+    echo "FAILED: --config five.json: want: $want" >&2
+    cat "$scratch/err.txt" >&2
+    failed=1
+  fi
+done
+if [ "$(grep -c '^train_gpt:' "$scratch/err.txt")" -ne 1 ] || [ "$(wc -l <"$scratch/err.txt")" -ne 6 ]; then
+  echo "FAILED: --config five.json: want one train_gpt: line and five problem lines" >&2
+  cat "$scratch/err.txt" >&2
+  failed=1
+fi
+rm -f "$scratch/out.txt" "$scratch/err.txt"
 after=$(find "$scratch" | sort)
 if [ "$before" != "$after" ]; then
   echo "FAILED: the bad runs created files:" >&2

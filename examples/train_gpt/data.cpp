@@ -64,8 +64,8 @@ Result<TrainData> TrainData::open(const DataSource& src, const Flags& f, int64_t
   if (!train.ok()) return train.status().with_context("--data");
   d.train_ = std::move(train).value();
   if (!src.val_files.empty()) {
-    auto val = model::DataLoader::open(src.val_files, f.batch, seq, model::DataOrder::kSequential,
-                                       0, vocab);
+    auto val =
+        model::DataLoader::open(src.val_files, rows, seq, model::DataOrder::kSequential, 0, vocab);
     if (!val.ok()) return val.status().with_context("--val-data");
     d.val_ = std::move(val).value();
     d.val_batches_ = std::min(f.val_batches > 0 ? f.val_batches : 20, d.val_->batches_per_epoch());
@@ -95,13 +95,21 @@ Status TrainData::train_batch(int64_t index, int32_t* tokens, int32_t* targets) 
   return train_->next(tokens, targets).with_context("--data");
 }
 
-Status TrainData::val_batch(int64_t i, int32_t* tokens, int32_t* targets) {
+Status TrainData::val_batch(int64_t i, int rank, int32_t* tokens, int32_t* targets) {
+  const auto n = static_cast<size_t>(batch_ * seq_), all = static_cast<size_t>(rows_ * seq_);
+  global_tokens_.resize(all);
+  global_targets_.resize(all);
   if (src_.task) {
-    src_.task->make_batch(batch_, seed_, /*stream=*/1, i, tokens, targets);
-    return ok_status();
+    src_.task->make_batch(rows_, seed_, /*stream=*/1, i, global_tokens_.data(),
+                          global_targets_.data());
+  } else {
+    STRATA_RETURN_IF_ERROR(val_->seek({0, i}));
+    STRATA_RETURN_IF_ERROR(
+        val_->next(global_tokens_.data(), global_targets_.data()).with_context("--val-data"));
   }
-  STRATA_RETURN_IF_ERROR(val_->seek({0, i}));
-  return val_->next(tokens, targets).with_context("--val-data");
+  std::copy_n(global_tokens_.begin() + rank * n, n, tokens);
+  std::copy_n(global_targets_.begin() + rank * n, n, targets);
+  return ok_status();
 }
 
 Status TrainData::seek(const model::LoaderPosition& pos) {

@@ -39,9 +39,11 @@ class TrainData {
   // Step `step`'s `micro` global batches (one per micro-batch), of each the rows of `rank`
   // ([rank*B, (rank+1)*B)), into tokens/targets [micro*B*seq] (micro-batch k at k*B*seq).
   Status rank_batches(int64_t step, int64_t micro, int rank, int32_t* tokens, int32_t* targets);
-  // Validation: val_batches() batches of B rows (the same on every rank); none without a source.
+  // Validation: val_batches() global batches (ranks x B rows), sharded over the ranks as the
+  // training batches are (llm.c's validation): batch i's rows of `rank` into tokens/targets
+  // [B*seq]. None without a source.
   int64_t val_batches() const { return val_batches_; }
-  Status val_batch(int64_t i, int32_t* tokens, int32_t* targets);
+  Status val_batch(int64_t i, int rank, int32_t* tokens, int32_t* targets);
   // The training loader's position (token data).
   std::optional<model::LoaderPosition> position() const;
   // Resuming: the training loader at `pos` (token data; the synthetic task needs nothing).

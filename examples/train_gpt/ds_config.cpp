@@ -1,394 +1,300 @@
 #include "ds_config.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <vector>
+
+#include "ds_config_keys.h"
 
 namespace strata::train_gpt {
 namespace {
 
 using json = nlohmann::json;
+using ds::Ctx;
 
-// What a key's handler needs: where it is (for messages) and the shared state.
-struct Ctx {
-  const std::string& file;
-  Flags& f;
-  ConfigDeferred& d;
-  const std::function<bool(const std::string&)>& given;
-  std::string key;    // the dotted path of the key being read
-  std::string sched;  // scheduler.type, read first
-  std::string nvme;   // the nvme_path seen first, and from which key
-  std::string nvme_key;
-  double cos_min_ratio = -1.0;
-  int64_t reduce_bucket = -1;  // elements
-  bool fp16 = false, bf16 = false, has_fp16 = false, has_bf16 = false;
+const std::string kDsDefault = "DeepSpeed's default";
 
-  Status bad(const std::string& value, const std::string& accepted) const {
-    return make_error(ErrorCode::kConfig, "--config ", file, ": ", key, " = ", value,
-                      " is not accepted (", accepted, ")");
+// Every problem of the walk, one line each.
+struct Problems {
+  std::vector<std::string> lines;
+  void add(const Status& st) {
+    if (!st.ok()) lines.push_back(st.message());
   }
 };
 
-using Handler = std::function<Status(const json&, Ctx&)>;
+// The offload section at `path` is disabled: a device of "none", or none given (DeepSpeed's
+// default), and the flag not given otherwise.
+bool offload_disabled(const json& section) {
+  return !section.is_object() || !section.contains("device") || section["device"] == "none";
+}
 
-std::string show(const json& v) { return v.dump(); }
-
-// Typed readers: the value, or an error naming the key.
-Status read_int(const json& v, Ctx& c, int64_t lo, int64_t hi, int64_t& out) {
-  double x = 0.0;
-  if (v.is_number_integer()) {
-    x = static_cast<double>(v.get<int64_t>());
-  } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) {
-    x = v.get<double>();  // 5e8 as DeepSpeed configs often write it
+// "auto" sizes Hugging Face derives from the model's hidden size h (resolve_model_keys).
+bool model_auto(const std::string& path, Ctx& c) {
+  const std::string z = "zero_optimization.";
+  const char* why = "Hugging Face's \"auto\", from the hidden size h";
+  if (path == z + "reduce_bucket_size") {
+    c.d.auto_reduce_bucket = !c.given("--bucket-mb");
+    c.fill(path, "h*h", why);
+  } else if (path == z + "stage3_prefetch_bucket_size") {
+    c.d.auto_prefetch_bucket = !c.given("--prefetch-depth");
+    c.fill(path, "0.9*h*h", why);
+  } else if (path == z + "stage3_param_persistence_threshold") {
+    c.d.auto_persistence = !c.given("--param-persistence-threshold");
+    c.fill(path, "10*h", why);
   } else {
-    return c.bad(show(v), "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return false;
   }
-  if (x < static_cast<double>(lo) || x > static_cast<double>(hi)) {
-    return c.bad(show(v), "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
-  }
-  out = static_cast<int64_t>(x);
-  return ok_status();
-}
-Status read_num(const json& v, Ctx& c, double lo, double hi, double& out) {
-  if (!v.is_number() || v.get<double>() < lo || v.get<double>() > hi) {
-    std::ostringstream r;
-    r << "a number from " << lo << " to " << hi;
-    return c.bad(show(v), r.str());
-  }
-  out = v.get<double>();
-  return ok_status();
-}
-Status read_bool(const json& v, Ctx& c, bool& out) {
-  if (!v.is_boolean()) return c.bad(show(v), "true or false");
-  out = v.get<bool>();
-  return ok_status();
+  return true;
 }
 
-// Handlers that set one flag unless it was given on the command line.
-template <typename T>
-Handler int_flag(const char* flag, T Flags::*field, int64_t lo, int64_t hi) {
-  return [=](const json& v, Ctx& c) -> Status {
-    int64_t x = 0;
-    STRATA_RETURN_IF_ERROR(read_int(v, c, lo, hi, x));
-    if (!c.given(flag)) c.f.*field = static_cast<T>(x);
-    return ok_status();
-  };
-}
-template <typename T>
-Handler num_flag(const char* flag, T Flags::*field, double lo, double hi) {
-  return [=](const json& v, Ctx& c) -> Status {
-    double x = 0.0;
-    STRATA_RETURN_IF_ERROR(read_num(v, c, lo, hi, x));
-    if (!c.given(flag)) c.f.*field = static_cast<T>(x);
-    return ok_status();
-  };
-}
-Handler tier_flag(const char* flag, std::string Flags::*field) {
-  return [=](const json& v, Ctx& c) -> Status {
-    if (!v.is_string() || (v != "none" && v != "cpu" && v != "nvme")) {
-      return c.bad(show(v), "\"none\", \"cpu\" or \"nvme\"");
+void walk(const json& obj, const std::string& prefix, Ctx& c, Problems& p) {
+  for (const auto& [name, value] : obj.items()) {
+    std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (const auto a = ds::aliases().find(path); a != ds::aliases().end()) {
+      c.report.aliases.push_back(path + " read as " + a->second);
+      path = a->second;
     }
-    if (!c.given(flag)) c.f.*field = v.get<std::string>();
-    return ok_status();
-  };
-}
-// A key whose only accepted value is what strata does anyway.
-Handler fixed(const json& accepted, const char* why) {
-  return [=](const json& v, Ctx& c) -> Status {
-    if (v != accepted) return c.bad(show(v), "only " + accepted.dump() + ": " + why);
-    return ok_status();
-  };
-}
-Handler nvme_path() {
-  return [](const json& v, Ctx& c) -> Status {
-    if (!v.is_string() || v.get<std::string>().empty()) return c.bad(show(v), "a directory");
-    const std::string p = v.get<std::string>();
-    if (!c.nvme.empty() && p != c.nvme) {
-      return c.bad(show(v), "the same directory as " + c.nvme_key + " (\"" + c.nvme +
-                                "\"): strata keeps every swap file in one --nvme-path");
-    }
-    c.nvme = p;
-    c.nvme_key = c.key;
-    if (!c.given("--nvme-path")) c.f.nvme_path = p;
-    return ok_status();
-  };
-}
-// A scheduler parameter: accepted for the types listed.
-Handler sched_param(std::vector<std::string> types, Handler h) {
-  return [=](const json& v, Ctx& c) -> Status {
-    if (std::find(types.begin(), types.end(), c.sched) == types.end()) {
-      std::string list;
-      for (const auto& t : types) list += (list.empty() ? "" : ", ") + t;
-      return make_error(ErrorCode::kConfig, "--config ", c.file, ": ", c.key,
-                        " does not apply to scheduler type ", c.sched.empty() ? "(none)" : c.sched,
-                        " (it is a parameter of ", list, ")");
-    }
-    return h(v, c);
-  };
-}
-
-const std::map<std::string, Handler>& handlers() {
-  static const std::map<std::string, Handler> table = [] {
-    std::map<std::string, Handler> t;
-    const std::string z = "zero_optimization.", oo = z + "offload_optimizer.",
-                      op = z + "offload_param.";
-    t[z + "stage"] = int_flag("--zero-stage", &Flags::zero_stage, 0, 3);
-    t[z + "reduce_bucket_size"] = [](const json& v, Ctx& c) {
-      return read_int(v, c, 0, int64_t{1} << 50, c.reduce_bucket);
-    };
-    t[z + "stage3_prefetch_bucket_size"] = [](const json& v, Ctx& c) -> Status {
-      int64_t x = 0;
-      STRATA_RETURN_IF_ERROR(read_int(v, c, 0, int64_t{1} << 50, x));
-      if (!c.given("--prefetch-depth")) c.d.prefetch_bucket_elements = x;
-      return ok_status();
-    };
-    t[z + "stage3_param_persistence_threshold"] = int_flag(
-        "--param-persistence-threshold", &Flags::persistence_threshold, 0, int64_t{1} << 40);
-    t[z + "sub_group_size"] = [](const json& v, Ctx& c) {
-      return read_int(v, c, 1, int64_t{1} << 50, c.d.sub_group_size);
-    };
-    t[z + "overlap_comm"] = fixed(true, "strata always overlaps communication with compute");
-    t[z + "contiguous_gradients"] = fixed(true, "each block's gradient is one contiguous buffer");
-    t[z + "reduce_scatter"] = fixed(true, "gradients are always reduce-scattered");
-    t[z + "allgather_partitions"] = fixed(true, "new parameters are always all-gathered");
-    t[z + "stage3_gather_16bit_weights_on_model_save"] =
-        fixed(true, "--save-model always gathers the whole 16-bit weights");
-    // DeepSpeed's nvme device keeps all of the optimizer state there.
-    t[oo + "device"] = [tier = tier_flag("--offload-optimizer", &Flags::offload_optimizer)](
-                           const json& v, Ctx& c) -> Status {
-      STRATA_RETURN_IF_ERROR(tier(v, c));
-      if (v == "nvme" && !c.given("--optimizer-nvme-fraction")) c.f.nvme_fraction = 1.0;
-      return ok_status();
-    };
-    t[oo + "nvme_path"] = nvme_path();
-    t[oo + "ratio"] = [](const json& v, Ctx& c) -> Status {
-      double x = 0.0;
-      STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1.0, x));
-      if (!c.given("--gpu-optimizer-fraction")) c.f.gpu_optimizer_fraction = 1.0 - x;
-      return ok_status();
-    };
-    t[oo + "pin_memory"] = fixed(true, "strata's host buffers are always pinned");
-    t[oo + "buffer_count"] = int_flag("--nvme-buffer-count", &Flags::nvme_buffer_count, 1, 64);
-    t[oo + "fast_init"] = fixed(false, "the state is written to NVMe as it is initialised");
-    t[op + "device"] = tier_flag("--offload-param", &Flags::offload_param);
-    t[op + "nvme_path"] = nvme_path();
-    t[op + "pin_memory"] = fixed(true, "strata's host buffers are always pinned");
-    t[op + "buffer_count"] = [](const json& v, Ctx& c) -> Status {
-      int64_t x = 0;
-      STRATA_RETURN_IF_ERROR(read_int(v, c, 2, 66, x));
-      if (!c.given("--prefetch-depth")) c.f.prefetch_depth = static_cast<int>(x - 2);
-      return ok_status();
-    };
-    const std::string ac = "activation_checkpointing.";
-    t[ac + "cpu_checkpointing"] = [](const json& v, Ctx& c) -> Status {
-      bool on = false;
-      STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-      if (!c.given("--offload-activations")) c.f.offload_activations = on ? "cpu" : "none";
-      return ok_status();
-    };
-    t[ac + "number_checkpoints"] = [](const json& v, Ctx& c) -> Status {
-      int64_t x = 0;
-      STRATA_RETURN_IF_ERROR(read_int(v, c, 1, 1 << 20, x));
-      if (!c.given("--checkpoint-interval")) c.d.number_checkpoints = x;
-      return ok_status();
-    };
-    for (const char* k : {"partition_activations", "contiguous_memory_optimization",
-                          "synchronize_checkpoint_boundary", "profile"}) {
-      t[ac + k] = fixed(false, "strata has no model parallelism or checkpoint profiler");
-    }
-    t["fp16.enabled"] = [](const json& v, Ctx& c) { return read_bool(v, c, c.fp16); };
-    t["fp16.loss_scale"] = [](const json& v, Ctx& c) -> Status {
-      double x = 0.0;
-      STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1e38, x));
-      if (!c.given("--loss-scale")) {
-        std::ostringstream s;
-        s << x;
-        c.f.loss_scale = x == 0.0 ? "dynamic" : s.str();
-      }
-      return ok_status();
-    };
-    t["fp16.initial_scale_power"] =
-        int_flag("--initial-scale-power", &Flags::initial_scale_power, 0, 127);
-    t["fp16.loss_scale_window"] =
-        int_flag("--loss-scale-window", &Flags::loss_scale_window, 1, int64_t{1} << 40);
-    t["fp16.hysteresis"] = int_flag("--hysteresis", &Flags::hysteresis, 1, 1 << 20);
-    t["fp16.consecutive_hysteresis"] = [](const json& v, Ctx& c) -> Status {
-      bool on = false;
-      STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-      if (!c.given("--consecutive-hysteresis")) c.f.consecutive_hysteresis = on;
-      return ok_status();
-    };
-    t["fp16.min_loss_scale"] = num_flag("--min-loss-scale", &Flags::min_loss_scale, 1e-30, 1e38);
-    t["bf16.enabled"] = [](const json& v, Ctx& c) { return read_bool(v, c, c.bf16); };
-    t["gradient_clipping"] = num_flag("--grad-clip", &Flags::grad_clip, 0.0, 1e6);
-    t["train_micro_batch_size_per_gpu"] = int_flag("--batch", &Flags::batch, 1, 1 << 16);
-    t["train_batch_size"] = [](const json& v, Ctx& c) {
-      return read_int(v, c, 1, int64_t{1} << 40, c.d.train_batch_size);
-    };
-    t["gradient_accumulation_steps"] = int_flag("--grad-accum", &Flags::grad_accum, 1, 1024);
-    t["steps_per_print"] = int_flag("--log-every", &Flags::log_every, 1, int64_t{1} << 40);
-    t["wall_clock_breakdown"] = fixed(false, "use --trace for a timeline of every task");
-    t["optimizer.type"] = [](const json& v, Ctx& c) -> Status {
-      std::string s = v.is_string() ? v.get<std::string>() : "";
-      std::transform(s.begin(), s.end(), s.begin(),
-                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-      if (s != "adam" && s != "adamw") {
-        return c.bad(show(v),
-                     "\"Adam\" or \"AdamW\": strata's optimizer is AdamW, on the CPU "
-                     "or the device");
-      }
-      return ok_status();
-    };
-    t["optimizer.params.lr"] = num_flag("--lr", &Flags::lr, 0.0, 1.0);
-    t["optimizer.params.betas"] = [](const json& v, Ctx& c) -> Status {
-      if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number() ||
-          v[0].get<double>() < 0 || v[0].get<double>() >= 1 || v[1].get<double>() < 0 ||
-          v[1].get<double>() >= 1) {
-        return c.bad(show(v), "two numbers in [0, 1), e.g. [0.9, 0.999]");
-      }
-      if (!c.given("--beta1")) c.f.beta1 = v[0].get<float>();
-      if (!c.given("--beta2")) c.f.beta2 = v[1].get<float>();
-      return ok_status();
-    };
-    t["optimizer.params.eps"] = num_flag("--eps", &Flags::eps, 1e-30, 1.0);
-    t["optimizer.params.weight_decay"] = num_flag("--weight-decay", &Flags::weight_decay, 0.0, 1.0);
-    t["optimizer.params.adam_w_mode"] = fixed(true, "the weight decay is decoupled (AdamW)");
-    t["optimizer.params.bias_correction"] = fixed(true, "Adam's bias correction is always on");
-    t["optimizer.params.torch_adam"] = fixed(false, "strata's Adam is its own SIMD CPU Adam");
-    t["scheduler.type"] = [](const json& v, Ctx& c) -> Status {
-      const std::string s = v.is_string() ? v.get<std::string>() : "";
-      const char* kind = s == "WarmupLR"         ? "constant"
-                         : s == "WarmupCosineLR" ? "cosine"
-                         : s == "WarmupDecayLR"  ? "linear"
-                                                 : nullptr;
-      if (kind == nullptr) {
-        return c.bad(show(v), "\"WarmupLR\", \"WarmupCosineLR\" or \"WarmupDecayLR\"");
-      }
-      if (!c.given("--lr-schedule")) c.f.lr_schedule = kind;
-      return ok_status();
-    };
-    const std::string sp = "scheduler.params.";
-    const std::vector<std::string> all = {"WarmupLR", "WarmupCosineLR", "WarmupDecayLR"},
-                                   decays = {"WarmupCosineLR", "WarmupDecayLR"},
-                                   max_lr = {"WarmupLR", "WarmupDecayLR"};
-    t[sp + "warmup_min_lr"] = sched_param(max_lr, fixed(0, "the warm-up starts from a rate of 0"));
-    t[sp + "warmup_max_lr"] = sched_param(max_lr, num_flag("--lr", &Flags::lr, 0.0, 1.0));
-    t[sp + "warmup_num_steps"] =
-        sched_param(all, int_flag("--warmup", &Flags::warmup, 0, int64_t{1} << 40));
-    t[sp + "warmup_type"] = sched_param(all, [](const json& v, Ctx& c) -> Status {
-      if (v != "log" && v != "linear") return c.bad(show(v), "\"log\" or \"linear\"");
-      if (!c.given("--warmup-type")) c.f.warmup_type = v.get<std::string>();
-      return ok_status();
-    });
-    t[sp + "total_num_steps"] = sched_param(
-        decays, int_flag("--lr-decay-steps", &Flags::lr_decay_steps, 1, int64_t{1} << 40));
-    t[sp + "warmup_min_ratio"] =
-        sched_param({"WarmupCosineLR"}, fixed(0, "the warm-up starts from a rate of 0"));
-    t[sp + "cos_min_ratio"] = sched_param({"WarmupCosineLR"}, [](const json& v, Ctx& c) {
-      return read_num(v, c, 0.0, 1.0, c.cos_min_ratio);
-    });
-    t[sp + "last_batch_iteration"] = sched_param(all, fixed(-1, "the schedule starts at step 1"));
-    t["aio.block_size"] = [](const json& v, Ctx& c) -> Status {
-      int64_t x = 0;
-      STRATA_RETURN_IF_ERROR(read_int(v, c, 4096, int64_t{1} << 30, x));
-      if (x % 4096 != 0) return c.bad(show(v), "a multiple of 4096 bytes");
-      if (!c.given("--nvme-block-size")) c.f.nvme_block_size = static_cast<uint64_t>(x);
-      return ok_status();
-    };
-    t["aio.queue_depth"] = int_flag("--nvme-queue-depth", &Flags::nvme_queue_depth, 1, 4096);
-    t["aio.thread_count"] = fixed(1, "one io_uring submission thread per swap store");
-    t["aio.single_submit"] = fixed(false, "requests are submitted in batches");
-    t["aio.overlap_events"] = fixed(true, "submission and completion always overlap");
-    t["aio.use_gds"] = fixed(false, "NVMe reads go through pinned host memory");
-    return t;
-  }();
-  return table;
-}
-
-// Objects that hold keys (every prefix of a handled key).
-bool is_object_path(const std::string& path) {
-  for (const auto& [k, h] : handlers()) {
-    if (k.size() > path.size() && k.compare(0, path.size(), path) == 0 && k[path.size()] == '.') {
-      return true;
-    }
-  }
-  return false;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// The known key (leaf or object) nearest to `path`: by the distance of the whole paths or of
-// their last names (a key put in the wrong section), then of the whole paths.
-std::string nearest(const std::string& path) {
-  auto last = [](const std::string& k) { return k.substr(k.rfind('.') + 1); };
-  std::string best;
-  std::pair<size_t, size_t> d{std::string::npos, std::string::npos};
-  auto consider = [&](const std::string& k) {
-    const size_t whole = edit_distance(path, k);
-    const std::pair<size_t, size_t> e{std::min(whole, edit_distance(last(path), last(k))), whole};
-    if (e < d) {
-      d = e;
-      best = k;
-    }
-  };
-  for (const auto& [k, h] : handlers()) {
-    consider(k);
-    for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1)) {
-      consider(k.substr(0, dot));
-    }
-  }
-  return best;
-}
-
-// A float as it was written (7 significant digits), not its double expansion.
-json num(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.7g", x);
-  return json(std::strtod(buf, nullptr));
-}
-
-Status walk(const json& obj, const std::string& prefix, Ctx& c) {
-  for (const auto& [key, value] : obj.items()) {
-    const std::string path = prefix.empty() ? key : prefix + "." + key;
     c.key = path;
-    const auto it = handlers().find(path);
-    if (it != handlers().end()) {
-      if (value == "auto") continue;  // the flag keeps its value
-      STRATA_RETURN_IF_ERROR(it->second(value, c));
+    if (const auto s = ds::ignored_sections().find(path); s != ds::ignored_sections().end()) {
+      c.report.ignored.push_back(path + " (" + s->second + ")");
       continue;
     }
-    if (is_object_path(path)) {
-      if (!value.is_object()) return c.bad(show(value), "an object of keys");
-      STRATA_RETURN_IF_ERROR(walk(value, path, c));
+    if (const auto h = ds::handlers().find(path); h != ds::handlers().end()) {
+      if (value == "auto" && model_auto(path, c)) continue;
+      if (value == "auto" && path == "train_batch_size") {  // derived from the other two
+        c.fill(path, "micro-batch x accumulation x ranks", "Hugging Face's \"auto\"");
+        continue;
+      }
+      if (value == "auto") {
+        const auto v = ds::hf_auto(path, c.f);
+        if (!v) {
+          p.add(c.bad(value,
+                      "Hugging Face fills in \"auto\" only for the keys docs/training.md "
+                      "lists; give a value"));
+          continue;
+        }
+        c.fill(path, v->value, v->why);
+        p.add(h->second(v->value, c));
+        continue;
+      }
+      p.add(h->second(value, c));
       continue;
     }
-    return make_error(ErrorCode::kConfig, "--config ", c.file, ": unknown key ", path,
-                      " (the nearest known key is ", nearest(path),
-                      "; strata refuses keys it does not act on, docs/training.md lists them)");
+    if (const auto i = ds::ignored_keys().find(path); i != ds::ignored_keys().end()) {
+      if (i->second.harmless && !i->second.harmless(value) && value != "auto") {
+        p.add(c.bad(value, i->second.refusal));
+      } else {
+        c.report.ignored.push_back(path + " (" + i->second.why + ")");
+      }
+      continue;
+    }
+    if (ds::is_object_path(path)) {
+      if (!value.is_object()) {
+        p.add(c.bad(value, "an object of keys"));
+        continue;
+      }
+      // A disabled section is ignored whole: fp16 or bf16 off, an offload device of "none".
+      const bool precision_off = (path == "fp16" && c.f.precision != "fp16") ||
+                                 (path == "bf16" && c.f.precision != "bf16");
+      const bool offload_off = (path == "zero_optimization.offload_optimizer" ||
+                                path == "zero_optimization.offload_param") &&
+                               offload_disabled(value);
+      if (precision_off) {
+        if (value.size() > 1 || !value.contains("enabled")) {
+          c.report.ignored.push_back(path + " (disabled: its keys are not read)");
+        }
+        continue;
+      }
+      if (offload_off) {
+        if (value.contains("device"))
+          p.add(ds::handlers().at(path + ".device")(value["device"], c));
+        if (value.size() > (value.contains("device") ? 1u : 0u)) {
+          c.report.ignored.push_back(path + " (device none: its other keys are not read)");
+        }
+        continue;
+      }
+      walk(value, path, c, p);
+      continue;
+    }
+    const std::string near = ds::close_key(path);
+    const std::string hint = near.empty() ? "" : " (did you mean " + near + "?)";
+    if (prefix.empty() && !ds::validated_section(path)) {
+      c.report.warnings.push_back("unknown top-level key " + path + hint +
+                                  ": ignored, as DeepSpeed ignores it");
+      continue;
+    }
+    p.add(make_error(ErrorCode::kConfig, "unknown key ", path, hint,
+                     ": DeepSpeed refuses unknown keys in this section; docs/training.md lists "
+                     "the keys strata reads"));
+  }
+}
+
+// fp16.enabled / bf16.enabled (bfloat16: the alias): true, false, "auto" or absent (false).
+Result<bool> section_enabled(const json& j, const char* name, const char* alias, Ctx& c,
+                             bool flag_says) {
+  const char* key = j.contains(name) ? name : j.contains(alias) ? alias : nullptr;
+  if (key == nullptr || !j[key].is_object() || !j[key].contains("enabled")) return false;
+  const json& v = j[key]["enabled"];
+  c.key = std::string(name) + ".enabled";
+  if (v == "auto") {
+    // Hugging Face: the Trainer's --fp16/--bf16; here --precision when given, else off.
+    const bool on = c.given("--precision") && flag_says;
+    c.fill(c.key, on,
+           c.given("--precision") ? "\"auto\": --precision"
+                                  : "Hugging Face's \"auto\": off by default");
+    return on;
+  }
+  if (!v.is_boolean()) return c.bad(v, "true, false or \"auto\"");
+  return v.get<bool>();
+}
+
+// What the config leaves out takes DeepSpeed's default (unless the flag is given).
+void apply_defaults(const json& j, Ctx& c) {
+  const json zero = j.value("zero_optimization", json::object());
+  auto has = [](const json& o, const char* k) { return o.is_object() && o.contains(k); };
+  const bool old_optimizer = has(zero, "cpu_offload");
+  const json oo = zero.is_object() ? zero.value("offload_optimizer", json::object()) : json();
+  if (!has(oo, "device") && !old_optimizer && !c.given("--offload-optimizer")) {
+    c.f.offload_optimizer = "none";
+    c.fill("zero_optimization.offload_optimizer.device", "none", kDsDefault);
+  }
+  const json op = zero.is_object() ? zero.value("offload_param", json::object()) : json();
+  if (c.f.zero_stage == 3 && !has(op, "device") && !has(zero, "cpu_offload_param") &&
+      !c.given("--offload-param")) {
+    c.f.offload_param = "none";
+    c.fill("zero_optimization.offload_param.device", "none", kDsDefault);
+  }
+  if (!j.contains("gradient_clipping") && !c.given("--grad-clip")) {
+    c.f.grad_clip = 0.0f;
+    c.fill("gradient_clipping", 0.0, kDsDefault + ": no clipping");
+  }
+  if (j.contains("optimizer") && j["optimizer"].is_object()) {
+    const json params = j["optimizer"].value("params", json::object());
+    auto fill = [&](const char* key, const char* flag, auto Flags::*field, double v) {
+      if (has(params, key) || c.given(flag)) return;
+      c.f.*field = static_cast<std::remove_reference_t<decltype(c.f.*field)>>(v);
+      c.fill(std::string("optimizer.params.") + key, v, kDsDefault);
+    };
+    fill("lr", "--lr", &Flags::lr, 1e-3);
+    fill("eps", "--eps", &Flags::eps, 1e-8);
+    fill("weight_decay", "--weight-decay", &Flags::weight_decay, 0.0);
+    if (!has(params, "betas") && !c.given("--beta1") && !c.given("--beta2")) {
+      c.f.beta1 = 0.9f;
+      c.f.beta2 = 0.999f;
+      c.fill("optimizer.params.betas", json::array({0.9, 0.999}), kDsDefault);
+    }
+  }
+  if (!j.contains("scheduler")) {
+    if (!c.given("--lr-schedule") && !c.given("--warmup")) {
+      c.f.lr_schedule = "constant";
+      c.f.warmup = 0;
+      c.fill("scheduler", "none", kDsDefault + ": a constant learning rate");
+    }
+    return;
+  }
+  const json params =
+      j["scheduler"].is_object() ? j["scheduler"].value("params", json::object()) : json::object();
+  if (!has(params, "warmup_num_steps") && !c.given("--warmup")) {
+    c.f.warmup = 1000;
+    c.fill("scheduler.params.warmup_num_steps", 1000, kDsDefault);
+  }
+  if (!has(params, "warmup_type") && !c.given("--warmup-type")) {
+    c.f.warmup_type = "log";
+    c.fill("scheduler.params.warmup_type", "log", kDsDefault);
+  }
+  if ((c.sched == "WarmupLR" || c.sched == "WarmupDecayLR") && !has(params, "warmup_max_lr") &&
+      !c.given("--lr")) {
+    c.f.lr = 1e-3f;
+    c.fill("scheduler.params.warmup_max_lr", 1e-3, kDsDefault);
+  }
+  if (c.sched == "WarmupCosineLR" && !has(params, "cos_min_ratio") && c.cos_min_ratio < 0.0) {
+    c.cos_min_ratio = 1e-4;
+    c.fill("scheduler.params.cos_min_ratio", 1e-4, kDsDefault);
+  }
+}
+
+// DeepSpeed's batch arithmetic: train_batch_size = micro-batch x accumulation x ranks; any two
+// give the third.
+Status resolve_batch(Ctx& c, int ranks) {
+  const bool micro_given = c.micro > 0 || c.given("--batch");
+  const bool accum_given = c.accum > 0 || c.given("--grad-accum");
+  int64_t micro = c.given("--batch") ? c.f.batch : c.micro > 0 ? c.micro : c.f.batch;
+  int64_t accum = c.given("--grad-accum") ? c.f.grad_accum : c.accum > 0 ? c.accum : c.f.grad_accum;
+  const int64_t r = ranks;
+  if (c.global > 0) {
+    c.key = "train_batch_size";
+    if (micro_given && accum_given) {
+      if (c.global != micro * accum * r) {
+        return make_error(ErrorCode::kConfig, "train_batch_size = ", c.global,
+                          " is not train_micro_batch_size_per_gpu (", micro,
+                          ") x gradient_accumulation_steps (", accum, ") x ranks (", r,
+                          ") = ", micro * accum * r, " (DeepSpeed requires them to agree)");
+      }
+    } else if (micro_given || !accum_given) {
+      if (!micro_given) accum = 1;
+      if (!micro_given) micro = c.global / r;
+      if (c.global % (micro * r) != 0 || micro < 1) {
+        return make_error(ErrorCode::kConfig, "train_batch_size = ", c.global,
+                          " is not a multiple of train_micro_batch_size_per_gpu (", micro,
+                          ") x ranks (", r,
+                          "): DeepSpeed infers gradient_accumulation_steps from them");
+      }
+      accum = c.global / (micro * r);
+      c.fill(micro_given ? "gradient_accumulation_steps" : "train_micro_batch_size_per_gpu",
+             micro_given ? accum : micro,
+             "train_batch_size / " + std::string(micro_given ? "(micro-batch x ranks)" : "ranks") +
+                 ", as DeepSpeed infers it");
+    } else {
+      if (c.global % (accum * r) != 0) {
+        return make_error(ErrorCode::kConfig, "train_batch_size = ", c.global,
+                          " is not a multiple of gradient_accumulation_steps (", accum,
+                          ") x ranks (", r,
+                          "): DeepSpeed infers train_micro_batch_size_per_gpu from them");
+      }
+      micro = c.global / (accum * r);
+      c.fill("train_micro_batch_size_per_gpu", micro,
+             "train_batch_size / (accumulation x ranks), as DeepSpeed infers it");
+    }
+  }
+  c.f.batch = micro;
+  c.f.grad_accum = accum;
+  if (c.f.grad_accum > 1024) {
+    return make_error(ErrorCode::kConfig, "gradient_accumulation_steps = ", c.f.grad_accum,
+                      " (inferred from train_batch_size) is not accepted (1 to 1024)");
   }
   return ok_status();
+}
+
+// optimizer.params.adam_w_mode: DeepSpeed runs type AdamW decoupled whatever it says; type Adam
+// with adam_w_mode false adds the decay to the gradient (L2), which strata's Adam does not do
+// (the same when the decay is 0).
+Status check_adam_mode(const json& j, const Flags& f) {
+  if (!j.contains("optimizer") || !j["optimizer"].is_object()) return ok_status();
+  const json& o = j["optimizer"];
+  const json params = o.value("params", json::object());
+  if (!params.is_object() || !params.contains("adam_w_mode") || params["adam_w_mode"] != false) {
+    return ok_status();
+  }
+  std::string type = o.value("type", "");
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (type == "adamw" || f.weight_decay == 0.0f) return ok_status();
+  return make_error(ErrorCode::kConfig,
+                    "optimizer.params.adam_w_mode = false is not accepted with type Adam and "
+                    "weight_decay ",
+                    f.weight_decay,
+                    " (the L2 decay added to the gradient; strata's Adam decays the weights, as "
+                    "AdamW: use type AdamW, or weight_decay 0)");
 }
 
 }  // namespace
 
 Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
-                    const std::function<bool(const std::string&)>& given) {
+                    const std::function<bool(const std::string&)>& given, int ranks,
+                    ConfigReport& report) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     return make_error(ErrorCode::kConfig, "--config ", path,
@@ -405,20 +311,40 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
   if (!j.is_object()) {
     return make_error(ErrorCode::kConfig, "--config ", path, ": the top level is not an object");
   }
-  Ctx c{path, f, deferred, given};
+  Ctx c{f, deferred, report, given};
+  Problems p;
   if (j.contains("scheduler") && j["scheduler"].is_object()) {
-    c.sched = j["scheduler"].value("type", "");
+    const json& t = j["scheduler"].value("type", json());
+    c.sched = t.is_string() ? t.get<std::string>() : "";
   }
-  c.has_fp16 = j.contains("fp16");
-  c.has_bf16 = j.contains("bf16");
-  STRATA_RETURN_IF_ERROR(walk(j, "", c));
-  // The precision: fp16 or bf16 as enabled; neither section means fp32, as in DeepSpeed.
-  if (c.fp16 && c.bf16) {
-    return make_error(ErrorCode::kConfig, "--config ", path,
-                      ": fp16.enabled and bf16.enabled are both true (enable one)");
+  // The precision first: it decides which of fp16 and bf16 is read.
+  auto fp16 = section_enabled(j, "fp16", "fp16", c, f.precision == "fp16");
+  auto bf16 = section_enabled(j, "bf16", "bfloat16", c, f.precision == "bf16");
+  p.add(fp16.status());
+  p.add(bf16.status());
+  const bool on16 = fp16.ok() && *fp16, onbf = bf16.ok() && *bf16;
+  if (on16 && onbf) {
+    p.add(
+        make_error(ErrorCode::kConfig, "fp16.enabled and bf16.enabled are both true (enable one)"));
   }
-  if (!given("--precision") && (c.has_fp16 || c.has_bf16 || !j.empty())) {
-    f.precision = c.fp16 ? "fp16" : c.bf16 ? "bf16" : "fp32";
+  if (!given("--precision") && !j.empty()) {
+    f.precision = on16 ? "fp16" : onbf ? "bf16" : "fp32";
+    if (!on16 && !onbf) c.fill("precision", "fp32", kDsDefault + ": neither fp16 nor bf16 on");
+  }
+  walk(j, "", c, p);
+  apply_defaults(j, c);
+  p.add(resolve_batch(c, ranks));
+  p.add(check_adam_mode(j, f));
+  if (!p.lines.empty()) {
+    std::ostringstream os;
+    os << "--config " << path << ": ";
+    if (p.lines.size() == 1) {
+      os << p.lines[0];
+    } else {
+      os << p.lines.size() << " problems (nothing was run):";
+      for (const std::string& l : p.lines) os << "\n  " << l;
+    }
+    return make_error(ErrorCode::kConfig, os.str());
   }
   // reduce_bucket_size counts elements; --bucket-mb MiB of gradients in the model's precision.
   if (c.reduce_bucket >= 0 && !given("--bucket-mb")) {
@@ -431,25 +357,41 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
   return ok_status();
 }
 
-void resolve_model_keys(const ConfigDeferred& d, Flags& f, int64_t layers, int64_t layer_numel) {
-  if (d.prefetch_bucket_elements >= 0) {
-    f.prefetch_depth = static_cast<int>(
-        std::clamp<int64_t>(d.prefetch_bucket_elements / std::max<int64_t>(1, layer_numel), 0, 64));
+std::string describe(const ConfigReport& r) {
+  std::ostringstream os;
+  auto list = [&os](const char* head, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    os << "config: " << head;
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? "; " : " ") << v[i];
+    os << "\n";
+  };
+  list("filled in:", r.filled);
+  list("ignored (cannot change the results here):", r.ignored);
+  list("aliases:", r.aliases);
+  for (const std::string& w : r.warnings) os << "config: warning: " << w << "\n";
+  return os.str();
+}
+
+void resolve_model_keys(const ConfigDeferred& d, Flags& f, int64_t layers, int64_t layer_numel,
+                        int64_t hidden) {
+  int64_t bucket = d.prefetch_bucket_elements;
+  if (d.auto_prefetch_bucket) bucket = static_cast<int64_t>(0.9 * double(hidden * hidden));
+  if (bucket >= 0) {
+    const int64_t n = std::max<int64_t>(1, layer_numel);
+    f.prefetch_depth = static_cast<int>(std::clamp<int64_t>((bucket + n - 1) / n, 0, 64));
   }
+  if (d.auto_reduce_bucket) {
+    const double bytes = f.precision == "fp32" ? 4.0 : 2.0;
+    f.bucket_mb = double(hidden * hidden) * bytes / double(1 << 20);
+  }
+  if (d.auto_persistence) f.persistence_threshold = 10 * hidden;
   if (d.number_checkpoints > 0) {
     f.checkpoint_interval = (layers + d.number_checkpoints - 1) / d.number_checkpoints;
   }
 }
 
-Status check_rank_keys(const ConfigDeferred& d, const Flags& f, int ranks,
+Status check_rank_keys(const ConfigDeferred& d, const Flags& /*f*/, int /*ranks*/,
                        int64_t largest_partition) {
-  if (d.train_batch_size > 0 && d.train_batch_size != f.batch * f.grad_accum * ranks) {
-    return make_error(ErrorCode::kConfig, "--config: train_batch_size = ", d.train_batch_size,
-                      " is not train_micro_batch_size_per_gpu (", f.batch,
-                      ") x gradient_accumulation_steps (", f.grad_accum, ") x ranks (", ranks,
-                      ") = ", f.batch * f.grad_accum * ranks,
-                      " (make them agree, or leave train_batch_size out)");
-  }
   if (d.sub_group_size > 0 && d.sub_group_size < largest_partition) {
     return make_error(ErrorCode::kConfig,
                       "--config: zero_optimization.sub_group_size = ", d.sub_group_size,
@@ -457,6 +399,13 @@ Status check_rank_keys(const ConfigDeferred& d, const Flags& f, int ranks,
                       " elements: strata's sub-groups are the model's blocks); use at least that");
   }
   return ok_status();
+}
+
+// A float as it was written (7 significant digits), not its double expansion.
+static json num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.7g", x);
+  return json(std::strtod(buf, nullptr));
 }
 
 json effective_config(const Flags& f) {

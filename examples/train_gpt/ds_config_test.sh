@@ -51,3 +51,77 @@ run2 --steps 1 --lr 1e-3 --config "$configs/zero2_cpu_offload.json" >"$scratch/b
 grep -q '"lr":0.001' "$scratch/beside.txt" || { echo "FAILED: --lr beside --config" >&2; exit 1; }
 grep -q '"stage":2' "$scratch/beside.txt"
 echo "train_gpt: a flag beside --config wins"
+
+# 3. Configs shaped like the public ones (examples/ds_configs/shapes: Hugging Face's ZeRO-2/3
+#    templates with "auto", a LLaMA-Factory-style offload config, fp16 with a cosine schedule,
+#    DeepSpeed's aliases, a minimal one) run unedited at 1 and 2 ranks, and the settings in
+#    effect are DeepSpeed's (and Hugging Face's for "auto").
+shapes=$(cd "$(dirname "$0")/../ds_configs/shapes" && pwd)
+small=(--steps 2 --val-every 2 --layers 2 --channels 32 --target-accuracy 1.0)
+for np in 1 2; do
+  for c in "$shapes"/*.json; do
+    name=$(basename "$c" .json)
+    if ! "$mpiexec" "${root_flag[@]}" --oversubscribe -np "$np" "$train" --device cpu \
+      "${small[@]}" --config "$c" >"$scratch/$name-$np.txt" 2>&1; then
+      echo "FAILED: $name at $np ranks did not run unedited:" >&2
+      cat "$scratch/$name-$np.txt" >&2
+      exit 1
+    fi
+  done
+done
+python3 - "$scratch" <<'PY'
+import json, sys
+d = sys.argv[1]
+def run(name, np):
+    text = open(f"{d}/{name}-{np}.txt").read()
+    line = next(l for l in text.splitlines() if ", in effect: " in l)
+    return json.loads(line.split(", in effect: ", 1)[1]), text
+fails = []
+def want(cond, what):
+    if not cond: fails.append(what)
+# Hugging Face's ZeRO-2 template: every "auto" as a default Trainer fills it.
+e, t = run("hf_zero2_auto", 1)
+want(e["train_micro_batch_size_per_gpu"] == 8 and e["gradient_accumulation_steps"] == 1, "hf2: batch 8 x 1")
+want(not e["bf16"]["enabled"] and "fp16" not in e, "hf2: fp16/bf16 auto are off (fp32)")
+want(abs(e["optimizer"]["params"]["lr"] - 5e-5) < 1e-12, "hf2: lr auto = 5e-5")
+want(e["gradient_clipping"] == 1.0, "hf2: clipping auto = 1.0")
+want(e["scheduler"]["params"]["warmup_num_steps"] == 0, "hf2: warm-up auto = 0")
+want("fp16 (disabled" in t, "hf2: the disabled fp16 section is said to be ignored")
+want("zero_optimization.allgather_bucket_size" in t, "hf2: the ignored keys are listed")
+# ZeRO-3 template: total_num_steps auto = the run's steps; parameters in host RAM.
+e, t = run("hf_zero3_auto", 2)
+want(e["scheduler"]["type"] == "WarmupDecayLR" and e["scheduler"]["params"]["total_num_steps"] == 2, "hf3: total_num_steps auto = --steps")
+want(e["zero_optimization"]["offload_param"]["device"] == "cpu", "hf3: offload_param cpu")
+# Minimal: train_batch_size over 2 ranks gives the micro-batch; no offload section: none;
+# WarmupLR's own defaults (log warm-up of 1000 steps, peak 0.001); fp16 off: its loss_scale unread.
+e, t = run("minimal_zero2", 2)
+want(e["train_micro_batch_size_per_gpu"] == 8 and e["gradient_accumulation_steps"] == 1, "minimal: 16 = 8 x 1 x 2")
+want(e["zero_optimization"]["offload_optimizer"]["device"] == "none", "minimal: offload none when absent")
+p = e["scheduler"]["params"]
+want(p["warmup_num_steps"] == 1000 and p["warmup_type"] == "log", "minimal: WarmupLR defaults")
+want(abs(e["optimizer"]["params"]["lr"] - 1e-3) < 1e-12, "minimal: optimizer lr 1e-3")
+want(e["gradient_clipping"] == 0.0, "minimal: no clipping when absent")
+want(e["bf16"]["enabled"] and "fp16" not in e, "minimal: bf16, fp16 section ignored")
+e, t = run("minimal_zero2", 1)
+want(e["train_micro_batch_size_per_gpu"] == 16, "minimal: 16 = 16 x 1 x 1")
+# fp16, cosine: accumulation inferred (32 = 8 x 2 x 2), cos_min_ratio's default 1e-4.
+e, t = run("fp16_dynamic_cosine", 2)
+want(e["gradient_accumulation_steps"] == 2, "fp16: accumulation 32 / (8 x 2) = 2")
+want(e["fp16"]["enabled"] and e["fp16"]["initial_scale_power"] == 12, "fp16: loss scaling read")
+want(abs(e["scheduler"]["params"]["cos_min_ratio"] - 1e-4) < 1e-9, "fp16: cos_min_ratio default 1e-4")
+want(e["scheduler"]["params"]["warmup_type"] == "log", "fp16: log warm-up by default")
+want("tensorboard" in t and "flops_profiler" in t, "fp16: monitor sections listed as ignored")
+e, t = run("fp16_dynamic_cosine", 1)
+want(e["gradient_accumulation_steps"] == 4, "fp16: accumulation 32 / (8 x 1) = 4")
+# Aliases: bfloat16, cpu_offload, cpu_offload_param, the stage3_ spellings.
+e, t = run("legacy_aliases", 2)
+want(e["bf16"]["enabled"], "aliases: bfloat16 is bf16")
+want(e["zero_optimization"]["offload_optimizer"]["device"] == "cpu", "aliases: cpu_offload")
+want(e["zero_optimization"]["offload_param"]["device"] == "cpu", "aliases: cpu_offload_param")
+want("bfloat16 read as bf16" in t, "aliases: said")
+e, t = run("factory_z3_offload_bf16", 2)
+want(e["zero_optimization"]["stage"] == 3, "factory: stage 3")
+for f in fails: print("FAILED:", f, file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
+echo "train_gpt: $(ls "$shapes" | wc -l) real-world-shaped configs run unedited at 1 and 2 ranks with DeepSpeed's settings"

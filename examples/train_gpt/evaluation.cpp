@@ -7,40 +7,75 @@
 
 namespace strata::train_gpt {
 
+namespace {
+// Per-rank sums, combined on every rank in rank order (in double, so that the figure does not
+// depend on the rank count beyond rounding): the doubles travel as raw bytes in an all-gather.
+// Token accuracy and exact match are sums of per-rank fractions: their mean over the global
+// batches is sum / (batches x ranks).
+struct EvalSums {
+  double loss = 0.0, counted = 0.0, token = 0.0, exact = 0.0;
+};
+static_assert(sizeof(EvalSums) == 8 * sizeof(float));
+
+Result<EvalSums> combine(const Run& run, const EvalSums& mine) {
+  if (run.ranks() == 1) return mine;
+  std::vector<EvalSums> all(size_t(run.ranks()));
+  STRATA_RETURN_IF_ERROR(run.world.all_gather(&mine, all.data(), 8, DType::kF32));
+  EvalSums t;
+  for (const EvalSums& r : all) {
+    t.loss += r.loss;
+    t.counted += r.counted;
+    t.token += r.token;
+    t.exact += r.exact;
+  }
+  return t;
+}
+}  // namespace
+
 Result<Evaluation> evaluate(const Run& run) {
-  Evaluation e;
   const model::AdditionTask* task = run.task();
   const int64_t B = run.batch(), T = run.seq(), V = run.cfg().vocab;
   const int64_t batches = run.data.val_batches();
+  const int64_t rank = run.world.rank();
   std::vector<int32_t> tokens(size_t(B * T)), targets(tokens.size());
   std::vector<float> logits;
-  double loss_sum = 0.0;
-  int64_t counted = 0;
+  EvalSums mine;
+  // Each rank evaluates its rows of every global validation batch (TrainData::val_batch), as
+  // llm.c shards its validation; the sums are combined over the ranks.
   for (int64_t i = 0; i < batches; ++i) {
-    STRATA_RETURN_IF_ERROR(run.data.val_batch(i, tokens.data(), targets.data()));
+    STRATA_RETURN_IF_ERROR(
+        run.data.val_batch(i, static_cast<int>(rank), tokens.data(), targets.data()));
     // (the ZeRO step gathers the blocks a stage-3 model does not hold)
     STRATA_RETURN_IF_ERROR(
         run.session.step().forward_inference(tokens.data(), task ? nullptr : targets.data()));
-    if (!task) {
-      loss_sum += static_cast<double>(run.gpt.mean_loss());
-      ++counted;
+    if (!task) {  // the batch's mean over its targets, weighted by them
+      int64_t n = 0;
+      for (int32_t t : targets) n += t >= 0 ? 1 : 0;
+      mine.loss += static_cast<double>(run.gpt.mean_loss()) * double(n);
+      mine.counted += double(n);
       continue;
     }
     STRATA_RETURN_IF_ERROR(run.gpt.logits_to_host(logits));
     const auto a = model::AdditionTask::accuracy(logits, V, targets.data(), B, T);
-    e.token += a.token / double(batches);
-    e.exact_match += a.exact_match / double(batches);
+    mine.token += a.token;
+    mine.exact += a.exact_match;
     for (int64_t r = 0; r < B * T; ++r) {
       if (targets[size_t(r)] < 0) continue;
       const float* row = logits.data() + r * V;
       double top = row[0], sum = 0.0;
       for (int64_t v = 1; v < V; ++v) top = std::max(top, double(row[v]));
       for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
-      loss_sum += top + std::log(sum) - double(row[targets[size_t(r)]]);
-      ++counted;
+      mine.loss += top + std::log(sum) - double(row[targets[size_t(r)]]);
+      mine.counted += 1.0;
     }
   }
-  e.val_loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  STRATA_ASSIGN_OR_RETURN(const EvalSums all, combine(run, mine));
+  Evaluation e;
+  e.val_loss = all.counted > 0 ? all.loss / all.counted : 0.0;
+  if (batches > 0) {
+    e.token = all.token / double(batches * run.ranks());
+    e.exact_match = all.exact / double(batches * run.ranks());
+  }
   return e;
 }
 

@@ -37,6 +37,7 @@ LrSchedule schedule_of(const Flags& f) {
   s.min_lr = f.lr_min;
   s.warmup = f.warmup;
   s.steps = f.lr_decay_steps > 0 ? f.lr_decay_steps : f.steps;
+  s.decay_given = f.lr_decay_steps > 0;
   s.kind = f.lr_schedule;
   s.warmup_kind = f.warmup_type;
   return s;

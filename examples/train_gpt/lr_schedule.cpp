@@ -19,9 +19,9 @@ Status check_schedule(const LrSchedule& s) {
     return make_error(ErrorCode::kConfig, "--lr-min ", s.min_lr, " is above --lr ", s.lr,
                       " (use a floor from 0 to the peak rate)");
   }
-  if (s.warmup > s.steps) {
-    return make_error(ErrorCode::kConfig, "--warmup ", s.warmup, " is longer than the schedule's ",
-                      s.steps, " steps (--steps, or --lr-decay-steps; use a shorter warm-up)");
+  if (s.warmup > s.steps && s.decay_given && s.kind != "constant") {
+    return make_error(ErrorCode::kConfig, "--warmup ", s.warmup, " is longer than the decay's ",
+                      s.steps, " steps (--lr-decay-steps; use a shorter warm-up)");
   }
   return ok_status();
 }
@@ -34,7 +34,8 @@ double lr_at(const LrSchedule& s, int64_t step) {
     return s.lr * x / w;
   }
   if (s.kind == "constant" || s.steps == s.warmup) return s.lr;
-  const double progress = std::min(1.0, (x - w) / (static_cast<double>(s.steps) - w));
+  // llm.c's alignment: step W + 1 starts the decay at the peak (its 0-based step W).
+  const double progress = std::clamp((x - 1.0 - w) / (static_cast<double>(s.steps) - w), 0.0, 1.0);
   if (s.kind == "cosine") {
     return s.min_lr + (s.lr - s.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   }

@@ -110,7 +110,7 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   if (!m.resume_dir.empty()) {
     STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, cfg));
   }
-  resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0));
+  resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0), cfg.channels);
   // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
   // below L so that something moves).
   const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval

@@ -24,6 +24,12 @@ void print_banner(const Run& run) {
               run.dev.name().c_str(), static_cast<long long>(f.batch),
               static_cast<long long>(run.seq()),
               static_cast<long long>(run.gpt.checkpoint_interval()));
+  const long long global = static_cast<long long>(f.batch * f.grad_accum * run.ranks());
+  std::printf(
+      "batch: micro-batch %lld x accumulation %lld x %d rank%s = global batch %lld sequences "
+      "(%lld tokens)\n",
+      static_cast<long long>(f.batch), static_cast<long long>(f.grad_accum), run.ranks(),
+      run.ranks() > 1 ? "s" : "", global, global * static_cast<long long>(run.seq()));
   if (!f.config.empty()) {
     std::printf("config: %s, in effect: %s\n", f.config.c_str(),
                 effective_config(f).dump().c_str());
@@ -35,8 +41,7 @@ void print_banner(const Run& run) {
     std::printf(
         "zero: stage %d over %d ranks (%s), global batch %lld; per rank: %lld bytes of 16-bit "
         "params, %lld of grads, %lld of fp32 optimizer state (DESIGN.md §1)\n",
-        f.zero_stage, run.ranks(), std::string(run.world.backend()).c_str(),
-        static_cast<long long>(f.batch * run.ranks()),
+        f.zero_stage, run.ranks(), std::string(run.world.backend()).c_str(), global,
         static_cast<long long>(ms.ok() ? ms->params16 : 0),
         static_cast<long long>(ms.ok() ? ms->grads16 : 0),
         static_cast<long long>(ms.ok() ? ms->optimizer : 0));

@@ -47,7 +47,8 @@ assert len(steps) == 80
 W, N, lr, lo = 10, 80, 3e-3, 3e-4
 for r in steps:
     s = r["step"]
-    want = lr * s / W if s <= W else lo + (lr - lo) * 0.5 * (1 + math.cos(math.pi * (s - W) / (N - W)))
+    # llm.c's alignment: its 0-based step s - 1 (the decay starts at the peak on step W + 1).
+    want = lr * s / W if s <= W else lo + (lr - lo) * 0.5 * (1 + math.cos(math.pi * (s - 1 - W) / (N - W)))
     assert abs(r["lr"] - want) <= 1e-7 * lr, (s, r["lr"], want)
 print("val loss %.3f -> %.3f; lr schedule as computed" % (vals[0]["val_loss"], vals[-1]["val_loss"]))
 PY

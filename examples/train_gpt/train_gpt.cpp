@@ -88,13 +88,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return e.get_exit_code();
   }
+  // The ranks first: a DeepSpeed config's batch arithmetic counts them.
+  auto world_r = train_gpt::open_communicator(f);
+  if (!world_r.ok()) return fail(world_r.status());
+  comm::Communicator& world = *world_r.value();
+  const int rank = world.rank(), ranks = world.size();
+  const bool lead = rank == 0;  // rank 0 prints
   // --config: a DeepSpeed JSON config under the flags given beside it.
   train_gpt::ConfigDeferred deferred;
+  train_gpt::ConfigReport config_report;
   if (!f.config.empty()) {
     auto given = [&app](const std::string& flag) { return app.count(flag) > 0; };
-    if (Status st = train_gpt::apply_config(f.config, f, deferred, given); !st.ok()) {
+    if (Status st = train_gpt::apply_config(f.config, f, deferred, given, ranks, config_report);
+        !st.ok()) {
       return fail(st);
     }
+    if (lead) std::printf("%s", train_gpt::describe(config_report).c_str());
   }
   if (Status st = train_gpt::check_flags(f); !st.ok()) return fail(st);
   auto source = train_gpt::parse_data(f);
@@ -111,11 +120,6 @@ int main(int argc, char** argv) {
     return fail(st);
   }
   if (Status st = train_gpt::make_checkpoint_dir(f); !st.ok()) return fail(st);
-  auto world_r = train_gpt::open_communicator(f);
-  if (!world_r.ok()) return fail(world_r.status());
-  comm::Communicator& world = *world_r.value();
-  const int rank = world.rank(), ranks = world.size();
-  const bool lead = rank == 0;  // rank 0 prints
   // Past this point every rank must stop together: a failing rank ends the whole job.
   auto die = [&](const Status& st) -> int {
     fail(st, ranks > 1 ? rank : -1);

@@ -9,6 +9,9 @@
 #      goal, as the single-rank trainer does (scripts/demo's goal, 0.95, within 1500 steps).
 #   3. a model over --gpu-memory-limit is refused at stage 0 and trains at stage 3.
 #   4. stage 2 with --delayed-update still learns the task (to 0.6 within 1500 steps).
+#   5. the validation loss on token data is sharded over the ranks (llm.c's validation): at 2
+#      ranks of --batch 2 it equals the 1-rank figure of --batch 4 on the same weights (--lr 0),
+#      at stages 0 and 3.
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -97,3 +100,25 @@ if run2 "${common[@]}" --zero-stage 2 --offload-param cpu >"$scratch/param2.txt"
   exit 1
 fi
 echo "train_gpt: --offload-param at stage 2 is refused: $(grep -m1 -- --offload-param "$scratch/param2.txt")"
+
+# 5. Validation sharded over the ranks: the same global batches, the same figure.
+python3 - "$scratch" <<'PY'
+import random, struct, sys
+random.seed(11)
+for name, n in (("tok_train.bin", 6000), ("tok_val.bin", 3000)):
+    t = [random.randrange(97) for _ in range(n)]
+    h = [20240520, 1, len(t)] + [0] * 253
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(struct.pack("<256i", *h) + struct.pack("<%dH" % len(t), *t))
+PY
+tok=(--data "$scratch/tok_train.bin" --val-data "$scratch/tok_val.bin" --vocab 128 --seq-len 16
+     --layers 2 --channels 32 --steps 1 --val-every 1 --val-batches 6 --lr 0 --precision fp32)
+for stage in 0 3; do
+  "$train" --device cpu "${tok[@]}" --batch 4 --zero-stage "$stage" | grep '^val' >"$scratch/val1-$stage.txt"
+  run2 "${tok[@]}" --batch 2 --zero-stage "$stage" | grep '^val' >"$scratch/val2-$stage.txt"
+  if [ ! -s "$scratch/val1-$stage.txt" ] || ! diff "$scratch/val1-$stage.txt" "$scratch/val2-$stage.txt"; then
+    echo "FAILED: stage $stage: the validation loss at 2 ranks differs from 1 rank's" >&2
+    exit 1
+  fi
+done
+echo "train_gpt: the validation loss at 2 ranks equals 1 rank's (stages 0 and 3): $(cat "$scratch/val1-0.txt")"
