@@ -99,6 +99,8 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.adam.beta1 = f.beta1;
   c.adam.beta2 = f.beta2;
   c.adam.eps = f.eps;
+  c.adam.mode = f.adam_mode == "adam" ? cpu::AdamMode::kAdam : cpu::AdamMode::kAdamW;
+  c.adam.bias_correction = !f.no_bias_correction;
   c.gpu_memory_limit = f.gpu_memory_limit;
   c.host_memory_limit = f.host_memory_limit;
   c.nvme_block_size = f.nvme_block_size;

@@ -269,25 +269,20 @@ Status resolve_batch(Ctx& c, int ranks) {
 }
 
 // optimizer.params.adam_w_mode: DeepSpeed runs type AdamW decoupled whatever it says; type Adam
-// with adam_w_mode false adds the decay to the gradient (L2), which strata's Adam does not do
-// (the same when the decay is 0).
-Status check_adam_mode(const json& j, const Flags& f) {
-  if (!j.contains("optimizer") || !j["optimizer"].is_object()) return ok_status();
-  const json& o = j["optimizer"];
-  const json params = o.value("params", json::object());
-  if (!params.is_object() || !params.contains("adam_w_mode") || params["adam_w_mode"] != false) {
-    return ok_status();
-  }
-  std::string type = o.value("type", "");
+// with adam_w_mode false adds the decay to the gradient (L2): --adam-mode adam.
+void apply_adam_mode(const json& j, Ctx& c) {
+  if (!j.contains("optimizer") || !j["optimizer"].is_object()) return;
+  const json& t = j["optimizer"].value("type", json());
+  std::string type = t.is_string() ? t.get<std::string>() : "";
   std::transform(type.begin(), type.end(), type.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (type == "adamw" || f.weight_decay == 0.0f) return ok_status();
-  return make_error(ErrorCode::kConfig,
-                    "optimizer.params.adam_w_mode = false is not accepted with type Adam and "
-                    "weight_decay ",
-                    f.weight_decay,
-                    " (the L2 decay added to the gradient; strata's Adam decays the weights, as "
-                    "AdamW: use type AdamW, or weight_decay 0)");
+  if (c.given("--adam-mode")) return;
+  if (type == "adamw" && !c.adam_w_mode) {
+    c.report.ignored.push_back(
+        "optimizer.params.adam_w_mode (type AdamW decays decoupled whatever it says, as in "
+        "DeepSpeed)");
+  }
+  c.f.adam_mode = type == "adam" && !c.adam_w_mode ? "adam" : "adamw";
 }
 
 }  // namespace
@@ -334,7 +329,7 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
   walk(j, "", c, p);
   apply_defaults(j, c);
   p.add(resolve_batch(c, ranks));
-  p.add(check_adam_mode(j, f));
+  apply_adam_mode(j, c);
   if (!p.lines.empty()) {
     std::ostringstream os;
     os << "--config " << path << ": ";
@@ -440,12 +435,14 @@ json effective_config(const Flags& f) {
   }
   j["zero_optimization"] = z;
   j["activation_checkpointing"] = {{"cpu_checkpointing", f.offload_activations != "none"}};
-  j["optimizer"] = {{"type", "AdamW"},
+  j["optimizer"] = {{"type", f.adam_mode == "adam" ? "Adam" : "AdamW"},
                     {"params",
                      {{"lr", num(f.lr)},
                       {"betas", {num(f.beta1), num(f.beta2)}},
                       {"eps", num(f.eps)},
-                      {"weight_decay", num(f.weight_decay)}}}};
+                      {"weight_decay", num(f.weight_decay)},
+                      {"adam_w_mode", f.adam_mode != "adam"},
+                      {"bias_correction", !f.no_bias_correction}}}};
   const char* type = f.lr_schedule == "cosine"   ? "WarmupCosineLR"
                      : f.lr_schedule == "linear" ? "WarmupDecayLR"
                                                  : "WarmupLR";

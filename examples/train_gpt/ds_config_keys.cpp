@@ -233,13 +233,20 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
   };
   t["optimizer.params.eps"] = num_flag("--eps", &Flags::eps, 1e-30, 1.0);
   t["optimizer.params.weight_decay"] = num_flag("--weight-decay", &Flags::weight_decay, 0.0, 1.0);
-  // Checked with the optimizer's type and weight decay after the walk (ds_config.cpp).
+  // Applied with the optimizer's type after the walk (ds_config.cpp): DeepSpeed runs type AdamW
+  // decoupled whatever adam_w_mode says.
   t["optimizer.params.adam_w_mode"] = [](const json& v, Ctx& c) -> Status {
     bool on = true;
-    return read_bool(v, c, on);
+    STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
+    c.adam_w_mode = on;
+    return ok_status();
   };
-  t["optimizer.params.bias_correction"] =
-      fixed(true, "strata's Adam always corrects the moments' bias");
+  t["optimizer.params.bias_correction"] = [](const json& v, Ctx& c) -> Status {
+    bool on = true;
+    STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
+    if (!c.given("--no-bias-correction")) c.f.no_bias_correction = !on;
+    return ok_status();
+  };
 }
 
 void add_scheduler(std::map<std::string, Handler>& t) {

@@ -33,6 +33,7 @@ struct Ctx {
   int64_t reduce_bucket = -1;  // elements
   // The batch keys as given (-1: absent; "auto" filled in counts as given).
   int64_t micro = -1, accum = -1, global = -1;
+  bool adam_w_mode = true;  // optimizer.params.adam_w_mode
 
   // "key = value is not accepted (accepted)".
   Status bad(const json& value, const std::string& accepted) const;

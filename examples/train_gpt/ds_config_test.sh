@@ -119,6 +119,12 @@ want(e["bf16"]["enabled"], "aliases: bfloat16 is bf16")
 want(e["zero_optimization"]["offload_optimizer"]["device"] == "cpu", "aliases: cpu_offload")
 want(e["zero_optimization"]["offload_param"]["device"] == "cpu", "aliases: cpu_offload_param")
 want("bfloat16 read as bf16" in t, "aliases: said")
+# DeepSpeed's CPU Adam variants: type Adam with adam_w_mode false (L2), no bias correction.
+e, t = run("adam_l2_nobias", 2)
+o = e["optimizer"]
+want(o["type"] == "Adam" and not o["params"]["adam_w_mode"] and not o["params"]["bias_correction"], "adam: L2, no bias correction")
+e, t = run("legacy_aliases", 1)
+want(e["optimizer"]["params"]["adam_w_mode"] and "optimizer.params.adam_w_mode (type AdamW" in t, "aliases: AdamW stays decoupled")
 e, t = run("factory_z3_offload_bf16", 2)
 want(e["zero_optimization"]["stage"] == 3, "factory: stage 3")
 for f in fails: print("FAILED:", f, file=sys.stderr)

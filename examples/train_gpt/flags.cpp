@@ -50,6 +50,10 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
   }
+  if (f.adam_mode != "adamw" && f.adam_mode != "adam") {
+    return make_error(ErrorCode::kConfig, "--adam-mode '", f.adam_mode,
+                      "' is not accepted (use adamw or adam)");
+  }
   if (f.loss_scale != "dynamic") {
     char* end = nullptr;
     const double v = std::strtod(f.loss_scale.c_str(), &end);
@@ -275,7 +279,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--lr", f.lr, "Adam learning rate")
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decoupled weight decay")
+  app.add_option("--weight-decay", f.weight_decay,
+                 "weight decay (decoupled with --adam-mode adamw, L2 with adam)")
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   app.add_option("--beta1", f.beta1, "Adam beta1")
@@ -287,6 +292,12 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--eps", f.eps, "Adam epsilon")
       ->check(CLI::Range(1e-30f, 1.0f))
       ->capture_default_str();
+  app.add_option("--adam-mode", f.adam_mode,
+                 "adamw (the weight decay decoupled: p -= lr*wd*p) or adam (the decay added to "
+                 "the gradient as L2: DeepSpeed's adam_w_mode false)")
+      ->capture_default_str();
+  app.add_flag("--no-bias-correction", f.no_bias_correction,
+               "Adam without bias correction of its moments (DeepSpeed's bias_correction false)");
   app.add_option("--lr-schedule", f.lr_schedule,
                  "constant|cosine|linear: after the warm-up, --lr held, or decayed to --lr-min "
                  "at the last step (cosine, or linear)")

@@ -44,6 +44,9 @@ struct Flags {
   int64_t seq_len = 0, vocab = 0;  // 0: the data's
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  std::string adam_mode = "adamw";  // adamw: decoupled decay; adam: the decay as L2 (DeepSpeed's
+                                    // adam_w_mode false)
+  bool no_bias_correction = false;
   int64_t warmup = 0;
   std::string lr_schedule = "constant", warmup_type = "linear";
   float lr_min = 0.0f;

@@ -98,6 +98,8 @@ struct ZCase {
   double param_gpu_fraction = 0.0;           // --param-gpu-fraction
   Home offload_activations = Home::kDevice;  // --offload-activations
   bool expect_error = false;  // Session::create must refuse the case (ZRun::error says why)
+  cpu::AdamMode adam_mode = cpu::AdamMode::kAdamW;  // kAdam: the decay as L2 on the gradient
+  bool bias_correction = true;
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
   int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
@@ -175,6 +177,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.schedule = c.serial ? Schedule::kSerial : Schedule::kPlanned;
   config.adam.lr = 3e-3f;
   config.adam.weight_decay = 0.01f;
+  config.adam.mode = c.adam_mode;
+  config.adam.bias_correction = c.bias_correction;
   config.grad_clip = c.grad_clip;
   config.loss_scaling = c.loss_scaling;
   if (c.nvme_fraction > 0.0) {
@@ -358,7 +362,9 @@ std::string describe(const ZCase& c) {
          (c.stage == 3 ? " offload-param " + std::string(kHomeNames[int(c.offload_param)]) +
                              " param-gpu-fraction " + std::to_string(c.param_gpu_fraction)
                        : "") +
-         " offload-activations " + kHomeNames[int(c.offload_activations)];
+         " offload-activations " + kHomeNames[int(c.offload_activations)] +
+         (c.adam_mode == cpu::AdamMode::kAdam ? " adam (L2)" : "") +
+         (c.bias_correction ? "" : " no bias correction");
 }
 
 struct Store {
@@ -752,6 +758,40 @@ TEST(ZeroStep, OneRankGivesTheBitsOfTheSerialStep) {
       c.gpu_fraction = k >= 6 ? 0.5 : 0.0;    // stages 2 and 3: half of it there
       SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip));
       expect_same_bits(serial, train(*local, c, nullptr));
+    }
+  }
+}
+
+// DeepSpeed's Adam variants (adam_w_mode false: the decay as L2 on the gradient; no bias
+// correction): one rank gives the serial step's bits at every stage, with the optimizer on the
+// CPU and on the device, and every stage over the world's ranks gives stage 0's. Each variant
+// trains differently from the default AdamW (the setting reaches the optimizer).
+TEST(ZeroStep, AdamVariantsGiveTheBitsOfTheSerialStepAndOfStageZero) {
+  auto local = comm::create_local_comm();
+  comm::Communicator& comm = world();
+  const ZRun adamw = train(*local, ZCase{}, nullptr);
+  for (int v = 0; v < 3; ++v) {
+    ZCase variant;
+    variant.adam_mode = v == 1 ? cpu::AdamMode::kAdamW : cpu::AdamMode::kAdam;
+    variant.bias_correction = v == 0;
+    ZCase ref = variant;
+    ref.serial = true;
+    const ZRun serial = train(*local, ref, nullptr);
+    EXPECT_NE(serial.params, adamw.params) << describe(variant);
+    for (int k = 0; k < 5; ++k) {
+      ZCase c = variant;
+      c.stage = k % 4;
+      c.device_optimizer = k == 4;
+      SCOPED_TRACE(describe(c) + " one rank");
+      expect_same_bits(serial, train(*local, c, nullptr));
+    }
+    const ZRun stage0 = train(comm, variant, nullptr);
+    for (int k = 1; k < 5; ++k) {
+      ZCase c = variant;
+      c.stage = k % 4;
+      c.device_optimizer = k == 4;
+      SCOPED_TRACE(describe(c) + " all ranks");
+      expect_same_bits(stage0, train(comm, c, nullptr));
     }
   }
 }
