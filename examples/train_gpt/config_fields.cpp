@@ -101,6 +101,9 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.adam.eps = f.eps;
   c.adam.mode = f.adam_mode == "adam" ? cpu::AdamMode::kAdam : cpu::AdamMode::kAdamW;
   c.adam.bias_correction = !f.no_bias_correction;
+  c.decay_on = f.weight_decay_on == "matrices"       ? model::DecayRule::kMatrices
+               : f.weight_decay_on == "no-bias-norm" ? model::DecayRule::kNoBiasNorm
+                                                     : model::DecayRule::kAll;
   c.gpu_memory_limit = f.gpu_memory_limit;
   c.host_memory_limit = f.host_memory_limit;
   c.nvme_block_size = f.nvme_block_size;

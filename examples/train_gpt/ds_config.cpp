@@ -442,7 +442,8 @@ json effective_config(const Flags& f) {
                       {"eps", num(f.eps)},
                       {"weight_decay", num(f.weight_decay)},
                       {"adam_w_mode", f.adam_mode != "adam"},
-                      {"bias_correction", !f.no_bias_correction}}}};
+                      {"bias_correction", !f.no_bias_correction}}},
+                    {"weight_decay_on", f.weight_decay_on}};
   const char* type = f.lr_schedule == "cosine"   ? "WarmupCosineLR"
                      : f.lr_schedule == "linear" ? "WarmupDecayLR"
                                                  : "WarmupLR";

@@ -232,7 +232,17 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
     return ok_status();
   };
   t["optimizer.params.eps"] = num_flag("--eps", &Flags::eps, 1e-30, 1.0);
-  t["optimizer.params.weight_decay"] = num_flag("--weight-decay", &Flags::weight_decay, 0.0, 1.0);
+  // Hugging Face's rule goes with a config's weight decay: biases and norm weights take none.
+  t["optimizer.params.weight_decay"] = [set = num_flag("--weight-decay", &Flags::weight_decay, 0.0,
+                                                       1.0)](const json& v, Ctx& c) -> Status {
+    STRATA_RETURN_IF_ERROR(set(v, c));
+    if (!c.given("--weight-decay-on")) {
+      c.f.weight_decay_on = "no-bias-norm";
+      c.fill("weight decay on", "no-bias-norm",
+             "Hugging Face's Trainer: no biases, no norm weights");
+    }
+    return ok_status();
+  };
   // Applied with the optimizer's type after the walk (ds_config.cpp): DeepSpeed runs type AdamW
   // decoupled whatever adam_w_mode says.
   t["optimizer.params.adam_w_mode"] = [](const json& v, Ctx& c) -> Status {

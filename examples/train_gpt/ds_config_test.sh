@@ -22,7 +22,7 @@ common=(--steps 30 --val-every 15 --log-every 1 --target-accuracy 1.0 --layers 4
 run2 "${common[@]}" --config "$configs/zero2_cpu_offload.json" | strip >"$scratch/z2-config.txt"
 run2 "${common[@]}" --batch 16 --grad-clip 1.0 --precision bf16 --zero-stage 2 \
   --bucket-mb 0.95367431640625 --offload-optimizer cpu --lr 3e-3 --beta1 0.9 --beta2 0.95 \
-  --eps 1e-8 --weight-decay 0.01 --lr-schedule cosine --warmup 20 --lr-decay-steps 400 \
+  --eps 1e-8 --weight-decay 0.01 --weight-decay-on no-bias-norm --lr-schedule cosine --warmup 20 --lr-decay-steps 400 \
   --lr-min 3e-4 --warmup-type linear | strip >"$scratch/z2-flags.txt"
 # ZeRO-3, parameters and optimizer state on NVMe, activation checkpoints in host RAM.
 sed "s#\"/tmp\"#\"$scratch/nvme\"#g" "$configs/zero3_nvme_offload.json" >"$scratch/z3.json"
@@ -87,6 +87,7 @@ want(abs(e["optimizer"]["params"]["lr"] - 5e-5) < 1e-12, "hf2: lr auto = 5e-5")
 want(e["gradient_clipping"] == 1.0, "hf2: clipping auto = 1.0")
 want(e["scheduler"]["params"]["warmup_num_steps"] == 0, "hf2: warm-up auto = 0")
 want("fp16 (disabled" in t, "hf2: the disabled fp16 section is said to be ignored")
+want(e["optimizer"]["weight_decay_on"] == "no-bias-norm", "hf2: Hugging Face's weight-decay rule")
 want("zero_optimization.allgather_bucket_size" in t, "hf2: the ignored keys are listed")
 # ZeRO-3 template: total_num_steps auto = the run's steps; parameters in host RAM.
 e, t = run("hf_zero3_auto", 2)

@@ -50,6 +50,11 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
   }
+  if (f.weight_decay_on != "all" && f.weight_decay_on != "matrices" &&
+      f.weight_decay_on != "no-bias-norm") {
+    return make_error(ErrorCode::kConfig, "--weight-decay-on '", f.weight_decay_on,
+                      "' is not accepted (use all, matrices or no-bias-norm)");
+  }
   if (f.adam_mode != "adamw" && f.adam_mode != "adam") {
     return make_error(ErrorCode::kConfig, "--adam-mode '", f.adam_mode,
                       "' is not accepted (use adamw or adam)");
@@ -296,6 +301,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "adamw (the weight decay decoupled: p -= lr*wd*p) or adam (the decay added to "
                  "the gradient as L2: DeepSpeed's adam_w_mode false)")
       ->capture_default_str();
+  app.add_option("--weight-decay-on", f.weight_decay_on,
+                 "all (every parameter: llm.c's CPU trainer), matrices (the 2-D weights: llm.c's "
+                 "GPU trainer, train_gpt2.py) or no-bias-norm (all but biases and LayerNorm "
+                 "weights: Hugging Face's Trainer)")
+      ->capture_default_str();
   app.add_flag("--no-bias-correction", f.no_bias_correction,
                "Adam without bias correction of its moments (DeepSpeed's bias_correction false)");
   app.add_option("--lr-schedule", f.lr_schedule,
@@ -324,9 +334,10 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--data-order", f.data_order,
-                 "sequential|shuffled: token data in llm.c's order (consecutive windows of "
-                 "B*T+1 tokens advancing by B*T, shard after shard), or T+1-token windows of "
-                 "every shard in a permutation drawn per epoch from --seed")
+                 "sequential|shuffled: token data in llm.c's unshuffled order (consecutive "
+                 "windows of B*T+1 tokens advancing by B*T, shard after shard; llm.c itself "
+                 "shuffles by default), or T+1-token windows of every shard in a permutation "
+                 "drawn per epoch from --seed (strata's own)")
       ->capture_default_str();
   app.add_option("--grad-accum", f.grad_accum,
                  "micro-batches of --batch per step whose gradients add up before one update "

@@ -47,6 +47,7 @@ struct Flags {
   std::string adam_mode = "adamw";  // adamw: decoupled decay; adam: the decay as L2 (DeepSpeed's
                                     // adam_w_mode false)
   bool no_bias_correction = false;
+  std::string weight_decay_on = "all";  // all | matrices | no-bias-norm
   int64_t warmup = 0;
   std::string lr_schedule = "constant", warmup_type = "linear";
   float lr_min = 0.0f;

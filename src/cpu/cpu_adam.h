@@ -88,6 +88,16 @@ struct AdamConstants {
   bool decoupled_decay = false;  // apply decay (AdamW with weight decay)
 };
 
+// The same step's constants for parameters that take no weight decay (the decay rules of
+// model::DecayRule: biases and norm weights).
+inline AdamConstants without_decay(AdamConstants k) {
+  k.l2_decay = false;
+  k.decoupled_decay = false;
+  k.l2 = 0.0f;
+  k.decay = 1.0f;
+  return k;
+}
+
 struct CpuAdamOptions {
   Isa isa = detect_isa();
   int64_t chunk_numel = 1 << 16;  // fixed work unit (a multiple of 64)

@@ -36,6 +36,7 @@ void visit_fields(Config& c, Visit&& v) {
   v("weight_decay", c.adam.weight_decay);
   v("adam_mode", c.adam.mode);
   v("bias_correction", c.adam.bias_correction);
+  v("decay_on", c.decay_on);
   v("gpu_memory_limit", c.gpu_memory_limit);
   v("host_memory_limit", c.host_memory_limit);
   v("nvme_paths", c.nvme_paths);

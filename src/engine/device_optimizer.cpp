@@ -76,19 +76,26 @@ Status DeviceOptimizer::update(gpu::Stream& stream, const OffloadedOptimizer& op
                                const void* grads, void* out, DType dtype,
                                const cpu::AdamStep& step) {
   STRATA_ASSIGN_OR_RETURN(const cpu::AdamConstants k, optimizer.adam().constants(step));
+  const cpu::AdamConstants plain = cpu::without_decay(k);
   const int64_t n = optimizer.numel(p);
   float* state = state_[p].as<float>();
-  gpu::AdamArgs a;
-  a.params = state;
-  a.exp_avg = state + n;
-  a.exp_avg_sq = state + 2 * n;
-  a.grads = grads;
-  a.grad_dtype = dtype;
-  a.out16 = dtype == DType::kF32 ? nullptr : out;
-  a.out_dtype = dtype;
-  a.numel = n;
-  a.constants = k;
-  STRATA_RETURN_IF_ERROR(device_->kernels().adam_step(stream, a));
+  const size_t es = dtype_size(dtype);
+  // The decayed ranges with the step's constants, the rest without the decay.
+  STRATA_RETURN_IF_ERROR(
+      for_each_decay_segment(optimizer.decayed(p), n, [&](int64_t begin, int64_t end, bool decay) {
+        gpu::AdamArgs a;
+        a.params = state + begin;
+        a.exp_avg = state + n + begin;
+        a.exp_avg_sq = state + 2 * n + begin;
+        a.grads = static_cast<const std::byte*>(grads) + size_t(begin) * es;
+        a.grad_dtype = dtype;
+        a.out16 =
+            dtype == DType::kF32 ? nullptr : static_cast<std::byte*>(out) + size_t(begin) * es;
+        a.out_dtype = dtype;
+        a.numel = end - begin;
+        a.constants = decay ? k : plain;
+        return device_->kernels().adam_step(stream, a);
+      }));
   if (dtype != DType::kF32) return ok_status();
   return stream.copy(out, state, static_cast<size_t>(n) * 4, gpu::CopyKind::kDeviceToDevice);
 }

@@ -22,6 +22,7 @@
 #include "core/status.h"
 #include "cpu/cpu_adam.h"
 #include "engine/loss_scaler.h"
+#include "model/model.h"
 
 namespace strata::engine {
 
@@ -86,12 +87,13 @@ struct EngineConfig {
   float grad_clip = 1.0f;                    // the global norm's bound; 0: off
   LossScalerOptions loss_scaling;            // fp16 only (loss_scale 0: dynamic)
   cpu::AdamHyper adam;
-  uint64_t gpu_memory_limit = 0;        // bytes; 0: the device's pool
-  uint64_t host_memory_limit = 0;       // pinned bytes per rank; 0: no limit
-  std::vector<std::string> nvme_paths;  // the swap store's directories
-  uint64_t nvme_block_size = 1 << 20;   // bytes per request, a multiple of 4096
-  int nvme_queue_depth = 32;            // io_uring entries (1..4096)
-  int nvme_buffer_count = 3;            // pinned staging buffers per NVMe stream (1..64)
+  model::DecayRule decay_on = model::DecayRule::kAll;  // which parameters take weight decay
+  uint64_t gpu_memory_limit = 0;                       // bytes; 0: the device's pool
+  uint64_t host_memory_limit = 0;                      // pinned bytes per rank; 0: no limit
+  std::vector<std::string> nvme_paths;                 // the swap store's directories
+  uint64_t nvme_block_size = 1 << 20;                  // bytes per request, a multiple of 4096
+  int nvme_queue_depth = 32;                           // io_uring entries (1..4096)
+  int nvme_buffer_count = 3;  // pinned staging buffers per NVMe stream (1..64)
 
   bool delayed_update() const { return delayed_update_warmup >= 0; }
   // Where stage 3's shards live (kPinned unless set).

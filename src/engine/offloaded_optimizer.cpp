@@ -74,6 +74,7 @@ Result<OffloadedOptimizer> OffloadedOptimizer::create(std::vector<int64_t> parti
   const int64_t max_nvme = sp.max_nvme_numel;
   const uint64_t host_bytes = sp.host_bytes;
   opt.numel_ = std::move(partition_numel);
+  opt.decayed_.assign(opt.numel_.size(), std::nullopt);
   if (max_nvme > 0 && options.store == nullptr && !options.plan_only) {
     return make_error(ErrorCode::kConfig, "optimizer state on NVMe needs a swap store (",
                       ref(Field::kNvmePath), ")");
@@ -124,6 +125,24 @@ cpu::AdamBuffers OffloadedOptimizer::buffers_at(std::byte* base, size_t i,
   b.out_dtype = g.out_dtype;
   b.numel = n;
   return b;
+}
+
+Status OffloadedOptimizer::adam_step(size_t i, const cpu::AdamBuffers& b,
+                                     const cpu::AdamStep& step) const {
+  if (!decayed_[i]) return adam_.step(b, step);
+  STRATA_ASSIGN_OR_RETURN(const cpu::AdamConstants k, adam_.constants(step));
+  const cpu::AdamConstants plain = cpu::without_decay(k);
+  const size_t gsize = dtype_size(b.grad_dtype), osize = dtype_size(b.out_dtype);
+  return for_each_decay_segment(decayed_[i], b.numel, [&](int64_t begin, int64_t end, bool decay) {
+    cpu::AdamBuffers seg = b;
+    seg.params += begin;
+    seg.exp_avg += begin;
+    seg.exp_avg_sq += begin;
+    seg.grads = static_cast<const std::byte*>(b.grads) + size_t(begin) * gsize;
+    if (b.out16 != nullptr) seg.out16 = static_cast<std::byte*>(b.out16) + size_t(begin) * osize;
+    seg.numel = end - begin;
+    return adam_.update(seg, decay ? k : plain);
+  });
 }
 
 Status OffloadedOptimizer::refuse_plan_only() const {
@@ -210,7 +229,7 @@ Status OffloadedOptimizer::step_partition(size_t i, void* staging, const Partiti
   wait_hold(i);
   std::byte* base =
       on_nvme_[i] ? static_cast<std::byte*>(staging) : host_arena_.bytes() + host_offset_[i];
-  Status st = adam_.step(buffers_at(base, i, grad), step);
+  Status st = adam_step(i, buffers_at(base, i, grad), step);
   if (!st.ok()) return st.with_context("optimizer partition " + std::to_string(i));
   return st;
 }
@@ -257,7 +276,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
     if (on_nvme_[i]) continue;
     wait_hold(i);
     if (Status st =
-            adam_.step(buffers_at(host_arena_.bytes() + host_offset_[i], i, grads[i]), step);
+            adam_step(i, buffers_at(host_arena_.bytes() + host_offset_[i], i, grads[i]), step);
         !st.ok()) {
       return fail(st.with_context("optimizer partition " + std::to_string(i)));
     }
@@ -276,7 +295,7 @@ Status OffloadedOptimizer::step(std::span<const PartitionGrad> grads, const cpu:
     reads[s] = nvme::IoHandle();
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
     wait_hold(i);  // before the write-behind replaces what a checkpoint may still read
-    st = adam_.step(buffers_at(slots_[s].bytes(), i, grads[i]), step);
+    st = adam_step(i, buffers_at(slots_[s].bytes(), i, grads[i]), step);
     if (!st.ok()) return fail(st.with_context("optimizer partition " + std::to_string(i)));
     writes[s] = options_.store->write(key(i), slots_[s].data(), state_bytes_of(numel_[i]));
   }

@@ -30,6 +30,7 @@
 #include "core/status.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
+#include "engine/decay_ranges.h"
 #include "engine/partition_hold.h"
 #include "nvme/swap_store.h"
 
@@ -116,16 +117,22 @@ class OffloadedOptimizer {
   const OffloadedOptimizerOptions& options() const { return options_; }
   const cpu::CpuAdam& adam() const { return adam_; }
   cpu::CpuAdam& adam() { return adam_; }
+  // Weight decay on part of partition i only (decay_ranges.h; default: all of it).
+  void set_decayed(size_t i, DecayRanges ranges) { decayed_[i] = std::move(ranges); }
+  const DecayRanges& decayed(size_t i) const { return decayed_[i]; }
 
  private:
   OffloadedOptimizer(cpu::CpuAdam adam) : adam_(std::move(adam)) {}
   uint64_t key(size_t i) const { return options_.key_base + i; }
   cpu::AdamBuffers buffers_at(std::byte* base, size_t i, const PartitionGrad& g) const;
+  // CpuAdam's step on partition i's buffers, the decay on its decayed ranges only.
+  Status adam_step(size_t i, const cpu::AdamBuffers& b, const cpu::AdamStep& step) const;
   Status drain(std::vector<nvme::IoHandle>& handles);
 
   cpu::CpuAdam adam_;
   OffloadedOptimizerOptions options_;
   std::vector<int64_t> numel_;
+  std::vector<DecayRanges> decayed_;  // by partition
   std::vector<bool> on_nvme_;
   std::vector<uint64_t> host_offset_;  // byte offset in host_arena_ (RAM partitions)
   cpu::PinnedBuffer host_arena_;

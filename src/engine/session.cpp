@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "engine/decay_ranges.h"
 #include "engine/memory_budget.h"
 
 namespace strata::engine {
@@ -157,6 +158,16 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   STRATA_RETURN_IF_ERROR(check_optimizer_pinned(config, s->numel_, oo));
   STRATA_ASSIGN_OR_RETURN(s->optimizer_,
                           OffloadedOptimizer::create(s->numel_, cpu::CpuAdam(config.adam), oo));
+  // Weight decay on the parameters the rule names only (each partition's part of its block).
+  if (config.decay_on != model::DecayRule::kAll && config.adam.weight_decay != 0.0f) {
+    const std::vector<int64_t> blocks = partition_blocks(model);
+    for (size_t p = 0; p < blocks.size(); ++p) {
+      const BlockPartition& bp = s->parts_.block(size_t(blocks[p]));
+      const int64_t begin = config.zero_stage == 0 ? 0 : bp.owned_begin(rank);
+      s->optimizer_->set_decayed(
+          p, clip_ranges(model.decayed_ranges(blocks[p], config.decay_on), begin, s->numel_[p]));
+    }
+  }
   std::optional<StepScaling::State> restored;
   if (!inputs.plan_only) {
     STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(model, *s->optimizer_, s->parts_,

@@ -341,6 +341,25 @@ Status GptModel::backward() {
   return s.synchronize();
 }
 
+std::vector<ElementRange> GptModel::decayed_ranges(int64_t block, DecayRule rule) const {
+  TensorSpan t[12];
+  const int n = block == config_.layers ? shared_tensors(config_, t) : layer_tensors(config_, t);
+  std::vector<ElementRange> out;
+  for (int i = 0; i < n; ++i) {
+    // GPT-2's matrices (rows > 1: wte, wpe, qkvw, attprojw, fcw, fcprojw) are exactly the
+    // tensors that are neither a bias nor a LayerNorm weight, so both rules choose them.
+    const bool decayed = rule == DecayRule::kAll || t[i].rows > 1;
+    if (!decayed) continue;
+    const ElementRange r{t[i].offset, t[i].offset + t[i].numel};
+    if (!out.empty() && out.back().end == r.begin) {
+      out.back().end = r.end;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 GptModel::BlockCost GptModel::block_cost(int64_t block) const {
   const auto es = static_cast<int64_t>(dtype_size(config_.dtype));
   const auto n = static_cast<double>(shape_.batch * shape_.seq);

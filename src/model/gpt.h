@@ -75,6 +75,7 @@ class GptModel : public Model {
   const RunShape& shape() const override { return shape_; }
   gpu::Stream& stream() override { return *stream_; }
   ModelProbe probe() const override { return probe(config_); }
+  std::vector<ElementRange> decayed_ranges(int64_t block, DecayRule rule) const override;
   gpu::Device& device() const override { return device_; }
   // Effective checkpoint interval (K clamped to [1, L]; L when checkpointing is off).
   int64_t checkpoint_interval() const override { return k_; }

@@ -48,6 +48,16 @@ struct BlockCost {
   int64_t checkpoint_bytes = 0;  // one kept layer input [B,T,C]
 };
 
+// Which parameters take weight decay: every one (llm.c's CPU trainer), the weight matrices (2-D
+// tensors: llm.c's GPU trainer and train_gpt2.py), or all but biases and normalisation weights
+// (Hugging Face's Trainer). For GPT-2 the last two are the same tensors.
+enum class DecayRule { kAll, kMatrices, kNoBiasNorm };
+// Elements [begin, end) of a block.
+struct ElementRange {
+  int64_t begin = 0, end = 0;
+  bool operator==(const ElementRange&) const = default;
+};
+
 class Model;
 
 // Cut-down copies of a model for measuring it (the calibration's compute probe): make(device,
@@ -89,6 +99,8 @@ class Model {
   virtual size_t param_bytes() const = 0;
   virtual size_t grad_bytes() const = 0;
   virtual BlockCost block_cost(int64_t block) const = 0;
+  // The elements of the block that take weight decay under `rule` (sorted, disjoint, merged).
+  virtual std::vector<ElementRange> decayed_ranges(int64_t block, DecayRule rule) const = 0;
 
   // --- Activation checkpoints: segment s holds layers [segment_begin(s), segment_end(s)) ---
   virtual int64_t checkpoint_interval() const = 0;

@@ -178,6 +178,7 @@ EngineConfig unusual() {
   c.adam.weight_decay = 0.1f;
   c.adam.mode = cpu::AdamMode::kAdam;
   c.adam.bias_correction = false;
+  c.decay_on = model::DecayRule::kNoBiasNorm;
   c.gpu_memory_limit = uint64_t{80} << 30;
   c.host_memory_limit = (uint64_t{3} << 30) + 1;
   c.nvme_paths = {"/a b", "c,d"};
@@ -201,6 +202,7 @@ TEST(EngineConfig, JsonRoundTripKeepsEveryField) {
   EXPECT_EQ(back->nvme_paths, c.nvme_paths);
   EXPECT_EQ(back->offload_param, c.offload_param);
   EXPECT_EQ(back->adam.mode, c.adam.mode);
+  EXPECT_EQ(back->decay_on, c.decay_on);
   // The default config differs from it in every field the JSON holds.
   const nlohmann::json d = config_to_json(EngineConfig{}), u = config_to_json(c);
   for (const auto& [k, v] : u.items()) {

@@ -6,6 +6,9 @@
 //     and checkpoints of ranks 0..63 never meet);
 //   - what it refuses, in one line naming the field: a precision unlike the model's, a bad
 //     config (validate()); and a model on another device;
+//   - weight decay by rule: with zero gradients one step only decays, so after it exactly the
+//     tensors the rule names (worked out here from their names) are p * (1 - lr * wd) and the
+//     others unchanged, at stages 0 and 2;
 //   - what it reports: a step with a plan holds 16 bytes per parameter at stage 0 on one rank
 //     (ZeRO's 2 + 2 + 12, bf16) and its prediction is K times one micro-batch's for K
 //     micro-batches; the serial step has neither report nor prediction.
@@ -15,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "comm/local_comm.h"
@@ -22,6 +26,7 @@
 #include "gpu/cpu_device.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "model/param_layout.h"
 #include "model/synthetic_task.h"
 #include "scratch_dir.h"
 
@@ -130,6 +135,69 @@ TEST(Session, RefusesWhatOnlyItCanCheckNamingTheField) {
   auto other = gpu::create_cpu_device({}).value();
   r = Session::create(EngineConfig{}, *other, *one, *m, {});
   EXPECT_FALSE(r.ok());
+}
+
+TEST(Session, WeightDecayReachesExactlyTheTensorsItsRuleNames) {
+  auto dev = gpu::create_cpu_device({}).value();
+  const model::GptConfig cfg = small_config();
+  auto one = comm::create_local_comm();
+  // The rules by name: llm.c's 2-D weights; Hugging Face's all but biases and LayerNorm weights.
+  auto decays = [](model::DecayRule rule, const std::string& name) {
+    if (rule == model::DecayRule::kAll) return true;
+    if (rule == model::DecayRule::kMatrices) {
+      return name == "wte" || name == "wpe" || name == "qkvw" || name == "attprojw" ||
+             name == "fcw" || name == "fcprojw";
+    }
+    return name.back() != 'b' && name.rfind("ln", 0) != 0;
+  };
+  for (model::DecayRule rule :
+       {model::DecayRule::kAll, model::DecayRule::kMatrices, model::DecayRule::kNoBiasNorm}) {
+    for (int stage : {0, 2}) {
+      SCOPED_TRACE("rule " + std::to_string(int(rule)) + " stage " + std::to_string(stage));
+      EngineConfig config;
+      config.zero_stage = stage;
+      config.adam.lr = 0.01f;
+      config.adam.weight_decay = 0.1f;
+      config.decay_on = rule;
+      auto parts = Session::partition(config, model::GptModel::block_numels(cfg), 1).value();
+      auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0},
+                                       Session::block_storage(config, parts))
+                   .value();
+      SessionInputs inputs;
+      inputs.init = [&cfg](int64_t b, float* host) {
+        const std::vector<float> v = model::init_block(cfg, b, 5);
+        std::copy(v.begin(), v.end(), host);
+        return ok_status();
+      };
+      auto s = Session::create(config, *dev, *one, *m, inputs).value();
+      OffloadedOptimizer& opt = s->optimizer();
+      const std::vector<int64_t> blocks = partition_blocks(*m);
+      std::vector<std::vector<float>> before, zeros;
+      std::vector<PartitionGrad> grads;
+      for (size_t p = 0; p < opt.num_partitions(); ++p) {
+        const float* master = opt.master_params(p, nullptr);
+        before.emplace_back(master, master + opt.numel(p));
+        zeros.emplace_back(size_t(opt.numel(p)), 0.0f);
+      }
+      for (auto& z : zeros) grads.push_back({z.data(), DType::kF32, nullptr, DType::kBF16});
+      ASSERT_TRUE(opt.step(grads, cpu::AdamStep{1, 1.0f}).ok());
+      const float decay = static_cast<float>(1.0 - 0.01 * double(0.1f));
+      for (size_t p = 0; p < opt.num_partitions(); ++p) {
+        const int64_t b = blocks[p];
+        model::TensorSpan t[12];
+        const int n =
+            b == cfg.layers ? model::shared_tensors(cfg, t) : model::layer_tensors(cfg, t);
+        const float* after = opt.master_params(p, nullptr);
+        for (int i = 0; i < n; ++i) {
+          const bool d = decays(rule, t[i].name);
+          for (int64_t e = t[i].offset; e < t[i].offset + t[i].numel; ++e) {
+            const float want = d ? before[p][size_t(e)] * decay : before[p][size_t(e)];
+            ASSERT_EQ(after[e], want) << t[i].name << " element " << e - t[i].offset;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {

@@ -100,6 +100,7 @@ struct ZCase {
   bool expect_error = false;  // Session::create must refuse the case (ZRun::error says why)
   cpu::AdamMode adam_mode = cpu::AdamMode::kAdamW;  // kAdam: the decay as L2 on the gradient
   bool bias_correction = true;
+  model::DecayRule decay_on = model::DecayRule::kAll;
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
   int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
@@ -179,6 +180,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.adam.weight_decay = 0.01f;
   config.adam.mode = c.adam_mode;
   config.adam.bias_correction = c.bias_correction;
+  config.decay_on = c.decay_on;
   config.grad_clip = c.grad_clip;
   config.loss_scaling = c.loss_scaling;
   if (c.nvme_fraction > 0.0) {
@@ -364,7 +366,8 @@ std::string describe(const ZCase& c) {
                        : "") +
          " offload-activations " + kHomeNames[int(c.offload_activations)] +
          (c.adam_mode == cpu::AdamMode::kAdam ? " adam (L2)" : "") +
-         (c.bias_correction ? "" : " no bias correction");
+         (c.bias_correction ? "" : " no bias correction") +
+         (c.decay_on == model::DecayRule::kAll ? "" : " decay on matrices");
 }
 
 struct Store {
@@ -763,17 +766,19 @@ TEST(ZeroStep, OneRankGivesTheBitsOfTheSerialStep) {
 }
 
 // DeepSpeed's Adam variants (adam_w_mode false: the decay as L2 on the gradient; no bias
-// correction): one rank gives the serial step's bits at every stage, with the optimizer on the
-// CPU and on the device, and every stage over the world's ranks gives stage 0's. Each variant
-// trains differently from the default AdamW (the setting reaches the optimizer).
+// correction) and the weight decay on the matrices only (AdamW and L2): one rank gives the serial
+// step's bits at every stage, with the optimizer on the CPU and on the device, and every stage over
+// the world's ranks gives stage 0's. Each variant trains differently from the default AdamW (the
+// setting reaches the optimizer).
 TEST(ZeroStep, AdamVariantsGiveTheBitsOfTheSerialStepAndOfStageZero) {
   auto local = comm::create_local_comm();
   comm::Communicator& comm = world();
   const ZRun adamw = train(*local, ZCase{}, nullptr);
-  for (int v = 0; v < 3; ++v) {
+  for (int v = 0; v < 5; ++v) {
     ZCase variant;
-    variant.adam_mode = v == 1 ? cpu::AdamMode::kAdamW : cpu::AdamMode::kAdam;
-    variant.bias_correction = v == 0;
+    variant.adam_mode = v == 1 || v == 3 ? cpu::AdamMode::kAdamW : cpu::AdamMode::kAdam;
+    variant.bias_correction = v == 0 || v >= 3;
+    variant.decay_on = v >= 3 ? model::DecayRule::kMatrices : model::DecayRule::kAll;
     ZCase ref = variant;
     ref.serial = true;
     const ZRun serial = train(*local, ref, nullptr);
