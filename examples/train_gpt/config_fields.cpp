@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cstdlib>
+#include <map>
+#include <string>
 
 #include "nvme/swap_store.h"
 
@@ -56,10 +58,21 @@ engine::Home home(const std::string& value) {
 
 const FieldNames& field_names(Field field) { return kTable[static_cast<size_t>(field)]; }
 
+namespace {
+std::map<std::string, std::string>& config_keys() {
+  static std::map<std::string, std::string> keys;
+  return keys;
+}
+}  // namespace
+
+void name_config_keys(const std::map<std::string, std::string>& keys) { config_keys() = keys; }
+
 Status with_flag_names(const Status& st) {
   if (st.ok()) return st;
   return Status(st.code(), engine::render_fields(st.message(), [](Field f) {
-                  return std::string(field_names(f).flag);
+                  const std::string flag(field_names(f).flag);
+                  const auto k = config_keys().find(flag);
+                  return k == config_keys().end() ? flag : k->second + " (" + flag + ")";
                 }));
 }
 

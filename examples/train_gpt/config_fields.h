@@ -4,6 +4,7 @@
 // EngineConfig the flags describe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -21,8 +22,11 @@ struct FieldNames {
 // Every field, in engine::Field order.
 const FieldNames& field_names(engine::Field field);
 
-// `st` with the engine's field references as flags.
+// `st` with the engine's field references as flags; a flag a DeepSpeed config set (given to
+// name_config_keys once, from Flags::config_keys) as its key and the flag:
+// "zero_optimization.offload_optimizer.device (--offload-optimizer)".
 Status with_flag_names(const Status& st);
+void name_config_keys(const std::map<std::string, std::string>& keys);
 
 // The engine's settings from the flags (whose strings check_flags has accepted); kConfig naming
 // --nvme-path for a bad directory list.

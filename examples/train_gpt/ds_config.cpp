@@ -159,16 +159,19 @@ void apply_defaults(const json& j, Ctx& c) {
   const json oo = zero.is_object() ? zero.value("offload_optimizer", json::object()) : json();
   if (!has(oo, "device") && !old_optimizer && !c.given("--offload-optimizer")) {
     c.f.offload_optimizer = "none";
+    c.f.config_keys["--offload-optimizer"] = "zero_optimization.offload_optimizer.device";
     c.fill("zero_optimization.offload_optimizer.device", "none", kDsDefault);
   }
   const json op = zero.is_object() ? zero.value("offload_param", json::object()) : json();
   if (c.f.zero_stage == 3 && !has(op, "device") && !has(zero, "cpu_offload_param") &&
       !c.given("--offload-param")) {
     c.f.offload_param = "none";
+    c.f.config_keys["--offload-param"] = "zero_optimization.offload_param.device";
     c.fill("zero_optimization.offload_param.device", "none", kDsDefault);
   }
   if (!j.contains("gradient_clipping") && !c.given("--grad-clip")) {
     c.f.grad_clip = 0.0f;
+    c.f.config_keys["--grad-clip"] = "gradient_clipping";
     c.fill("gradient_clipping", 0.0, kDsDefault + ": no clipping");
   }
   if (j.contains("optimizer") && j["optimizer"].is_object()) {
@@ -261,6 +264,8 @@ Status resolve_batch(Ctx& c, int ranks) {
   }
   c.f.batch = micro;
   c.f.grad_accum = accum;
+  if (c.micro > 0 || c.global > 0) c.f.config_keys["--batch"] = "train_micro_batch_size_per_gpu";
+  if (c.accum > 0 || c.global > 0) c.f.config_keys["--grad-accum"] = "gradient_accumulation_steps";
   if (c.f.grad_accum > 1024) {
     return make_error(ErrorCode::kConfig, "gradient_accumulation_steps = ", c.f.grad_accum,
                       " (inferred from train_batch_size) is not accepted (1 to 1024)");
@@ -324,6 +329,7 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
   }
   if (!given("--precision") && !j.empty()) {
     f.precision = on16 ? "fp16" : onbf ? "bf16" : "fp32";
+    f.config_keys["--precision"] = on16 ? "fp16.enabled" : onbf ? "bf16.enabled" : "fp16/bf16";
     if (!on16 && !onbf) c.fill("precision", "fp32", kDsDefault + ": neither fp16 nor bf16 on");
   }
   walk(j, "", c, p);
@@ -345,6 +351,7 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
   if (c.reduce_bucket >= 0 && !given("--bucket-mb")) {
     const double bytes = f.precision == "fp32" ? 4.0 : 2.0;
     f.bucket_mb = static_cast<double>(c.reduce_bucket) * bytes / double(1 << 20);
+    f.config_keys["--bucket-mb"] = "zero_optimization.reduce_bucket_size";
   }
   if (c.cos_min_ratio >= 0.0 && !given("--lr-min")) {
     f.lr_min = static_cast<float>(c.cos_min_ratio * static_cast<double>(f.lr));

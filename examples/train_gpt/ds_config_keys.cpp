@@ -54,7 +54,10 @@ Handler int_flag(const char* flag, T Flags::*field, int64_t lo, int64_t hi) {
   return [=](const json& v, Ctx& c) -> Status {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, lo, hi, x));
-    if (!c.given(flag)) c.f.*field = static_cast<T>(x);
+    if (!c.given(flag)) {
+      c.f.*field = static_cast<T>(x);
+      c.set_by(flag);
+    }
     return ok_status();
   };
 }
@@ -63,7 +66,10 @@ Handler num_flag(const char* flag, T Flags::*field, double lo, double hi) {
   return [=](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, lo, hi, x));
-    if (!c.given(flag)) c.f.*field = static_cast<T>(x);
+    if (!c.given(flag)) {
+      c.f.*field = static_cast<T>(x);
+      c.set_by(flag);
+    }
     return ok_status();
   };
 }
@@ -72,7 +78,10 @@ Handler tier_flag(const char* flag, std::string Flags::*field) {
     if (!v.is_string() || (v != "none" && v != "cpu" && v != "nvme")) {
       return c.bad(v, "\"none\", \"cpu\" or \"nvme\"");
     }
-    if (!c.given(flag)) c.f.*field = v.get<std::string>();
+    if (!c.given(flag)) {
+      c.f.*field = v.get<std::string>();
+      c.set_by(flag);
+    }
     return ok_status();
   };
 }
@@ -93,7 +102,10 @@ Handler nvme_path() {
     }
     c.nvme = p;
     c.nvme_key = c.key;
-    if (!c.given("--nvme-path")) c.f.nvme_path = p;
+    if (!c.given("--nvme-path")) {
+      c.f.nvme_path = p;
+      c.set_by("--nvme-path");
+    }
     return ok_status();
   };
 }
@@ -114,7 +126,10 @@ Handler offload_bool(const char* flag, std::string Flags::*field) {
   return [=](const json& v, Ctx& c) -> Status {
     bool on = false;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given(flag)) c.f.*field = on ? "cpu" : "none";
+    if (!c.given(flag)) {
+      c.f.*field = on ? "cpu" : "none";
+      c.set_by(flag);
+    }
     return ok_status();
   };
 }
@@ -143,14 +158,20 @@ void add_zero(std::map<std::string, Handler>& t) {
   t[oo + "device"] = [tier = tier_flag("--offload-optimizer", &Flags::offload_optimizer)](
                          const json& v, Ctx& c) -> Status {
     STRATA_RETURN_IF_ERROR(tier(v, c));
-    if (v == "nvme" && !c.given("--optimizer-nvme-fraction")) c.f.nvme_fraction = 1.0;
+    if (v == "nvme" && !c.given("--optimizer-nvme-fraction")) {
+      c.f.nvme_fraction = 1.0;
+      c.set_by("--optimizer-nvme-fraction");
+    }
     return ok_status();
   };
   t[oo + "nvme_path"] = nvme_path();
   t[oo + "ratio"] = [](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1.0, x));
-    if (!c.given("--gpu-optimizer-fraction")) c.f.gpu_optimizer_fraction = 1.0 - x;
+    if (!c.given("--gpu-optimizer-fraction")) {
+      c.f.gpu_optimizer_fraction = 1.0 - x;
+      c.set_by("--gpu-optimizer-fraction");
+    }
     return ok_status();
   };
   t[oo + "buffer_count"] = int_flag("--nvme-buffer-count", &Flags::nvme_buffer_count, 1, 64);
@@ -159,7 +180,10 @@ void add_zero(std::map<std::string, Handler>& t) {
   t[op + "buffer_count"] = [](const json& v, Ctx& c) -> Status {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, 2, 66, x));
-    if (!c.given("--prefetch-depth")) c.f.prefetch_depth = static_cast<int>(x - 2);
+    if (!c.given("--prefetch-depth")) {
+      c.f.prefetch_depth = static_cast<int>(x - 2);
+      c.set_by("--prefetch-depth");
+    }
     return ok_status();
   };
 }
@@ -172,6 +196,7 @@ void add_precision(std::map<std::string, Handler>& t) {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1e38, x));
     if (!c.given("--loss-scale")) {
+      c.set_by("--loss-scale");
       std::ostringstream s;
       s << x;
       c.f.loss_scale = x == 0.0 ? "dynamic" : s.str();
@@ -193,7 +218,10 @@ void add_precision(std::map<std::string, Handler>& t) {
   t["fp16.min_loss_scale"] = [](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1e38, x));
-    if (!c.given("--min-loss-scale")) c.f.min_loss_scale = x == 0.0 ? 1e-30 : x;
+    if (!c.given("--min-loss-scale")) {
+      c.f.min_loss_scale = x == 0.0 ? 1e-30 : x;
+      c.set_by("--min-loss-scale");
+    }
     return ok_status();
   };
 }
@@ -227,8 +255,14 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
         v[1].get<double>() >= 1) {
       return c.bad(v, "two numbers in [0, 1), e.g. [0.9, 0.999]");
     }
-    if (!c.given("--beta1")) c.f.beta1 = v[0].get<float>();
-    if (!c.given("--beta2")) c.f.beta2 = v[1].get<float>();
+    if (!c.given("--beta1")) {
+      c.f.beta1 = v[0].get<float>();
+      c.set_by("--beta1");
+    }
+    if (!c.given("--beta2")) {
+      c.f.beta2 = v[1].get<float>();
+      c.set_by("--beta2");
+    }
     return ok_status();
   };
   t["optimizer.params.eps"] = num_flag("--eps", &Flags::eps, 1e-30, 1.0);
@@ -298,7 +332,10 @@ void add_other(std::map<std::string, Handler>& t) {
   t[ac + "cpu_checkpointing"] = [](const json& v, Ctx& c) -> Status {
     bool on = false;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given("--offload-activations")) c.f.offload_activations = on ? "cpu" : "none";
+    if (!c.given("--offload-activations")) {
+      c.f.offload_activations = on ? "cpu" : "none";
+      c.set_by("--offload-activations");
+    }
     return ok_status();
   };
   t[ac + "number_checkpoints"] = [](const json& v, Ctx& c) -> Status {
@@ -311,7 +348,10 @@ void add_other(std::map<std::string, Handler>& t) {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, 4096, int64_t{1} << 30, x));
     if (x % 4096 != 0) return c.bad(v, "a multiple of 4096 bytes");
-    if (!c.given("--nvme-block-size")) c.f.nvme_block_size = static_cast<uint64_t>(x);
+    if (!c.given("--nvme-block-size")) {
+      c.f.nvme_block_size = static_cast<uint64_t>(x);
+      c.set_by("--nvme-block-size");
+    }
     return ok_status();
   };
   t["aio.queue_depth"] = int_flag("--nvme-queue-depth", &Flags::nvme_queue_depth, 1, 4096);

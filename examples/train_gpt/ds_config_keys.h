@@ -38,6 +38,8 @@ struct Ctx {
   // "key = value is not accepted (accepted)".
   Status bad(const json& value, const std::string& accepted) const;
   void fill(const std::string& key_path, const json& value, const std::string& why) const;
+  // `flag` was set from the key being read (Flags::config_keys).
+  void set_by(const std::string& flag) const { f.config_keys[flag] = key; }
 };
 
 using Handler = std::function<Status(const json&, Ctx&)>;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/status.h"
@@ -48,6 +49,9 @@ struct Flags {
                                     // adam_w_mode false)
   bool no_bias_correction = false;
   std::string weight_decay_on = "all";  // all | matrices | no-bias-norm
+  // --config: each flag the DeepSpeed config set (its value or its default), with the key that
+  // set it (messages name both: config_fields.h).
+  std::map<std::string, std::string> config_keys;
   int64_t warmup = 0;
   std::string lr_schedule = "constant", warmup_type = "linear";
   float lr_min = 0.0f;

@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
       return fail(st);
     }
     if (lead) std::printf("%s", train_gpt::describe(config_report).c_str());
+    train_gpt::name_config_keys(f.config_keys);
   }
   if (Status st = train_gpt::check_flags(f); !st.ok()) return fail(st);
   auto source = train_gpt::parse_data(f);
