@@ -39,6 +39,7 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
     {Field::kNvmeBufferCount, "--nvme-buffer-count",
      "zero_optimization.offload_optimizer.buffer_count"},
     {Field::kLr, "--lr", "optimizer.params.lr"},
+    {Field::kGradAccumDtype, "--grad-accum-dtype", "data_types.grad_accum_dtype"},
 }};
 
 constexpr bool in_field_order() {
@@ -99,6 +100,10 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.persistence_threshold = f.persistence_threshold;
   c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
   c.grad_accum = f.grad_accum;
+  c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
+                       : f.grad_accum_dtype == "fp16" ? DType::kF16
+                       : f.grad_accum_dtype == "bf16" ? DType::kBF16
+                                                      : DType::kF32;
   c.grad_clip = f.grad_clip;
   if (f.loss_scale != "dynamic")
     c.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);

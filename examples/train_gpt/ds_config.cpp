@@ -213,6 +213,11 @@ void apply_defaults(const json& j, Ctx& c) {
     c.f.lr = 1e-3f;
     c.fill("scheduler.params.warmup_max_lr", 1e-3, kDsDefault);
   }
+  if ((c.sched == "WarmupCosineLR" || c.sched == "WarmupDecayLR") &&
+      !has(params, "total_num_steps") && !c.given("--lr-decay-steps")) {
+    c.fill("scheduler.params.total_num_steps", c.f.steps,
+           "the run's --steps: DeepSpeed requires the key, Hugging Face fills it so");
+  }
   if (c.sched == "WarmupCosineLR" && !has(params, "cos_min_ratio") && c.cos_min_ratio < 0.0) {
     c.cos_min_ratio = 1e-4;
     c.fill("scheduler.params.cos_min_ratio", 1e-4, kDsDefault);
@@ -460,6 +465,7 @@ json effective_config(const Flags& f) {
   if (f.lr_schedule == "cosine") p["cos_min_ratio"] = num(f.lr > 0 ? f.lr_min / f.lr : 0.0);
   j["scheduler"] = {{"type", type}, {"params", p}};
   j["aio"] = {{"block_size", f.nvme_block_size}, {"queue_depth", f.nvme_queue_depth}};
+  j["data_types"] = {{"grad_accum_dtype", f.grad_accum_dtype}};
   return j;
 }
 

@@ -355,6 +355,15 @@ void add_other(std::map<std::string, Handler>& t) {
     return ok_status();
   };
   t["aio.queue_depth"] = int_flag("--nvme-queue-depth", &Flags::nvme_queue_depth, 1, 4096);
+  t["data_types.grad_accum_dtype"] = [](const json& v, Ctx& c) -> Status {
+    if (v != "fp32" && v != "bf16" && v != "fp16")
+      return c.bad(v, "\"fp32\", \"bf16\" or \"fp16\"");
+    if (!c.given("--grad-accum-dtype")) {
+      c.f.grad_accum_dtype = v.get<std::string>();
+      c.set_by("--grad-accum-dtype");
+    }
+    return ok_status();
+  };
 }
 
 bool is_false(const json& v) { return v == false; }

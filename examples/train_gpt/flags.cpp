@@ -50,6 +50,11 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
   }
+  if (f.grad_accum_dtype != "fp32" && f.grad_accum_dtype != "bf16" &&
+      f.grad_accum_dtype != "fp16") {
+    return make_error(ErrorCode::kConfig, "--grad-accum-dtype '", f.grad_accum_dtype,
+                      "' is not accepted (use fp32, bf16 or fp16)");
+  }
   if (f.weight_decay_on != "all" && f.weight_decay_on != "matrices" &&
       f.weight_decay_on != "no-bias-norm") {
     return make_error(ErrorCode::kConfig, "--weight-decay-on '", f.weight_decay_on,
@@ -300,6 +305,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--adam-mode", f.adam_mode,
                  "adamw (the weight decay decoupled: p -= lr*wd*p) or adam (the decay added to "
                  "the gradient as L2: DeepSpeed's adam_w_mode false)")
+      ->capture_default_str();
+  app.add_option(
+         "--grad-accum-dtype", f.grad_accum_dtype,
+         "fp32|bf16|fp16: stages 2-3 with --grad-accum > 1, the type in which the host adds "
+         "up the micro-batches' gradient shards (fp32, or the precision's own 16-bit type)")
       ->capture_default_str();
   app.add_option("--weight-decay-on", f.weight_decay_on,
                  "all (every parameter: llm.c's CPU trainer), matrices (the 2-D weights: llm.c's "

@@ -48,7 +48,8 @@ struct Flags {
   std::string adam_mode = "adamw";  // adamw: decoupled decay; adam: the decay as L2 (DeepSpeed's
                                     // adam_w_mode false)
   bool no_bias_correction = false;
-  std::string weight_decay_on = "all";  // all | matrices | no-bias-norm
+  std::string weight_decay_on = "all";    // all | matrices | no-bias-norm
+  std::string grad_accum_dtype = "fp32";  // fp32 | bf16 | fp16 (stages 2-3)
   // --config: each flag the DeepSpeed config set (its value or its default), with the key that
   // set it (messages name both: config_fields.h).
   std::map<std::string, std::string> config_keys;

@@ -73,13 +73,13 @@ Status DeviceOptimizer::download(OffloadedOptimizer& optimizer, gpu::Stream& str
 }
 
 Status DeviceOptimizer::update(gpu::Stream& stream, const OffloadedOptimizer& optimizer, size_t p,
-                               const void* grads, void* out, DType dtype,
+                               const void* grads, DType grad_dtype, void* out, DType dtype,
                                const cpu::AdamStep& step) {
   STRATA_ASSIGN_OR_RETURN(const cpu::AdamConstants k, optimizer.adam().constants(step));
   const cpu::AdamConstants plain = cpu::without_decay(k);
   const int64_t n = optimizer.numel(p);
   float* state = state_[p].as<float>();
-  const size_t es = dtype_size(dtype);
+  const size_t es = dtype_size(dtype), gs = dtype_size(grad_dtype);
   // The decayed ranges with the step's constants, the rest without the decay.
   STRATA_RETURN_IF_ERROR(
       for_each_decay_segment(optimizer.decayed(p), n, [&](int64_t begin, int64_t end, bool decay) {
@@ -87,8 +87,8 @@ Status DeviceOptimizer::update(gpu::Stream& stream, const OffloadedOptimizer& op
         a.params = state + begin;
         a.exp_avg = state + n + begin;
         a.exp_avg_sq = state + 2 * n + begin;
-        a.grads = static_cast<const std::byte*>(grads) + size_t(begin) * es;
-        a.grad_dtype = dtype;
+        a.grads = static_cast<const std::byte*>(grads) + size_t(begin) * gs;
+        a.grad_dtype = grad_dtype;
         a.out16 =
             dtype == DType::kF32 ? nullptr : static_cast<std::byte*>(out) + size_t(begin) * es;
         a.out_dtype = dtype;

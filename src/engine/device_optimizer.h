@@ -35,7 +35,8 @@ class DeviceOptimizer {
   // Enqueues Adam on partition p: `grads` (numel of dtype, device) at Adam step `step`; writes
   // the new parameters in `dtype` to `out` (device; for fp32 the masters are copied there).
   Status update(gpu::Stream& stream, const OffloadedOptimizer& optimizer, size_t p,
-                const void* grads, void* out, DType dtype, const cpu::AdamStep& step);
+                const void* grads, DType grad_dtype, void* out, DType dtype,
+                const cpu::AdamStep& step);
 
   bool on_device(size_t p) const { return p < state_.size() && state_[p].data() != nullptr; }
   uint64_t bytes() const;

@@ -30,6 +30,7 @@ constexpr std::array<std::string_view, kNumFields> kFieldNames = {
     "nvme_queue_depth",
     "nvme_buffer_count",
     "lr",
+    "grad_accum_dtype",
 };
 
 bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
@@ -113,6 +114,12 @@ std::string render_fields(std::string_view message, const std::function<std::str
 
 Status EngineConfig::validate(bool store_given) const {
   if (zero_stage < 0 || zero_stage > 3) return refuse(Field::kZeroStage, zero_stage, "0..3");
+  if (grad_accum_dtype != DType::kF32 && grad_accum_dtype != precision) {
+    return make_error(ErrorCode::kConfig, ref(Field::kGradAccumDtype), " ",
+                      dtype_name(grad_accum_dtype), " is not accepted with ",
+                      ref(Field::kPrecision), " ", dtype_name(precision),
+                      " (f32, or the precision's own)");
+  }
   if (loss_scaling.loss_scale != 0.0 && precision != DType::kF16) {
     return make_error(ErrorCode::kConfig, ref(Field::kLossScale), " ", loss_scaling.loss_scale,
                       " needs ", ref(Field::kPrecision),

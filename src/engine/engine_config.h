@@ -61,8 +61,9 @@ enum class Field {
   kNvmeQueueDepth,
   kNvmeBufferCount,
   kLr,
+  kGradAccumDtype,
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kLr) + 1;
+inline constexpr int kNumFields = static_cast<int>(Field::kGradAccumDtype) + 1;
 std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);
@@ -84,8 +85,12 @@ struct EngineConfig {
   int64_t persistence_threshold = 0;         // stage 3: blocks under this stay whole
   int64_t delayed_update_warmup = -1;        // the one-step delayed update from here; -1: off
   int64_t grad_accum = 1;                    // micro-batches per step
-  float grad_clip = 1.0f;                    // the global norm's bound; 0: off
-  LossScalerOptions loss_scaling;            // fp16 only (loss_scale 0: dynamic)
+  // Stages 2-3 with grad_accum > 1: the dtype in which the host adds up the micro-batches'
+  // reduced gradient shards (kF32, or the precision's own 16-bit type, as DeepSpeed's
+  // data_types.grad_accum_dtype). Stages 0-1 add them on the device in the model's precision.
+  DType grad_accum_dtype = DType::kF32;
+  float grad_clip = 1.0f;          // the global norm's bound; 0: off
+  LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
   cpu::AdamHyper adam;
   model::DecayRule decay_on = model::DecayRule::kAll;  // which parameters take weight decay
   uint64_t gpu_memory_limit = 0;                       // bytes; 0: the device's pool

@@ -59,6 +59,8 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.executor.trace = true;
   zo.executor.pool = in.pool;
   zo.prefetch_depth = c.prefetch_depth;
+  zo.fp32_grad_accum = c.zero_stage >= 2 && c.grad_accum > 1 && c.grad_accum_dtype == DType::kF32 &&
+                       c.precision != DType::kF32;
   zo.staging_slots = c.nvme_buffer_count;
   zo.persistence_threshold = c.persistence_threshold;
   zo.bucket_bytes = c.bucket_bytes;

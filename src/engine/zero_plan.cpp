@@ -16,6 +16,8 @@ ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
       layers(step.model_.num_layers()),
       dt(step.model_.dtype()),
       es(dtype_size(dt)),
+      acc(step.options_.stage >= 2 && step.options_.fp32_grad_accum ? DType::kF32 : dt),
+      acc_es(dtype_size(acc)),
       nb(step.blocks_.size()),
       rank(step.rank_),
       ranks(step.ranks_),
@@ -69,9 +71,9 @@ void ZeroStep::plan_host_buffers(PlanBuild& pb) {
                                 /*initially_valid=*/stage <= 1);
     if (stage >= 2) {
       pb.gshard[b] = pb.add_buffer(Kind::kHome, "grad shard " + pb.name(bb), Tier::kPinnedHost,
-                                   pb.shard_bytes(bb),
+                                   pb.acc_shard_bytes(bb),
                                    /*initially_valid=*/true);
-      pb.pinned += round_page(pb.shard_bytes(bb));
+      pb.pinned += round_page(pb.acc_shard_bytes(bb));
     } else {
       pb.pinned += round_page(pb.padded_bytes(bb));
     }

@@ -30,6 +30,10 @@ struct ZeroStep::PlanBuild {
   int64_t layers = 0;
   DType dt = DType::kF32;
   size_t es = 0;  // dtype_size(dt)
+  // Stages 2-3: the dtype of the reduced gradient shards the micro-batches add into (gshard),
+  // and its size; dt and es otherwise.
+  DType acc = DType::kF32;
+  size_t acc_es = 0;
   size_t nb = 0;  // blocks (and partitions)
   int rank = 0, ranks = 1;
   bool delayed = false;  // --delayed-update
@@ -43,6 +47,7 @@ struct ZeroStep::PlanBuild {
   int64_t shard(int64_t b) const { return parts.block(size_t(b)).shard_numel; }
   size_t padded_bytes(int64_t b) const { return static_cast<size_t>(shard(b) * ranks) * es; }
   size_t shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * es; }
+  size_t acc_shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * acc_es; }
   // The cost model's work of a task (sched::Plan::add_work): `bytes` of 16-bit elements moved
   // by a collective of `kind` over `count` elements per rank: the bytes this rank sends, and the
   // bytes its host passes over (copies and, for a reduction, the sums).

@@ -17,10 +17,11 @@ using sched::TaskContext;
 using sched::TaskId;
 
 namespace {
-// dst[i] += src[i] for n elements of `dt` (the sum rounded to `dt`, as the device's adds).
-void add_into(void* dst, const void* src, DType dt, size_t n) {
+// dst[i] += src[i] for n elements, dst of `acc`, src of `dt` (the sum rounded to `acc`: the
+// model's 16-bit type as the device's adds, or fp32).
+void add_into(void* dst, DType acc, const void* src, DType dt, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    store_from_f32(dst, dt, i, load_as_f32(dst, dt, i) + load_as_f32(src, dt, i));
+    store_from_f32(dst, acc, i, load_as_f32(dst, acc, i) + load_as_f32(src, dt, i));
   }
 }
 
@@ -69,7 +70,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const size_t real = static_cast<size_t>(pb.numel(gb));
   const TaskId reduce =
       plan.add("reduce " + pb.name(gb), Lane::kComm,
-               [this, gf, gs, gb, c16, real, dt, es, stage, rank](const TaskContext& c) -> Status {
+               [this, gf, gs, gb, c16, real, dt, acc = pb.acc, es, stage,
+                rank](const TaskContext& c) -> Status {
                  if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
                    return ok_status();
                  auto* full = static_cast<std::byte*>(c.buffer(gf));
@@ -81,14 +83,17 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  call.kind = comm::CollectiveKind::kReduceScatter;
                  call.send = full;
                  std::byte* own = full + static_cast<size_t>(rank) * c16 * es;
-                 // A later micro-batch's shard goes to its place in `full`, then into gs.
+                 // A later micro-batch's shard goes to its place in `full`, then into gs (as
+                 // the first one does when gs is of another dtype: fp32 accumulation).
                  const bool add = gs >= 0 && c.args<Replay>().micro > 0;
-                 call.recv = gs >= 0 && !add ? c.buffer(gs) : own;
+                 const bool convert = gs >= 0 && !add && acc != dt;
+                 call.recv = gs >= 0 && !add && !convert ? c.buffer(gs) : own;
                  call.count = c16;
                  call.dtype = dt;
                  count_traffic(call, &ZeroTraffic::grad_reduce_scatter);
                  STRATA_RETURN_IF_ERROR(comm_.start(call).wait());
-                 if (add) add_into(c.buffer(gs), own, dt, c16);
+                 if (convert) ::strata::convert(own, dt, c.buffer(gs), acc, c16);
+                 if (add) add_into(c.buffer(gs), acc, own, dt, c16);
                  if (stage != 0) return ok_status();
                  comm::CollectiveCall gather = call;  // stage 0: the other half of the all-reduce
                  gather.kind = comm::CollectiveKind::kAllGather;
@@ -110,9 +115,10 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   // The check: the sums of squares of the reduced shards this rank holds.
   const size_t nbk = pb.nb;
   const BufferId src = gs >= 0 ? gs : gf;
+  const DType cdt = gs >= 0 ? pb.acc : dt;  // the checked shard's dtype
   pb.checks[size_t(gb)] =
       plan.add("check " + pb.name(gb), Lane::kCpu,
-               [this, src, gb, c16, dt, es, stage, rank, nbk](const TaskContext& c) -> Status {
+               [this, src, gb, c16, cdt, es, stage, rank, nbk](const TaskContext& c) -> Status {
                  if (c.args<Replay>().flushing || !c.args<Replay>().last_micro())
                    return ok_status();
                  const auto* base = static_cast<const std::byte*>(c.buffer(src));
@@ -120,7 +126,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                    if (stage != 0 && r != rank) continue;
                    const std::byte* at =
                        stage == 0 || stage == 1 ? base + static_cast<size_t>(r) * c16 * es : base;
-                   const cpu::GradStats s = cpu::grad_check(at, dt, static_cast<int64_t>(c16));
+                   const cpu::GradStats s = cpu::grad_check(at, cdt, static_cast<int64_t>(c16));
                    double* out = &stats_[(static_cast<size_t>(r) * nbk + size_t(gb)) * 2];
                    out[0] = s.sum_squares;
                    out[1] = s.has_nonfinite ? 1.0 : 0.0;
@@ -133,7 +139,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                },
                {reduce});
   pb.work(pb.checks[size_t(gb)], sched::Work::kHostBytes,
-          double(c16 * es * size_t(stage == 0 ? ranks_ : 1)));
+          double(c16 * (gs >= 0 ? pb.acc_es : es) * size_t(stage == 0 ? ranks_ : 1)));
   plan.reads(pb.checks[size_t(gb)], src);
   // Not rotated: the block's update right after its own check (the next step's forward comes
   // after this replay anyway).

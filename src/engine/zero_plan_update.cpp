@@ -101,7 +101,7 @@ void ZeroStep::add_grad_up(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   const int64_t b = blocks_[p];
   const BufferId g = pb.stage >= 2 ? pb.gshard[size_t(b)] : pb.gfull[size_t(b)];
   const size_t grad_off = pb.stage == 1 ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
-  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * pb.es;
+  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * (pb.stage >= 2 ? pb.acc_es : pb.es);
   pb.largest_opt = std::max<uint64_t>(pb.largest_opt, (bytes + 255) / 256 * 256);
   const BufferId gdev =
       pb.add_buffer(Kind::kOptimizerIo, "grad up " + pb.name(b), Tier::kDevice, bytes);
@@ -174,13 +174,14 @@ TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   if (device_opt_ && device_opt_->on_device(p)) return add_device_update(pb, p, std::move(deps));
   const TaskId adam = plan.add(
       "adam " + pb.name(b), Lane::kCpu,
-      [this, p, g, u, st, grad_off, out_off, opt_numel, dt](const TaskContext& c) -> Status {
+      [this, p, g, u, st, grad_off, out_off, opt_numel, dt,
+       gdt = pb.stage >= 2 ? pb.acc : dt](const TaskContext& c) -> Status {
         if (c.args<Replay>().update_step == 0) return ok_status();
         void* state = st >= 0 ? c.buffer(st) : nullptr;
         auto* out = static_cast<std::byte*>(c.buffer(u)) + out_off;
         PartitionGrad pg;
         pg.grads = static_cast<const std::byte*>(c.buffer(g)) + grad_off;
-        pg.grad_dtype = dt;
+        pg.grad_dtype = gdt;
         pg.out16 = dt == DType::kF32 ? nullptr : out;
         pg.out_dtype = dt;
         STRATA_RETURN_IF_ERROR(opt_.step_partition(
@@ -239,7 +240,7 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
         [this, &m, p, b, dt](const TaskContext& c) -> Status {
           if (c.args<Replay>().update_step == 0) return ok_status();
           return device_opt_->update(
-              *c.stream, opt_, p, m.grad_block(b), m.param_block(b), dt,
+              *c.stream, opt_, p, m.grad_block(b), dt, m.param_block(b), dt,
               cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
         },
         deps);
@@ -258,11 +259,12 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
           : -1;
   const TaskId dadam = plan.add(
       "adam " + pb.name(b) + " (device)", Lane::kCompute,
-      [this, &m, p, b, gdev, odev, dt](const TaskContext& c) -> Status {
+      [this, &m, p, b, gdev, odev, dt,
+       gdt = pb.stage >= 2 ? pb.acc : dt](const TaskContext& c) -> Status {
         if (c.args<Replay>().update_step == 0) return ok_status();
         return device_opt_->update(
-            *c.stream, opt_, p, c.buffer(gdev), odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
-            cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
+            *c.stream, opt_, p, c.buffer(gdev), gdt, odev >= 0 ? c.buffer(odev) : m.param_block(b),
+            dt, cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
       },
       {gup});
   pb.work(dadam, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));

@@ -409,9 +409,10 @@ ZeroMemory ZeroStep::memory() const {
       if (home_[b] == Home::kDevice) z.params_device += shard;
       if (home_[b] == Home::kNvme) z.params_nvme += shard;
     }
-    if (options_.stage >= 2) {
-      z.grads16 += shard;
-      pinned_homes += shard;
+    if (options_.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches add so
+      const int64_t acc = parts_.block(b).shard_numel * (options_.fp32_grad_accum ? 4 : es);
+      z.grads16 += acc;
+      pinned_homes += acc;
     }
   }
   z.params16 += static_cast<int64_t>(model_.param_bytes());

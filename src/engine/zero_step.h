@@ -90,9 +90,12 @@ struct ZeroStepOptions {
   int stage = 0;                      // 0..3
   int64_t persistence_threshold = 0;  // stage 3: blocks under this many elements stay whole
   int prefetch_depth = 2;             // stage 3: gathers allowed ahead of the one in use (0..64)
-  uint64_t bucket_bytes = 0;          // stage >= 2: host gradient bytes awaiting reduction
-                                      // (0: twice the largest block; at least the largest block)
-  int staging_slots = 3;              // pinned staging buffers for NVMe partitions (1..64)
+  // Stages 2-3: the micro-batches' reduced gradient shards add up in fp32 on the host (the
+  // optimizer then reads fp32 gradients); else in the model's dtype.
+  bool fp32_grad_accum = false;
+  uint64_t bucket_bytes = 0;  // stage >= 2: host gradient bytes awaiting reduction
+                              // (0: twice the largest block; at least the largest block)
+  int staging_slots = 3;      // pinned staging buffers for NVMe partitions (1..64)
   // Test hook (fault injection): at this step, this rank's local gradient of layer 0 gets an
   // Inf in its first element before the reduction. 0: never.
   int64_t inject_inf_step = 0;

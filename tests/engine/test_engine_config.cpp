@@ -179,6 +179,7 @@ EngineConfig unusual() {
   c.adam.mode = cpu::AdamMode::kAdam;
   c.adam.bias_correction = false;
   c.decay_on = model::DecayRule::kNoBiasNorm;
+  c.grad_accum_dtype = c.precision;
   c.gpu_memory_limit = uint64_t{80} << 30;
   c.host_memory_limit = (uint64_t{3} << 30) + 1;
   c.nvme_paths = {"/a b", "c,d"};

@@ -182,6 +182,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.adam.bias_correction = c.bias_correction;
   config.decay_on = c.decay_on;
   config.grad_clip = c.grad_clip;
+  config.grad_accum = c.micro;
   config.loss_scaling = c.loss_scaling;
   if (c.nvme_fraction > 0.0) {
     config.offload_optimizer = Home::kNvme;
