@@ -101,6 +101,7 @@ struct ZCase {
   cpu::AdamMode adam_mode = cpu::AdamMode::kAdamW;  // kAdam: the decay as L2 on the gradient
   bool bias_correction = true;
   model::DecayRule decay_on = model::DecayRule::kAll;
+  DType grad_accum_dtype = DType::kF32;  // stages 2-3 with micro > 1
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
   int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
@@ -183,6 +184,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.decay_on = c.decay_on;
   config.grad_clip = c.grad_clip;
   config.grad_accum = c.micro;
+  config.grad_accum_dtype = c.grad_accum_dtype;
   config.loss_scaling = c.loss_scaling;
   if (c.nvme_fraction > 0.0) {
     config.offload_optimizer = Home::kNvme;
@@ -884,6 +886,32 @@ TEST(ZeroStep, GradientAccumulationAgreesWithOneLargerBatch) {
     SCOPED_TRACE(describe(c) + ", 2 micro-batches against the serial step");
     expect_same_bits(s, train(*local, c, nullptr));
   }
+}
+
+// Stages 2-3 add the micro-batches' reduced gradients in fp32 (bf16 model, 4 micro-batches):
+// the same bits at stage 2 and 3, with the optimizer on the CPU, on the device, split, and half
+// on NVMe; and other bits than adding them in bf16 (the setting reaches the plan).
+TEST(ZeroStep, Fp32GradientAccumulationGivesTheSameBitsOnEveryOptimizerHome) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  ZCase base;
+  base.stage = 2;
+  base.micro = 4;
+  base.steps = 6;
+  const ZRun ref = train(comm, base, nullptr);
+  for (int k = 0; k < 6; ++k) {
+    ZCase c = base;
+    c.stage = k % 2 == 0 ? 3 : 2;
+    c.device_optimizer = k == 0 || k == 1;
+    c.gpu_fraction = k == 2 || k == 3 ? 0.5 : 0.0;
+    c.nvme_fraction = k >= 4 ? 0.5 : 0.0;
+    SCOPED_TRACE(describe(c) + ", 4 micro-batches");
+    expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
+  ZCase bf16 = base;
+  bf16.grad_accum_dtype = DType::kBF16;
+  EXPECT_NE(train(comm, bf16, nullptr).params, ref.params);
 }
 
 // Bytes per step: each collective kind as the engine's theory says (the comm layer counts the
