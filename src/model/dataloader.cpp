@@ -121,9 +121,9 @@ Result<DataLoader> DataLoader::open(const std::vector<std::string>& files, int64
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const OpenFile> file, open_token_file(path, size));
     int32_t header[kTokenFileHeaderBytes / 4];
     STRATA_RETURN_IF_ERROR(read_at(file->fd, header, sizeof(header), 0, path));
-    STRATA_ASSIGN_OR_RETURN(const int64_t count, check_token_file_header(path, header, size));
+    STRATA_ASSIGN_OR_RETURN(const TokenFileFormat fmt, token_file_format(path, header, size));
     const int fd = file->fd;
-    dl.shards_.push_back({path, nullptr, fd, count, std::move(file)});
+    dl.shards_.push_back({path, nullptr, fd, fmt.count, std::move(file), fmt.token_bytes});
   }
   STRATA_RETURN_IF_ERROR(dl.init(batch, seq, order, seed, vocab));
   return dl;
@@ -218,16 +218,18 @@ Status DataLoader::next(int32_t* inputs, int32_t* targets) {
   for (int64_t b = 0; b < batch_; ++b) {
     const auto [k, start] = locate(pos_.batch, b);
     const Shard& s = shards_[k];
-    const uint16_t* src = nullptr;
+    row_.resize(static_cast<size_t>(seq_ + 1));
     if (s.tokens != nullptr) {
-      src = s.tokens + start;
+      std::copy_n(s.tokens + start, row_.size(), row_.begin());
     } else {  // a file: this row's T+1 tokens
-      row_.resize(static_cast<size_t>(seq_ + 1));
-      STRATA_RETURN_IF_ERROR(read_at(s.fd, row_.data(), row_.size() * sizeof(uint16_t),
-                                     kTokenFileHeaderBytes + static_cast<uint64_t>(start) * 2,
+      const auto tb = static_cast<size_t>(s.token_bytes);
+      raw_.resize(row_.size() * tb);
+      STRATA_RETURN_IF_ERROR(read_at(s.fd, raw_.data(), raw_.size(),
+                                     kTokenFileHeaderBytes + static_cast<uint64_t>(start) * tb,
                                      s.path));
-      src = row_.data();
+      decode_tokens(raw_.data(), s.token_bytes, row_.size(), row_.data());
     }
+    const uint32_t* src = row_.data();
     for (int64_t t = 0; t <= seq_; ++t) {
       if (vocab_ > 0 && src[t] >= vocab_) {
         return make_error(ErrorCode::kCorrupt, "token file ", s.path, ": token ", src[t],

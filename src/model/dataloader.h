@@ -1,4 +1,5 @@
 // DataLoader: batches of B sequences of T tokens with shifted targets, from llm.c token files
+// (GPT-2's uint16 or llama-3's uint32, chosen by each file's header: token_file.h)
 // (one, or a list of shards: a glob) or an in-memory token stream. Two orders:
 //   sequential: llm.c's. Each shard in turn, a batch is the B*T+1 tokens from position k*B*T
 //               (k = 0, 1, ... while they fit): row b is tokens [k*B*T + b*T, ... + T] and its
@@ -62,6 +63,7 @@ class DataLoader {
     int fd = -1;                       // the file's
     int64_t count = 0;
     std::shared_ptr<const void> keep;  // the open file or the vector
+    int token_bytes = 2;               // a file's: 2 (GPT-2's uint16) or 4 (llama-3's uint32)
   };
   DataLoader() = default;
   Status init(int64_t batch, int64_t seq, DataOrder order, uint64_t seed, int64_t vocab);
@@ -78,7 +80,8 @@ class DataLoader {
   std::vector<int64_t> order_;  // shuffled: permutation of the windows for order_epoch_
   int64_t order_epoch_ = -1;
   LoaderPosition pos_;
-  std::vector<uint16_t> row_;  // a row read from a file
+  std::vector<std::byte> raw_;  // a row read from a file
+  std::vector<uint32_t> row_;   // a row's tokens
 };
 
 // The files of a --data value: a path, or a glob pattern (sorted matches). kConfig naming the

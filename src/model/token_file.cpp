@@ -17,31 +17,58 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
-Result<int64_t> check_token_file_header(const std::string& path, const int32_t* header,
-                                        uint64_t file_size) {
-  if (header[0] != kTokenFileMagic) {
-    return make_error(ErrorCode::kCorrupt, "token file ", path, ": bad magic ", header[0],
-                      " (expected ", kTokenFileMagic, ")");
+void decode_tokens(const std::byte* raw, int token_bytes, size_t count, uint32_t* out) {
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t v = 0;
+    if (token_bytes == 2) {
+      uint16_t h = 0;
+      std::memcpy(&h, raw + 2 * i, 2);
+      v = h;
+    } else {
+      std::memcpy(&v, raw + 4 * i, 4);
+    }
+    out[i] = v;
   }
-  if (header[1] != kTokenFileVersion) {
-    return make_error(ErrorCode::kCorrupt, "token file ", path, ": unsupported version ", header[1],
-                      " (expected ", kTokenFileVersion, ", uint16 tokens)");
+}
+
+Result<TokenFileFormat> token_file_format(const std::string& path, const int32_t* header,
+                                          uint64_t file_size) {
+  TokenFileFormat fmt;
+  if (header[0] == kTokenFileMagic) {
+    fmt.token_bytes = 2;
+    if (header[1] != kTokenFileVersion) {
+      return make_error(ErrorCode::kCorrupt, "token file ", path, ": unsupported version ",
+                        header[1], " (expected ", kTokenFileVersion, " for magic ", kTokenFileMagic,
+                        ", uint16 tokens)");
+    }
+  } else if (header[0] == kTokenFileMagicLlama3) {
+    fmt.token_bytes = 4;
+    if (header[1] != kTokenFileVersionLlama3) {
+      return make_error(ErrorCode::kCorrupt, "token file ", path, ": unsupported version ",
+                        header[1], " (expected ", kTokenFileVersionLlama3, " for magic ",
+                        kTokenFileMagicLlama3, ", uint32 tokens)");
+    }
+  } else {
+    return make_error(ErrorCode::kCorrupt, "token file ", path, ": bad magic ", header[0],
+                      " (expected ", kTokenFileMagic, ": GPT-2 tokens, or ", kTokenFileMagicLlama3,
+                      ": llama-3 tokens)");
   }
   if (header[2] < 0) {
     return make_error(ErrorCode::kCorrupt, "token file ", path, ": negative token count ",
                       header[2]);
   }
   const auto count = static_cast<uint64_t>(header[2]);
-  const uint64_t expected = kTokenFileHeaderBytes + 2 * count;
+  const uint64_t expected = kTokenFileHeaderBytes + uint64_t(fmt.token_bytes) * count;
   if (file_size != expected) {
     return make_error(ErrorCode::kCorrupt, "token file ", path, ": size ", file_size,
                       " bytes does not match the header's ", count, " tokens (expected ", expected,
                       " bytes", file_size < expected ? ", truncated" : "", ")");
   }
-  return static_cast<int64_t>(count);
+  fmt.count = static_cast<int64_t>(count);
+  return fmt;
 }
 
-Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t vocab) {
+Result<std::vector<uint32_t>> read_token_file(const std::string& path, int64_t vocab) {
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot open: ", std::strerror(errno));
@@ -59,16 +86,18 @@ Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t v
     return make_error(ErrorCode::kIo, "token file ", path,
                       ": cannot tell its size: ", std::strerror(errno));
   }
-  STRATA_ASSIGN_OR_RETURN(const int64_t n,
-                          check_token_file_header(path, header, static_cast<uint64_t>(size)));
-  const auto count = static_cast<size_t>(n);
+  STRATA_ASSIGN_OR_RETURN(const TokenFileFormat fmt,
+                          token_file_format(path, header, static_cast<uint64_t>(size)));
+  const auto count = static_cast<size_t>(fmt.count);
   if (std::fseek(f.get(), static_cast<long>(kTokenFileHeaderBytes), SEEK_SET) != 0) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot seek: ", std::strerror(errno));
   }
-  std::vector<uint16_t> tokens(count);
-  if (count > 0 && std::fread(tokens.data(), 2, count, f.get()) != count) {
+  std::vector<std::byte> raw(count * size_t(fmt.token_bytes));
+  if (count > 0 && std::fread(raw.data(), size_t(fmt.token_bytes), count, f.get()) != count) {
     return make_error(ErrorCode::kIo, "token file ", path, ": short read of ", count, " tokens");
   }
+  std::vector<uint32_t> tokens(count);
+  decode_tokens(raw.data(), fmt.token_bytes, count, tokens.data());
   for (size_t i = 0; i < count; ++i) {
     if (static_cast<int64_t>(tokens[i]) >= vocab) {
       return make_error(ErrorCode::kCorrupt, "token file ", path, ": token ", tokens[i],
@@ -78,9 +107,11 @@ Result<std::vector<uint16_t>> read_token_file(const std::string& path, int64_t v
   return tokens;
 }
 
-Status write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
-  if (tokens.size() > 0x7fffffffu) {
-    return make_error(ErrorCode::kConfig, "token file ", path, ": ", tokens.size(),
+namespace {
+Status write_tokens(const std::string& path, int32_t magic, int32_t version, const void* tokens,
+                    size_t count, size_t token_bytes) {
+  if (count > 0x7fffffffu) {
+    return make_error(ErrorCode::kConfig, "token file ", path, ": ", count,
                       " tokens do not fit the int32 count of the header");
   }
   File f(std::fopen(path.c_str(), "wb"));
@@ -89,11 +120,11 @@ Status write_token_file(const std::string& path, const std::vector<uint16_t>& to
                       ": cannot create: ", std::strerror(errno));
   }
   int32_t header[256] = {};
-  header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(count);
   if (std::fwrite(header, 1, sizeof(header), f.get()) != sizeof(header) ||
-      (!tokens.empty() && std::fwrite(tokens.data(), 2, tokens.size(), f.get()) != tokens.size())) {
+      (count > 0 && std::fwrite(tokens, token_bytes, count, f.get()) != count)) {
     return make_error(ErrorCode::kIo, "token file ", path,
                       ": write failed: ", std::strerror(errno));
   }
@@ -102,6 +133,16 @@ Status write_token_file(const std::string& path, const std::vector<uint16_t>& to
                       ": close failed: ", std::strerror(errno));
   }
   return ok_status();
+}
+}  // namespace
+
+Status write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+  return write_tokens(path, kTokenFileMagic, kTokenFileVersion, tokens.data(), tokens.size(), 2);
+}
+
+Status write_token_file32(const std::string& path, const std::vector<uint32_t>& tokens) {
+  return write_tokens(path, kTokenFileMagicLlama3, kTokenFileVersionLlama3, tokens.data(),
+                      tokens.size(), 4);
 }
 
 }  // namespace strata::model

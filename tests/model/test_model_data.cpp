@@ -41,8 +41,60 @@ TEST(TokenFile, RoundTrip) {
   EXPECT_EQ(std::filesystem::file_size(path), 1024u + 2 * tokens.size());
   auto r = read_token_file(path, 50257);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r.value(), tokens);
+  EXPECT_EQ(r.value(), std::vector<uint32_t>(tokens.begin(), tokens.end()));
   std::filesystem::remove(path);
+}
+
+// llm.c's llama-3 token files (magic 20240801, version 7, uint32 tokens): a vocabulary past
+// 65536 round-trips, the loader reads them (chosen by the header, beside a GPT-2 shard), and
+// a token past the vocabulary, a wrong version or a size for uint16 tokens are refused.
+TEST(TokenFile, Llama3FilesHoldUint32Tokens) {
+  const std::string path = temp_path("llama3.bin");
+  const std::vector<uint32_t> tokens{0, 70000, 128255, 5, 65536, 1, 99999, 2, 3};
+  ASSERT_TRUE(write_token_file32(path, tokens).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4 * tokens.size());
+  auto r = read_token_file(path, 128256);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value(), tokens);
+  r = read_token_file(path, 128000);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("token 128255 at index 2"), std::string::npos);
+
+  auto dl = DataLoader::open({path}, 2, 4, DataOrder::kSequential, 0, 128256);
+  ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+  std::vector<int32_t> in(8), tg(8);
+  ASSERT_TRUE(dl->next(in.data(), tg.data()).ok());
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(in[i], int32_t(tokens[i]));
+    EXPECT_EQ(tg[i], int32_t(tokens[i + 1]));
+  }
+  auto small = DataLoader::open({path}, 2, 4, DataOrder::kSequential, 0, 100000);
+  ASSERT_TRUE(small.ok());
+  const Status st = small->next(in.data(), tg.data());
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(st.message().find(path), std::string::npos);
+  EXPECT_NE(st.message().find("token 128255"), std::string::npos);
+
+  // A GPT-2 shard and a llama-3 shard in one glob: each read by its own header.
+  const std::string gpt2 = temp_path("gpt2.bin");
+  ASSERT_TRUE(write_token_file(gpt2, {7, 8, 9, 10, 11, 12, 13, 14, 15}).ok());
+  auto both = DataLoader::open({gpt2, path}, 2, 4, DataOrder::kSequential, 0, 128256);
+  ASSERT_TRUE(both.ok()) << both.status().to_string();
+  ASSERT_TRUE(both->next(in.data(), tg.data()).ok());
+  EXPECT_EQ(in[0], 7);
+  ASSERT_TRUE(both->next(in.data(), tg.data()).ok());
+  EXPECT_EQ(in[1], 70000);
+
+  write_raw(path, {20240801, 1, 2}, {1, 2, 3, 4});  // llama-3's magic with GPT-2's version
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("unsupported version 1"), std::string::npos);
+  write_raw(path, {20240801, 7, 4}, {1, 2, 3, 4});  // 4 tokens of 2 bytes: half the size
+  r = read_token_file(path, 100);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+  std::filesystem::remove(path);
+  std::filesystem::remove(gpt2);
 }
 
 TEST(TokenFile, Errors) {
