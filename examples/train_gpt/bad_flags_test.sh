@@ -38,6 +38,7 @@ cfg lamb '{"optimizer": {"type": "Lamb"}}'
 cfg notobj '{"zero_optimization": []}'
 cfg subgroup '{"zero_optimization": {"sub_group_size": 10, "offload_optimizer": {"device": "cpu", "nvme_pth": "/x"}}}'
 cfg auto '{"zero_optimization": {"stage": "auto"}}'
+cfg tbs1 '{"train_batch_size": 3}'
 cfg nopath '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}}'
 cfg tbs3 '{"train_batch_size": 100, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 2}'
 # Five problems at once: all five named in one run.
@@ -134,6 +135,7 @@ cases=(
   "--config $s/paths.json|zero_optimization.offload_param.nvme_path = \"/b\" is not accepted (the same directory as zero_optimization.offload_optimizer.nvme_path"
   "--config $s/tbs.json|train_batch_size = 100 is not a multiple of train_micro_batch_size_per_gpu (16) x ranks (1)"
   "--config $s/tbs3.json|train_batch_size = 100 is not train_micro_batch_size_per_gpu (16) x gradient_accumulation_steps (2) x ranks (1) = 32"
+  "--config $s/tbs1.json --batch 2|train_batch_size = 3 is not a multiple of train_micro_batch_size_per_gpu (2) x ranks (1)"
   "--config $s/nopath.json|zero_optimization.offload_optimizer.device (--offload-optimizer) nvme needs --nvme-path"
   "--config $s/auto.json|zero_optimization.stage = \"auto\" is not accepted (Hugging Face fills in"
   "--adam-mode sgd|--adam-mode 'sgd' is not accepted (use adamw or adam)"

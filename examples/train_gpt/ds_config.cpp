@@ -242,9 +242,16 @@ Status resolve_batch(Ctx& c, int ranks) {
                           ") = ", micro * accum * r, " (DeepSpeed requires them to agree)");
       }
     } else if (micro_given || !accum_given) {
-      if (!micro_given) accum = 1;
-      if (!micro_given) micro = c.global / r;
-      if (c.global % (micro * r) != 0 || micro < 1) {
+      if (!micro_given) {
+        accum = 1;
+        micro = c.global / r;
+        if (micro < 1 || c.global % r != 0) {
+          return make_error(ErrorCode::kConfig, "train_batch_size = ", c.global,
+                            " is not a multiple of the ranks (", r,
+                            "): DeepSpeed infers train_micro_batch_size_per_gpu from them");
+        }
+      }
+      if (c.global % (micro * r) != 0) {
         return make_error(ErrorCode::kConfig, "train_batch_size = ", c.global,
                           " is not a multiple of train_micro_batch_size_per_gpu (", micro,
                           ") x ranks (", r,

@@ -131,4 +131,15 @@ want(e["zero_optimization"]["stage"] == 3, "factory: stage 3")
 for f in fails: print("FAILED:", f, file=sys.stderr)
 sys.exit(1 if fails else 0)
 PY
+# train_batch_size alone, fewer than the ranks: refused naming the ranks (no division by zero).
+echo '{"train_batch_size": 1}' >"$scratch/tbs1.json"
+if run2 --steps 1 --config "$scratch/tbs1.json" >"$scratch/tbs1.txt" 2>&1; then
+  echo "FAILED: train_batch_size 1 over 2 ranks ran" >&2
+  exit 1
+fi
+grep -q "train_batch_size = 1 is not a multiple of the ranks (2)" "$scratch/tbs1.txt" || {
+  cat "$scratch/tbs1.txt" >&2
+  echo "FAILED: train_batch_size 1 over 2 ranks: want the ranks named" >&2
+  exit 1
+}
 echo "train_gpt: $(ls "$shapes" | wc -l) real-world-shaped configs run unedited at 1 and 2 ranks with DeepSpeed's settings"
