@@ -289,10 +289,7 @@ Status resolve_batch(Ctx& c, int ranks) {
 // with adam_w_mode false adds the decay to the gradient (L2): --adam-mode adam.
 void apply_adam_mode(const json& j, Ctx& c) {
   if (!j.contains("optimizer") || !j["optimizer"].is_object()) return;
-  const json& t = j["optimizer"].value("type", json());
-  std::string type = t.is_string() ? t.get<std::string>() : "";
-  std::transform(type.begin(), type.end(), type.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  const std::string type = ds::optimizer_type(j["optimizer"].value("type", json()));
   if (c.given("--adam-mode")) return;
   if (type == "adamw" && !c.adam_w_mode) {
     c.report.ignored.push_back(

@@ -54,10 +54,7 @@ Handler int_flag(const char* flag, T Flags::*field, int64_t lo, int64_t hi) {
   return [=](const json& v, Ctx& c) -> Status {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, lo, hi, x));
-    if (!c.given(flag)) {
-      c.f.*field = static_cast<T>(x);
-      c.set_by(flag);
-    }
+    c.set(flag, field, static_cast<T>(x));
     return ok_status();
   };
 }
@@ -66,10 +63,7 @@ Handler num_flag(const char* flag, T Flags::*field, double lo, double hi) {
   return [=](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, lo, hi, x));
-    if (!c.given(flag)) {
-      c.f.*field = static_cast<T>(x);
-      c.set_by(flag);
-    }
+    c.set(flag, field, static_cast<T>(x));
     return ok_status();
   };
 }
@@ -78,10 +72,7 @@ Handler tier_flag(const char* flag, std::string Flags::*field) {
     if (!v.is_string() || (v != "none" && v != "cpu" && v != "nvme")) {
       return c.bad(v, "\"none\", \"cpu\" or \"nvme\"");
     }
-    if (!c.given(flag)) {
-      c.f.*field = v.get<std::string>();
-      c.set_by(flag);
-    }
+    c.set(flag, field, v.get<std::string>());
     return ok_status();
   };
 }
@@ -102,10 +93,7 @@ Handler nvme_path() {
     }
     c.nvme = p;
     c.nvme_key = c.key;
-    if (!c.given("--nvme-path")) {
-      c.f.nvme_path = p;
-      c.set_by("--nvme-path");
-    }
+    c.set("--nvme-path", &Flags::nvme_path, p);
     return ok_status();
   };
 }
@@ -126,10 +114,7 @@ Handler offload_bool(const char* flag, std::string Flags::*field) {
   return [=](const json& v, Ctx& c) -> Status {
     bool on = false;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given(flag)) {
-      c.f.*field = on ? "cpu" : "none";
-      c.set_by(flag);
-    }
+    c.set(flag, field, on ? "cpu" : "none");
     return ok_status();
   };
 }
@@ -158,20 +143,14 @@ void add_zero(std::map<std::string, Handler>& t) {
   t[oo + "device"] = [tier = tier_flag("--offload-optimizer", &Flags::offload_optimizer)](
                          const json& v, Ctx& c) -> Status {
     STRATA_RETURN_IF_ERROR(tier(v, c));
-    if (v == "nvme" && !c.given("--optimizer-nvme-fraction")) {
-      c.f.nvme_fraction = 1.0;
-      c.set_by("--optimizer-nvme-fraction");
-    }
+    if (v == "nvme") c.set("--optimizer-nvme-fraction", &Flags::nvme_fraction, 1.0);
     return ok_status();
   };
   t[oo + "nvme_path"] = nvme_path();
   t[oo + "ratio"] = [](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1.0, x));
-    if (!c.given("--gpu-optimizer-fraction")) {
-      c.f.gpu_optimizer_fraction = 1.0 - x;
-      c.set_by("--gpu-optimizer-fraction");
-    }
+    c.set("--gpu-optimizer-fraction", &Flags::gpu_optimizer_fraction, 1.0 - x);
     return ok_status();
   };
   t[oo + "buffer_count"] = int_flag("--nvme-buffer-count", &Flags::nvme_buffer_count, 1, 64);
@@ -180,10 +159,7 @@ void add_zero(std::map<std::string, Handler>& t) {
   t[op + "buffer_count"] = [](const json& v, Ctx& c) -> Status {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, 2, 66, x));
-    if (!c.given("--prefetch-depth")) {
-      c.f.prefetch_depth = static_cast<int>(x - 2);
-      c.set_by("--prefetch-depth");
-    }
+    c.set("--prefetch-depth", &Flags::prefetch_depth, static_cast<int>(x - 2));
     return ok_status();
   };
 }
@@ -195,12 +171,9 @@ void add_precision(std::map<std::string, Handler>& t) {
   t["fp16.loss_scale"] = [](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1e38, x));
-    if (!c.given("--loss-scale")) {
-      c.set_by("--loss-scale");
-      std::ostringstream s;
-      s << x;
-      c.f.loss_scale = x == 0.0 ? "dynamic" : s.str();
-    }
+    std::ostringstream s;
+    s << x;
+    c.set("--loss-scale", &Flags::loss_scale, x == 0.0 ? "dynamic" : s.str());
     return ok_status();
   };
   t["fp16.initial_scale_power"] =
@@ -211,17 +184,14 @@ void add_precision(std::map<std::string, Handler>& t) {
   t["fp16.consecutive_hysteresis"] = [](const json& v, Ctx& c) -> Status {
     bool on = false;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given("--consecutive-hysteresis")) c.f.consecutive_hysteresis = on;
+    c.set("--consecutive-hysteresis", &Flags::consecutive_hysteresis, on);
     return ok_status();
   };
   // 0 (no floor, as some configs write it): the smallest scale the scaler accepts.
   t["fp16.min_loss_scale"] = [](const json& v, Ctx& c) -> Status {
     double x = 0.0;
     STRATA_RETURN_IF_ERROR(read_num(v, c, 0.0, 1e38, x));
-    if (!c.given("--min-loss-scale")) {
-      c.f.min_loss_scale = x == 0.0 ? 1e-30 : x;
-      c.set_by("--min-loss-scale");
-    }
+    c.set("--min-loss-scale", &Flags::min_loss_scale, x == 0.0 ? 1e-30 : x);
     return ok_status();
   };
 }
@@ -239,9 +209,7 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
   };
   t["steps_per_print"] = int_flag("--log-every", &Flags::log_every, 1, int64_t{1} << 40);
   t["optimizer.type"] = [](const json& v, Ctx& c) -> Status {
-    std::string s = v.is_string() ? v.get<std::string>() : "";
-    std::transform(s.begin(), s.end(), s.begin(),
-                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const std::string s = optimizer_type(v);
     if (s != "adam" && s != "adamw") {
       return c.bad(v,
                    "\"Adam\" or \"AdamW\": strata's optimizer is Adam, on the CPU or the device");
@@ -255,14 +223,8 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
         v[1].get<double>() >= 1) {
       return c.bad(v, "two numbers in [0, 1), e.g. [0.9, 0.999]");
     }
-    if (!c.given("--beta1")) {
-      c.f.beta1 = v[0].get<float>();
-      c.set_by("--beta1");
-    }
-    if (!c.given("--beta2")) {
-      c.f.beta2 = v[1].get<float>();
-      c.set_by("--beta2");
-    }
+    c.set("--beta1", &Flags::beta1, v[0].get<float>());
+    c.set("--beta2", &Flags::beta2, v[1].get<float>());
     return ok_status();
   };
   t["optimizer.params.eps"] = num_flag("--eps", &Flags::eps, 1e-30, 1.0);
@@ -288,7 +250,7 @@ void add_batch_and_optimizer(std::map<std::string, Handler>& t) {
   t["optimizer.params.bias_correction"] = [](const json& v, Ctx& c) -> Status {
     bool on = true;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given("--no-bias-correction")) c.f.no_bias_correction = !on;
+    c.set("--no-bias-correction", &Flags::no_bias_correction, !on);
     return ok_status();
   };
 }
@@ -301,7 +263,7 @@ void add_scheduler(std::map<std::string, Handler>& t) {
                        : s == "WarmupDecayLR"  ? "linear"
                                                : nullptr;
     if (kind == nullptr) return c.bad(v, "\"WarmupLR\", \"WarmupCosineLR\" or \"WarmupDecayLR\"");
-    if (!c.given("--lr-schedule")) c.f.lr_schedule = kind;
+    c.set("--lr-schedule", &Flags::lr_schedule, kind);
     return ok_status();
   };
   const std::string sp = "scheduler.params.";
@@ -314,7 +276,7 @@ void add_scheduler(std::map<std::string, Handler>& t) {
       sched_param(all, int_flag("--warmup", &Flags::warmup, 0, int64_t{1} << 40));
   t[sp + "warmup_type"] = sched_param(all, [](const json& v, Ctx& c) -> Status {
     if (v != "log" && v != "linear") return c.bad(v, "\"log\" or \"linear\"");
-    if (!c.given("--warmup-type")) c.f.warmup_type = v.get<std::string>();
+    c.set("--warmup-type", &Flags::warmup_type, v.get<std::string>());
     return ok_status();
   });
   t[sp + "total_num_steps"] = sched_param(
@@ -332,10 +294,7 @@ void add_other(std::map<std::string, Handler>& t) {
   t[ac + "cpu_checkpointing"] = [](const json& v, Ctx& c) -> Status {
     bool on = false;
     STRATA_RETURN_IF_ERROR(read_bool(v, c, on));
-    if (!c.given("--offload-activations")) {
-      c.f.offload_activations = on ? "cpu" : "none";
-      c.set_by("--offload-activations");
-    }
+    c.set("--offload-activations", &Flags::offload_activations, on ? "cpu" : "none");
     return ok_status();
   };
   t[ac + "number_checkpoints"] = [](const json& v, Ctx& c) -> Status {
@@ -348,20 +307,14 @@ void add_other(std::map<std::string, Handler>& t) {
     int64_t x = 0;
     STRATA_RETURN_IF_ERROR(read_int(v, c, 4096, int64_t{1} << 30, x));
     if (x % 4096 != 0) return c.bad(v, "a multiple of 4096 bytes");
-    if (!c.given("--nvme-block-size")) {
-      c.f.nvme_block_size = static_cast<uint64_t>(x);
-      c.set_by("--nvme-block-size");
-    }
+    c.set("--nvme-block-size", &Flags::nvme_block_size, static_cast<uint64_t>(x));
     return ok_status();
   };
   t["aio.queue_depth"] = int_flag("--nvme-queue-depth", &Flags::nvme_queue_depth, 1, 4096);
   t["data_types.grad_accum_dtype"] = [](const json& v, Ctx& c) -> Status {
     if (v != "fp32" && v != "bf16" && v != "fp16")
       return c.bad(v, "\"fp32\", \"bf16\" or \"fp16\"");
-    if (!c.given("--grad-accum-dtype")) {
-      c.f.grad_accum_dtype = v.get<std::string>();
-      c.set_by("--grad-accum-dtype");
-    }
+    c.set("--grad-accum-dtype", &Flags::grad_accum_dtype, v.get<std::string>());
     return ok_status();
   };
 }
@@ -370,6 +323,13 @@ bool is_false(const json& v) { return v == false; }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
 
 }  // namespace
+
+std::string optimizer_type(const json& type) {
+  std::string s = type.is_string() ? type.get<std::string>() : "";
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return s;
+}
 
 const std::map<std::string, Handler>& handlers() {
   static const std::map<std::string, Handler> table = [] {

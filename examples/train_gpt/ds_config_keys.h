@@ -40,9 +40,21 @@ struct Ctx {
   void fill(const std::string& key_path, const json& value, const std::string& why) const;
   // `flag` was set from the key being read (Flags::config_keys).
   void set_by(const std::string& flag) const { f.config_keys[flag] = key; }
+  // Flags::*field = value unless `flag` was given on the command line (it then keeps its value),
+  // recorded as set by the key being read.
+  template <typename T, typename V>
+  void set(const std::string& flag, T Flags::*field, const V& value) const {
+    if (given(flag)) return;
+    f.*field = static_cast<T>(value);
+    set_by(flag);
+  }
 };
 
 using Handler = std::function<Status(const json&, Ctx&)>;
+
+// optimizer.type in lower case ("" when it is not a string): DeepSpeed's names are
+// case-insensitive.
+std::string optimizer_type(const json& type);
 
 // Keys acted on, by dotted path.
 const std::map<std::string, Handler>& handlers();
