@@ -1,16 +1,12 @@
 #include "model/safetensors_export.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <algorithm>
+#include <memory>
 #include <vector>
 
-#include "core/interrupt.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
+#include "model/safetensors_write.h"
 
 namespace strata::model {
 
@@ -47,6 +43,27 @@ std::vector<Export> exports(const GptConfig& c) {
   out.push_back({"ln_f.bias", L, st[3].offset, 1, C, false});
   return out;
 }
+// The shared block, loaded once, and the last layer asked for.
+struct HeldBlocks {
+  std::vector<float> shared, layer;
+  int64_t loaded = -1;  // the layer in `layer`
+  bool have_shared = false;
+
+  Result<const float*> get(int64_t b, const GptConfig& c, const BlockSource& source) {
+    const bool is_shared = b == c.layers;
+    std::vector<float>& held = is_shared ? shared : layer;
+    if (is_shared ? !have_shared : loaded != b) {
+      held.assign(static_cast<size_t>(GptModel::block_numel(c, b)), 0.0f);
+      STRATA_RETURN_IF_ERROR(source(b, held.data()));
+      if (is_shared) {
+        have_shared = true;
+      } else {
+        loaded = b;
+      }
+    }
+    return held.data();
+  }
+};
 }  // namespace
 
 Status write_safetensors(const std::string& path, const GptConfig& config, DType stored,
@@ -56,85 +73,36 @@ Status write_safetensors(const std::string& path, const GptConfig& config, DType
                       dtype_name(stored), " are not accepted (F32 or BF16)");
   }
   STRATA_RETURN_IF_ERROR(config.validate());
-  const size_t es = dtype_size(stored);
-  const std::vector<Export> ex = exports(config);
-  std::ostringstream h;
-  h << "{\"__metadata__\":{\"format\":\"pt\"}";
-  uint64_t at = 0;
-  for (const Export& e : ex) {
-    const uint64_t bytes = static_cast<uint64_t>(e.rows * e.cols) * es;
-    h << ",\"" << e.name << "\":{\"dtype\":\"" << (stored == DType::kF32 ? "F32" : "BF16")
-      << "\",\"shape\":[";
+  // Blocks in the order the tensors are written: the shared block (wte, wpe) first, the layers,
+  // then ln_f from the shared block still held.
+  auto blocks = std::make_shared<HeldBlocks>();
+  std::vector<TensorOut> tensors;
+  for (const Export& e : exports(config)) {
+    std::vector<int64_t> shape;
     if (e.rows == 1) {
-      h << e.cols;
+      shape = {e.cols};
     } else if (e.transpose) {
-      h << e.cols << "," << e.rows;  // [in, out]
+      shape = {e.cols, e.rows};  // [in, out]
     } else {
-      h << e.rows << "," << e.cols;
+      shape = {e.rows, e.cols};
     }
-    h << "],\"data_offsets\":[" << at << "," << at + bytes << "]}";
-    at += bytes;
+    tensors.push_back({e.name, shape, [e, blocks, &config, &source](float* out) -> Status {
+                         STRATA_ASSIGN_OR_RETURN(const float* held,
+                                                 blocks->get(e.block, config, source));
+                         const float* src = held + e.offset;
+                         if (!e.transpose) {
+                           std::copy(src, src + e.rows * e.cols, out);
+                           return ok_status();
+                         }
+                         for (int64_t r = 0; r < e.rows; ++r) {  // [out, in] -> [in, out]
+                           for (int64_t k = 0; k < e.cols; ++k) {
+                             out[k * e.rows + r] = src[r * e.cols + k];
+                           }
+                         }
+                         return ok_status();
+                       }});
   }
-  h << "}";
-  std::string header = h.str();
-  header.append((8 - header.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp";
-  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return make_error(ErrorCode::kIo, "safetensors file ", path, ": cannot create ", tmp);
-    const uint64_t header_bytes = header.size();  // little-endian on every platform we build for
-    f.write(reinterpret_cast<const char*>(&header_bytes), 8);
-    f.write(header.data(), static_cast<std::streamsize>(header.size()));
-    // Blocks in the order the tensors are written: the shared block (wte, wpe) first, the
-    // layers, then ln_f from the shared block still held.
-    std::vector<float> shared(static_cast<size_t>(GptModel::block_numel(config, config.layers)));
-    std::vector<float> layer, out;
-    std::vector<std::byte> raw;
-    Status st = source(config.layers, shared.data());
-    int64_t loaded = -1;
-    for (const Export& e : ex) {
-      if (!st.ok()) break;
-      if (e.block != config.layers && e.block != loaded) {
-        layer.assign(static_cast<size_t>(GptModel::block_numel(config, e.block)), 0.0f);
-        st = source(e.block, layer.data());
-        loaded = e.block;
-        if (!st.ok()) break;
-      }
-      const float* src = (e.block == config.layers ? shared.data() : layer.data()) + e.offset;
-      const auto n = static_cast<size_t>(e.rows * e.cols);
-      out.assign(src, src + n);
-      if (e.transpose) {  // [rows=out, cols=in] -> [in, out]
-        for (int64_t r = 0; r < e.rows; ++r) {
-          for (int64_t k = 0; k < e.cols; ++k) out[size_t(k * e.rows + r)] = src[r * e.cols + k];
-        }
-      }
-      raw.resize(n * es);
-      convert(out.data(), DType::kF32, raw.data(), stored, n);
-      f.write(reinterpret_cast<const char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
-    }
-    f.flush();
-    if (st.ok() && !f) st = make_error(ErrorCode::kIo, "safetensors file ", path, ": write failed");
-    if (!st.ok()) {
-      f.close();
-      std::filesystem::remove(tmp);
-      return st;
-    }
-  }
-  // Sync the data, then the rename.
-  if (FILE* fp = std::fopen(tmp.c_str(), "rb+")) {
-    std::fflush(fp);
-    ::fsync(fileno(fp));
-    std::fclose(fp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    return make_error(ErrorCode::kIo, "safetensors file ", path, ": cannot rename ", tmp, ": ",
-                      ec.message());
-  }
-  return ok_status();
+  return write_safetensors_file(path, tensors, stored);
 }
 
 }  // namespace strata::model

@@ -4,9 +4,8 @@
 // h.{l}.attn.c_proj.{weight [C, C], bias}, h.{l}.ln_2.{weight,bias}, h.{l}.mlp.c_fc.{weight
 // [C, 4C], bias}, h.{l}.mlp.c_proj.{weight [4C, C], bias}, ln_f.{weight,bias}. GPT-2's linear
 // layers are Conv1D with weights stored [in, out], so strata's [out, in] weights are transposed.
-// The format: an 8-byte little-endian header length, the JSON header (dtype, shape and
-// data_offsets of each tensor, padded with spaces to a multiple of 8), then the data. Written
-// under a temporary name, synced and renamed. Free function; thread-safe.
+// Written by write_safetensors_file (safetensors_write.h: a temporary name, synced, renamed), one
+// block held at a time beside the shared one. Free function; thread-safe.
 #pragma once
 
 #include <string>

@@ -1,0 +1,209 @@
+#include "model/safetensors_write.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "core/interrupt.h"
+#include "model/safetensors.h"
+
+namespace strata::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* stored_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+  }
+  return "?";
+}
+
+Status io_error(const std::string& path, const std::string& what) {
+  return make_error(ErrorCode::kIo, "safetensors file ", path, ": ", what, ": ",
+                    std::strerror(errno));
+}
+
+Status write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return io_error(path, "write");
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return ok_status();
+}
+
+void sync_dir(const std::string& path) {
+  const std::string dir = fs::path(path).parent_path().string();
+  const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+}
+
+// `text` to `path` under a temporary name, synced, renamed.
+Status write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const CleanupPath cleanup(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error(path, "cannot create " + tmp);
+  Status st = write_all(fd, text.data(), text.size(), path);
+  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename");
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
+// Shards of an earlier save that `keep` does not list (the index no longer names them).
+void remove_stale_shards(const std::string& dir, const std::vector<std::string>& keep) {
+  const std::regex shard_name(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, shard_name) &&
+        std::find(keep.begin(), keep.end(), name) == keep.end()) {
+      stale.push_back(e.path());
+    }
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
+}  // namespace
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shard_file_name(int64_t k, int64_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05lld-of-%05lld.safetensors", static_cast<long long>(k),
+                static_cast<long long>(n));
+  return buf;
+}
+
+Status write_safetensors_file(const std::string& path, const std::vector<TensorOut>& tensors,
+                              DType stored) {
+  const size_t es = dtype_size(stored);
+  // The header, by hand so the tensors keep their order (data offsets ascend with it).
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t at = 0;
+  for (const TensorOut& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(numel_of(t.shape)) * es;
+    header += ",";
+    header += nlohmann::json(t.name).dump();
+    header += ":{\"dtype\":\"";
+    header += stored_name(stored);
+    header += "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      header += (i ? "," : "") + std::to_string(t.shape[i]);
+    }
+    header += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + bytes) + "]}";
+    at += bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error(path, "cannot create " + tmp);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+  Status st = write_all(fd, len, 8, path);
+  if (st.ok()) st = write_all(fd, header.data(), header.size(), path);
+  std::vector<float> values;
+  std::vector<std::byte> raw;
+  for (const TensorOut& t : tensors) {
+    if (!st.ok()) break;
+    const auto n = static_cast<size_t>(numel_of(t.shape));
+    values.assign(n, 0.0f);
+    st = t.fill(values.data());
+    if (!st.ok()) break;
+    raw.resize(n * es);
+    convert(values.data(), DType::kF32, raw.data(), stored, n);
+    st = write_all(fd, raw.data(), raw.size(), path);
+  }
+  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename " + tmp);
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  sync_dir(path);
+  return ok_status();
+}
+
+Result<std::vector<std::string>> write_safetensors_dir(const std::string& dir,
+                                                       const std::vector<TensorOut>& tensors,
+                                                       DType stored, int64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec)) {
+    return make_error(ErrorCode::kIo, "checkpoint directory ", dir, ": cannot create it");
+  }
+  const auto es = static_cast<int64_t>(dtype_size(stored));
+  // Shards in order: a new one when the next tensor would pass the limit.
+  std::vector<std::vector<size_t>> shards;
+  int64_t in_shard = 0, total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t bytes = numel_of(tensors[i].shape) * es;
+    if (shards.empty() || (in_shard > 0 && in_shard + bytes > max_shard_bytes)) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const auto n = static_cast<int64_t>(shards.size());
+  const fs::path single = fs::path(dir) / SafetensorsCheckpoint::kSingleFile;
+  const fs::path index = fs::path(dir) / SafetensorsCheckpoint::kIndexFile;
+  std::vector<std::string> written;
+  if (n <= 1) {
+    STRATA_RETURN_IF_ERROR(write_safetensors_file(single.string(), tensors, stored));
+    fs::remove(index, ec);  // a sharded layout written before
+    remove_stale_shards(dir, {});
+    written.push_back(SafetensorsCheckpoint::kSingleFile);
+    return written;
+  }
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (int64_t k = 0; k < n; ++k) {
+    std::vector<TensorOut> part;
+    const std::string file = shard_file_name(k + 1, n);
+    for (size_t i : shards[static_cast<size_t>(k)]) {
+      part.push_back(tensors[i]);
+      map[tensors[i].name] = file;
+    }
+    STRATA_RETURN_IF_ERROR(write_safetensors_file((fs::path(dir) / file).string(), part, stored));
+    written.push_back(file);
+  }
+  nlohmann::ordered_json j;
+  j["metadata"] = {{"total_size", total}};
+  j["weight_map"] = std::move(map);
+  STRATA_RETURN_IF_ERROR(write_text_file(index.string(), j.dump(2) + "\n"));
+  fs::remove(single, ec);  // a single-file layout written before
+  remove_stale_shards(dir, written);
+  sync_dir(index.string());
+  written.push_back(SafetensorsCheckpoint::kIndexFile);
+  return written;
+}
+
+}  // namespace strata::model
