@@ -83,6 +83,36 @@ class Kernels {
                                     const float* mean, const float* rstd, int64_t N, int64_t C,
                                     DType dtype) = 0;
 
+  // RMSNorm (Llama): out[N,C] = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2) + eps)
+  // (fp32 [N], saved for the backward). The product is rounded once (Hugging Face rounds
+  // inp * rstd to the dtype before the weight multiplies it).
+  virtual Status rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp,
+                                 const void* weight, int64_t N, int64_t C, float eps,
+                                 DType dtype) = 0;
+  // dinp += d/dinp; dweight += sum over rows of dout * inp * rstd (both accumulate).
+  virtual Status rmsnorm_backward(Stream& s, void* dinp, void* dweight, const void* dout,
+                                  const void* inp, const void* weight, const float* rstd, int64_t N,
+                                  int64_t C, DType dtype) = 0;
+
+  // Rotary position embeddings in Hugging Face's rotate-half layout, in place on the first
+  // `heads` heads (HS elements each, HS even) of each of the B*T rows of x, rows `stride`
+  // elements apart (a fused q | k | v row: heads = NH + NKV). For t the row's position in [0, T)
+  // and i < HS/2: angle = t * inv_freq[i] (fp32 product, inv_freq fp32 [HS/2] in device memory),
+  //   x[i] <- x[i] cos(angle) - x[i + HS/2] sin(angle),
+  //   x[i + HS/2] <- x[i + HS/2] cos(angle) + x[i] sin(angle).
+  // inverse rotates by -angle: applied to the gradient of the rotated x, it gives the gradient
+  // of x (the rotation is orthogonal).
+  virtual Status rope(Stream& s, void* x, const float* inv_freq, int64_t B, int64_t T,
+                      int64_t heads, int64_t HS, int64_t stride, bool inverse, DType dtype) = 0;
+
+  // SwiGLU (Llama's MLP): gate_up [N, 2H] holds gate | up in each row (one fused matmul);
+  // out [N, H] = silu(gate) * up, silu(a) = a / (1 + exp(-a)), rounded once.
+  virtual Status swiglu_forward(Stream& s, void* out, const void* gate_up, int64_t N, int64_t H,
+                                DType dtype) = 0;
+  // dgate_up [N, 2H] (overwrites): dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+  virtual Status swiglu_backward(Stream& s, void* dgate_up, const void* gate_up, const void* dout,
+                                 int64_t N, int64_t H, DType dtype) = 0;
+
   // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual Status gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) = 0;
   // dinp = gelu'(inp) * dout (overwrites).

@@ -39,4 +39,19 @@ void embedding_backward(const Vec& dout, const std::vector<int32_t>& tokens, int
 void softmax_cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t N,
                            int64_t V, int64_t Vp, double dloss, Vec& losses, Vec& dlogits);
 
+// --- Llama's operations (kernel_reference_llama.cpp) ---
+// out [N,C], rstd [N].
+void rmsnorm_forward(const Vec& x, const Vec& w, int64_t N, int64_t C, double eps, Vec& out,
+                     Vec& rstd);
+// Accumulates into dx, dw.
+void rmsnorm_backward(const Vec& dout, const Vec& x, const Vec& w, int64_t N, int64_t C, double eps,
+                      Vec& dx, Vec& dw);
+// In place on the first `heads` heads of each of the B*T rows (stride apart); sign -1 rotates
+// back. inv_freq as given (the kernel's fp32 values), angles in float64.
+void rope(Vec& x, const Vec& inv_freq, int64_t B, int64_t T, int64_t heads, int64_t HS,
+          int64_t stride, double sign);
+// gate_up [N,2H] -> out [N,H]; dgate_up [N,2H] overwritten.
+void swiglu_forward(const Vec& gate_up, int64_t N, int64_t H, Vec& out);
+void swiglu_backward(const Vec& dout, const Vec& gate_up, int64_t N, int64_t H, Vec& dgate_up);
+
 }  // namespace strata::gpu::ref

@@ -57,6 +57,22 @@ std::vector<std::vector<char>> run_reductions(DeviceFixture& d) {
   outs.push_back(d.download_bytes(pdx, B * T * C * 2));
   outs.push_back(d.download_bytes(pdw, C * 2));
   outs.push_back(d.download_bytes(pdbias, C * 2));
+  {  // RMSNorm's weight gradient: rows summed per column (in row chunks on CUDA)
+    auto prms = d.zeros(B * T * C * 2);
+    auto prstd2 = d.zeros(B * T * 4);
+    auto pdx2 = d.zeros(B * T * C * 2);
+    auto pdw2 = d.zeros(C * 2);
+    EXPECT_TRUE(d.k()
+                    .rmsnorm_forward(d.stream(), prms.data(), prstd2.as<float>(), px.data(),
+                                     pw.data(), B * T, C, 1e-5f, t)
+                    .ok());
+    EXPECT_TRUE(d.k()
+                    .rmsnorm_backward(d.stream(), pdx2.data(), pdw2.data(), pg.data(), px.data(),
+                                      pw.data(), prstd2.as<float>(), B * T, C, t)
+                    .ok());
+    outs.push_back(d.download_bytes(pdx2, B * T * C * 2));
+    outs.push_back(d.download_bytes(pdw2, C * 2));
+  }
 
   Vec qkv = random_vec(B * T * 3 * C, 85);
   auto pqkv = d.upload(qkv, t);

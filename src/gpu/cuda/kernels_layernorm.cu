@@ -1,6 +1,7 @@
-// LayerNorm forward and backward. Forward: one block per row, two passes for mean and variance
-// (fp32), rstd = 1 / sqrt(var + eps). Backward: one block per row for dinp; dweight and dbias by
-// column kernels over row chunks, then the chunks in order (fixed summation order).
+// LayerNorm and RMSNorm forward and backward. Forward: one block per row; LayerNorm makes two
+// passes for mean and variance (fp32), rstd = 1 / sqrt(var + eps); RMSNorm one, rstd =
+// 1 / sqrt(mean(x^2) + eps). Backward: one block per row for dinp; dweight (and LayerNorm's dbias)
+// by column kernels over row chunks, then the chunks in order (fixed summation order).
 #include <algorithm>
 
 #include "gpu/cuda/common.cuh"
@@ -74,11 +75,12 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // rows ty, ty + kRowGroups, ... of the chunk in order, then row 0 adds the kRowGroups partials in
 // order and writes the chunk's sums to scratch[y][0, C) (dweight) and scratch[y][C, 2C) (dbias).
 // Pass 2: each column adds its chunks' sums in chunk order. No atomics: the same bits every run.
-template <typename T>
-__global__ void layernorm_backward_params_partial_kernel(float* scratch, const T* dout,
-                                                         const T* inp, const float* mean,
-                                                         const float* rstd, int64_t N, int64_t C,
-                                                         int64_t rows_per_chunk) {
+// kCentered: LayerNorm (norm = (x - mean) * rstd, and dbias); else RMSNorm (norm = x * rstd, no
+// mean and no bias).
+template <typename T, bool kCentered>
+__global__ void norm_backward_params_partial_kernel(float* scratch, const T* dout, const T* inp,
+                                                    const float* mean, const float* rstd, int64_t N,
+                                                    int64_t C, int64_t rows_per_chunk) {
   __shared__ float partial_w[kRowGroups][32];
   __shared__ float partial_b[kRowGroups][32];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
@@ -89,7 +91,8 @@ __global__ void layernorm_backward_params_partial_kernel(float* scratch, const T
   if (col < C) {
     for (int64_t r = first + threadIdx.y; r < end; r += kRowGroups) {
       const float dy = load_f32(dout + r * C + col);
-      const float norm = (load_f32(inp + r * C + col) - mean[r]) * rstd[r];
+      const float x = load_f32(inp + r * C + col);
+      const float norm = (kCentered ? x - mean[r] : x) * rstd[r];
       dw += dy * norm;
       db += dy;
     }
@@ -106,23 +109,83 @@ __global__ void layernorm_backward_params_partial_kernel(float* scratch, const T
     }
     float* chunk = scratch + int64_t{blockIdx.y} * 2 * C;
     chunk[col] = tw;
-    chunk[C + col] = tb;
+    if (kCentered) chunk[C + col] = tb;
   }
 }
 
+// dbias may be null (RMSNorm).
 template <typename T>
-__global__ void layernorm_backward_params_final_kernel(T* dweight, T* dbias, const float* scratch,
-                                                       int64_t C, int chunks) {
+__global__ void norm_backward_params_final_kernel(T* dweight, T* dbias, const float* scratch,
+                                                  int64_t C, int chunks) {
   const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (col >= C) return;
   float tw = 0.0f;
   float tb = 0.0f;
   for (int k = 0; k < chunks; ++k) {
     tw += scratch[int64_t{k} * 2 * C + col];
-    tb += scratch[int64_t{k} * 2 * C + C + col];
+    if (dbias != nullptr) tb += scratch[int64_t{k} * 2 * C + C + col];
   }
   store_f32(dweight + col, load_f32(dweight + col) + tw);
-  store_f32(dbias + col, load_f32(dbias + col) + tb);
+  if (dbias != nullptr) store_f32(dbias + col, load_f32(dbias + col) + tb);
+}
+
+// Both passes over the parameters' gradients.
+template <typename T, bool kCentered>
+cudaError_t norm_backward_params(cudaStream_t s, void* dweight, void* dbias, const void* dout,
+                                 const void* inp, const float* mean, const float* rstd, int64_t N,
+                                 int64_t C, float* scratch) {
+  const int chunks = layernorm_param_chunks(N, C);
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  const dim3 block(32, kRowGroups);
+  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+  norm_backward_params_partial_kernel<T, kCentered>
+      <<<grid, block, 0, s>>>(scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
+                              mean, rstd, N, C, rows_per_chunk);
+  const cudaError_t err = launch_result();
+  if (err != cudaSuccess) return err;
+  norm_backward_params_final_kernel<T><<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(
+      static_cast<T*>(dweight), static_cast<T*>(dbias), scratch, C, chunks);
+  return launch_result();
+}
+
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight,
+                                       int64_t C, float eps) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const T* x = inp + row * C;
+  float sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float v = load_f32(x + i);
+    sq += v * v;
+  }
+  const float s = 1.0f / sqrtf(block_sum(sq, shared) / static_cast<float>(C) + eps);
+  T* y = out + row * C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    store_f32(y + i, load_f32(x + i) * s * load_f32(weight + i));
+  }
+  if (threadIdx.x == 0) rstd[row] = s;
+}
+
+// dinp += rstd * (weight * dout - xhat * mean(weight * dout * xhat)), xhat = inp * rstd.
+template <typename T>
+__global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                             const float* rstd, int64_t C) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
+  const float s = rstd[row];
+  float dot = 0.0f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    dot += load_f32(weight + i) * load_f32(dy + i) * (load_f32(x + i) * s);
+  }
+  const float mean_dot = block_sum(dot, shared) / static_cast<float>(C);
+  T* dx = dinp + row * C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float g = (load_f32(weight + i) * load_f32(dy + i) - load_f32(x + i) * s * mean_dot) * s;
+    store_f32(dx + i, load_f32(dx + i) + g);
+  }
 }
 
 struct LayernormForward {
@@ -146,23 +209,53 @@ struct LayernormBackward {
         static_cast<const T*>(weight), mean, rstd, C);
     cudaError_t err = launch_result();
     if (err != cudaSuccess) return err;
-    const int chunks = layernorm_param_chunks(N, C);
-    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-    const dim3 block(32, kRowGroups);
-    const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-    layernorm_backward_params_partial_kernel<T>
-        <<<grid, block, 0, s>>>(scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
-                                mean, rstd, N, C, rows_per_chunk);
-    err = launch_result();
-    if (err != cudaSuccess) return err;
-    layernorm_backward_params_final_kernel<T>
-        <<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(
-            static_cast<T*>(dweight), static_cast<T*>(dbias), scratch, C, chunks);
+    return norm_backward_params<T, true>(s, dweight, dbias, dout, inp, mean, rstd, N, C, scratch);
+  }
+};
+
+struct RmsnormForward {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, void* out, float* rstd, const void* inp,
+                         const void* weight, int64_t N, int64_t C, float eps) {
+    rmsnorm_forward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, s>>>(
+        static_cast<T*>(out), rstd, static_cast<const T*>(inp), static_cast<const T*>(weight), C,
+        eps);
     return launch_result();
   }
 };
 
+struct RmsnormBackward {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, void* dinp, void* dweight, const void* dout,
+                         const void* inp, const void* weight, const float* rstd, int64_t N,
+                         int64_t C, float* scratch) {
+    rmsnorm_backward_dinp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, s>>>(
+        static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+        static_cast<const T*>(weight), rstd, C);
+    const cudaError_t err = launch_result();
+    if (err != cudaSuccess) return err;
+    return norm_backward_params<T, false>(s, dweight, nullptr, dout, inp, nullptr, rstd, N, C,
+                                          scratch);
+  }
+};
+
 }  // namespace
+
+cudaError_t launch_rmsnorm_forward(cudaStream_t stream, void* out, float* rstd, const void* inp,
+                                   const void* weight, int64_t N, int64_t C, float eps,
+                                   ElemType t) {
+  if (N == 0 || C == 0) return cudaSuccess;
+  return dispatch<RmsnormForward>(t, stream, out, rstd, inp, weight, N, C, eps);
+}
+
+cudaError_t launch_rmsnorm_backward(cudaStream_t stream, void* dinp, void* dweight,
+                                    const void* dout, const void* inp, const void* weight,
+                                    const float* rstd, int64_t N, int64_t C, ElemType t,
+                                    float* scratch) {
+  if (N == 0 || C == 0) return cudaSuccess;
+  return dispatch<RmsnormBackward>(t, stream, dinp, dweight, dout, inp, weight, rstd, N, C,
+                                   scratch);
+}
 
 cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
                                      const void* inp, const void* weight, const void* bias,

@@ -59,6 +59,21 @@ cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dwe
 // summation order, and the bits, are the same on every run.
 int layernorm_param_chunks(int64_t N, int64_t C);
 
+// RMSNorm: the parameter gradient's chunks as layernorm_backward's (layernorm_param_chunks), in
+// the same scratch.
+cudaError_t launch_rmsnorm_forward(cudaStream_t stream, void* out, float* rstd, const void* inp,
+                                   const void* weight, int64_t N, int64_t C, float eps, ElemType t);
+cudaError_t launch_rmsnorm_backward(cudaStream_t stream, void* dinp, void* dweight,
+                                    const void* dout, const void* inp, const void* weight,
+                                    const float* rstd, int64_t N, int64_t C, ElemType t,
+                                    float* scratch);
+cudaError_t launch_rope(cudaStream_t stream, void* x, const float* inv_freq, int64_t B, int64_t T,
+                        int64_t heads, int64_t HS, int64_t stride, bool inverse, ElemType t);
+cudaError_t launch_swiglu_forward(cudaStream_t stream, void* out, const void* gate_up, int64_t N,
+                                  int64_t H, ElemType t);
+cudaError_t launch_swiglu_backward(cudaStream_t stream, void* dgate_up, const void* gate_up,
+                                   const void* dout, int64_t N, int64_t H, ElemType t);
+
 cudaError_t launch_gelu_forward(cudaStream_t stream, void* out, const void* inp, int64_t n,
                                 ElemType t);
 cudaError_t launch_gelu_backward(cudaStream_t stream, void* dinp, const void* inp, const void* dout,

@@ -143,6 +143,82 @@ Status LaunchKernels::layernorm_backward(Stream& s, void* dinp, void* dweight, v
                   op);
 }
 
+Status LaunchKernels::rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp,
+                                      const void* weight, int64_t N, int64_t C, float eps,
+                                      DType dtype) {
+  const char* op = "rmsnorm_forward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
+  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1));
+  if (N == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {out, rstd, inp, weight}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(
+      launch_rmsnorm_forward(target.stream, out, rstd, inp, weight, N, C, eps, elem_type(dtype)),
+      op);
+}
+
+Status LaunchKernels::rmsnorm_backward(Stream& s, void* dinp, void* dweight, const void* dout,
+                                       const void* inp, const void* weight, const float* rstd,
+                                       int64_t N, int64_t C, DType dtype) {
+  const char* op = "rmsnorm_backward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
+  // The weight gradient's partial sums: one chunk of 2C floats at least in the scratch.
+  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1, kStreamScratchFloats / 2));
+  if (N == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {dinp, dweight, dout, inp, weight, rstd}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_rmsnorm_backward(target.stream, dinp, dweight, dout, inp, weight, rstd, N,
+                                          C, elem_type(dtype), target.scratch),
+                  op);
+}
+
+Status LaunchKernels::rope(Stream& s, void* x, const float* inv_freq, int64_t B, int64_t T,
+                           int64_t heads, int64_t HS, int64_t stride, bool inverse, DType dtype) {
+  const char* op = "rope";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0));
+  STRATA_RETURN_IF_ERROR(check_count(op, "T", T, 0));
+  STRATA_RETURN_IF_ERROR(check_count(op, "heads", heads, 1));
+  STRATA_RETURN_IF_ERROR(check_count(op, "HS", HS, 2));
+  if (HS % 2 != 0) return make_error(ErrorCode::kConfig, op, ": HS = ", HS, " is odd");
+  if (stride < heads * HS) {
+    return make_error(ErrorCode::kConfig, op, ": stride ", stride, " < heads * HS = ", heads * HS);
+  }
+  if (B == 0 || T == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {x, inv_freq}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(
+      launch_rope(target.stream, x, inv_freq, B, T, heads, HS, stride, inverse, elem_type(dtype)),
+      op);
+}
+
+Status LaunchKernels::swiglu_forward(Stream& s, void* out, const void* gate_up, int64_t N,
+                                     int64_t H, DType dtype) {
+  const char* op = "swiglu_forward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0));
+  STRATA_RETURN_IF_ERROR(check_count(op, "H", H, 1));
+  if (N == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {out, gate_up}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_swiglu_forward(target.stream, out, gate_up, N, H, elem_type(dtype)), op);
+}
+
+Status LaunchKernels::swiglu_backward(Stream& s, void* dgate_up, const void* gate_up,
+                                      const void* dout, int64_t N, int64_t H, DType dtype) {
+  const char* op = "swiglu_backward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0));
+  STRATA_RETURN_IF_ERROR(check_count(op, "H", H, 1));
+  if (N == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {dgate_up, gate_up, dout}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(
+      launch_swiglu_backward(target.stream, dgate_up, gate_up, dout, N, H, elem_type(dtype)), op);
+}
+
 Status LaunchKernels::gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) {
   const char* op = "gelu_forward";
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);

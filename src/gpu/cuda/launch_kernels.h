@@ -28,6 +28,17 @@ class LaunchKernels : public Kernels {
   Status layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                             const void* inp, const void* weight, const float* mean,
                             const float* rstd, int64_t N, int64_t C, DType dtype) override;
+  Status rmsnorm_forward(Stream& s, void* out, float* rstd, const void* inp, const void* weight,
+                         int64_t N, int64_t C, float eps, DType dtype) override;
+  Status rmsnorm_backward(Stream& s, void* dinp, void* dweight, const void* dout, const void* inp,
+                          const void* weight, const float* rstd, int64_t N, int64_t C,
+                          DType dtype) override;
+  Status rope(Stream& s, void* x, const float* inv_freq, int64_t B, int64_t T, int64_t heads,
+              int64_t HS, int64_t stride, bool inverse, DType dtype) override;
+  Status swiglu_forward(Stream& s, void* out, const void* gate_up, int64_t N, int64_t H,
+                        DType dtype) override;
+  Status swiglu_backward(Stream& s, void* dgate_up, const void* gate_up, const void* dout,
+                         int64_t N, int64_t H, DType dtype) override;
   Status gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) override;
   Status gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n,
                        DType dtype) override;
