@@ -101,12 +101,13 @@ Result<double> time_attention(gpu::Device& dev, int64_t layers, int64_t B, int64
   gpu::Kernels& k = dev.kernels();
   auto once = [&]() -> Status {
     for (int64_t l = 0; l < layers; ++l) {
-      STRATA_RETURN_IF_ERROR(
-          k.attention_forward(*stream, out.data(), lse.as<float>(), qkv.data(), B, T, C, NH, dt));
+      STRATA_RETURN_IF_ERROR(k.attention_forward(*stream, out.data(), lse.as<float>(), qkv.data(),
+                                                 B, T, C, NH, NH, dt));
     }
     for (int64_t l = 0; l < layers; ++l) {
       STRATA_RETURN_IF_ERROR(k.attention_backward(*stream, dqkv.data(), dout.data(), qkv.data(),
-                                                  out.data(), lse.as<float>(), B, T, C, NH, dt));
+                                                  out.data(), lse.as<float>(), B, T, C, NH, NH,
+                                                  dt));
     }
     return stream->synchronize();
   };

@@ -57,10 +57,10 @@ class CpuKernels final : public Kernels {
   Status gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n,
                        DType dtype) override;
   Status attention_forward(Stream& s, void* out, float* lse, const void* qkv, int64_t B, int64_t T,
-                           int64_t C, int64_t NH, DType dtype) override;
+                           int64_t C, int64_t NH, int64_t NKV, DType dtype) override;
   Status attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                             const void* out, const float* lse, int64_t B, int64_t T, int64_t C,
-                            int64_t NH, DType dtype) override;
+                            int64_t NH, int64_t NKV, DType dtype) override;
   Status add(Stream& s, void* out, const void* a, const void* b, int64_t n, DType dtype) override;
   Status scale(Stream& s, void* x, float factor, int64_t n, DType dtype) override;
   Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,

@@ -119,16 +119,19 @@ class Kernels {
   virtual Status gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n,
                                DType dtype) = 0;
 
-  // Causal self-attention. qkv [B,T,3C] holds q | k | v, each C split into NH heads of HS.
-  // out [B,T,C]; lse fp32 [B,NH,T] = log-sum-exp of each row's scaled scores (saved for the
-  // backward). Scores are q.k / sqrt(HS), softmax in fp32.
+  // Causal self-attention with NKV key/value heads shared by groups of NH / NKV query heads
+  // (grouped-query attention; NKV = NH is multi-head attention, NKV must divide NH). Each qkv
+  // row [B,T,C + 2*NKV*HS] holds q (NH heads of HS = C/NH) | k (NKV heads) | v (NKV heads);
+  // query head h uses key/value head h / (NH / NKV). out [B,T,C]; lse fp32 [B,NH,T] = log-sum-
+  // exp of each row's scaled scores (saved for the backward). Scores are q.k / sqrt(HS),
+  // softmax in fp32.
   virtual Status attention_forward(Stream& s, void* out, float* lse, const void* qkv, int64_t B,
-                                   int64_t T, int64_t C, int64_t NH, DType dtype) = 0;
-  // dqkv [B,T,3C] = gradient w.r.t. qkv (overwrites), from dout [B,T,C], the forward's qkv, out
-  // and lse.
+                                   int64_t T, int64_t C, int64_t NH, int64_t NKV, DType dtype) = 0;
+  // dqkv (qkv's shape) = gradient w.r.t. qkv (overwrites), from dout [B,T,C], the forward's qkv,
+  // out and lse. A key/value head's gradient sums its group's query heads in head order.
   virtual Status attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                                     const void* out, const float* lse, int64_t B, int64_t T,
-                                    int64_t C, int64_t NH, DType dtype) = 0;
+                                    int64_t C, int64_t NH, int64_t NKV, DType dtype) = 0;
 
   // out = a + b (n elements; out may alias a or b).
   virtual Status add(Stream& s, void* out, const void* a, const void* b, int64_t n,

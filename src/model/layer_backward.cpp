@@ -119,9 +119,9 @@ Status GptModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, v
       k_ops_.bias_backward(s, elem(g, ll_.attprojb, dt), dres_.data(), n, c, dt, true));
   STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.attprojw, dt), dres_.data(), a.atty.data(), c, c));
   STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), dres_.data(), elem(p, ll_.attprojw, dt), c, c));
-  STRATA_RETURN_IF_ERROR(k_ops_.attention_backward(s, dqkv_.data(), dbuf_.data(), a.qkv.data(),
-                                                   a.atty.data(), a.lse.as<float>(), shape_.batch,
-                                                   shape_.seq, c, config_.heads, dt));
+  STRATA_RETURN_IF_ERROR(k_ops_.attention_backward(
+      s, dqkv_.data(), dbuf_.data(), a.qkv.data(), a.atty.data(), a.lse.as<float>(), shape_.batch,
+      shape_.seq, c, config_.heads, config_.heads, dt));
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.qkvb, dt), dqkv_.data(), n, 3 * c, dt, true));
   STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.qkvw, dt), dqkv_.data(), a.ln1.data(), 3 * c, c));

@@ -58,7 +58,8 @@ Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bo
   mm.trans_b = true;
   STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
   STRATA_RETURN_IF_ERROR(k_ops_.attention_forward(s, a.atty.data(), a.lse.as<float>(), a.qkv.data(),
-                                                  shape_.batch, shape_.seq, c, config_.heads, dt));
+                                                  shape_.batch, shape_.seq, c, config_.heads,
+                                                  config_.heads, dt));
   // tmp[n,C] = atty[n,C] . attprojw[C,C]^T + attprojb; res2 = x + tmp
   mm.a = a.atty.data();
   mm.b = elem(p, ll_.attprojw, dt);

@@ -81,21 +81,27 @@ double gelu_grad(double x) {
 }
 
 namespace {
-double qkv_at(const Vec& qkv, int64_t b, int64_t t, int64_t part, int64_t h, int64_t i, int64_t T,
-              int64_t C, int64_t HS) {
-  return qkv[(b * T + t) * 3 * C + part * C + h * HS + i];
-}
+// qkv rows of C + 2 * NKV * HS: q (NH heads) | k (NKV heads) | v (NKV heads); query head h reads
+// key/value head h / (NH / NKV).
+struct Qkv {
+  int64_t T, C, NH, NKV, HS;
+  int64_t width() const { return C + 2 * NKV * HS; }
+  int64_t kv_head(int64_t h) const { return h / (NH / NKV); }
+  // Index of element i of row t of batch b: part 0 query head h, parts 1, 2 the k, v of h's
+  // key/value head.
+  int64_t at(int64_t b, int64_t t, int64_t part, int64_t h, int64_t i) const {
+    const int64_t col = part == 0 ? h * HS : C + (part - 1) * NKV * HS + kv_head(h) * HS;
+    return (b * T + t) * width() + col + i;
+  }
+};
 
-// Row t of the causal attention softmax of head h: p[u] for u <= t, and its log-sum-exp.
-double causal_softmax_row(const Vec& qkv, int64_t b, int64_t h, int64_t t, int64_t T, int64_t C,
-                          int64_t HS, Vec& p) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+// Row t of the causal attention softmax of query head h: p[u] for u <= t, and its log-sum-exp.
+double causal_softmax_row(const Vec& qkv, const Qkv& g, int64_t b, int64_t h, int64_t t, Vec& p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(g.HS));
   double mx = -INFINITY;
   for (int64_t u = 0; u <= t; ++u) {
     double d = 0.0;
-    for (int64_t i = 0; i < HS; ++i) {
-      d += qkv_at(qkv, b, t, 0, h, i, T, C, HS) * qkv_at(qkv, b, u, 1, h, i, T, C, HS);
-    }
+    for (int64_t i = 0; i < g.HS; ++i) d += qkv[g.at(b, t, 0, h, i)] * qkv[g.at(b, u, 1, h, i)];
     p[u] = d * scale;
     mx = std::max(mx, p[u]);
   }
@@ -106,19 +112,19 @@ double causal_softmax_row(const Vec& qkv, int64_t b, int64_t h, int64_t t, int64
 }
 }  // namespace
 
-void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Vec& out,
-                       Vec& lse) {
-  const int64_t HS = C / NH;
+void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                       Vec& out, Vec& lse) {
+  const Qkv g{T, C, NH, NKV, C / NH};
   out.assign(B * T * C, 0.0);
   lse.assign(B * NH * T, 0.0);
   Vec s(T);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
-        lse[(b * NH + h) * T + t] = causal_softmax_row(qkv, b, h, t, T, C, HS, s);
+        lse[(b * NH + h) * T + t] = causal_softmax_row(qkv, g, b, h, t, s);
         for (int64_t u = 0; u <= t; ++u) {
-          for (int64_t i = 0; i < HS; ++i) {
-            out[(b * T + t) * C + h * HS + i] += s[u] * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
+          for (int64_t i = 0; i < g.HS; ++i) {
+            out[(b * T + t) * C + h * g.HS + i] += s[u] * qkv[g.at(b, u, 2, h, i)];
           }
         }
       }
@@ -127,21 +133,22 @@ void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t 
 }
 
 void attention_backward(const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
-                        int64_t NH, Vec& dqkv) {
-  const int64_t HS = C / NH;
+                        int64_t NH, int64_t NKV, Vec& dqkv) {
+  const Qkv g{T, C, NH, NKV, C / NH};
+  const int64_t HS = g.HS;
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  dqkv.assign(B * T * 3 * C, 0.0);
+  dqkv.assign(B * T * g.width(), 0.0);
   Vec p(T), dp(T);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
         // Softmax row t over u <= t, then dS = P (dP - sum_u P dP).
-        causal_softmax_row(qkv, b, h, t, T, C, HS, p);
+        causal_softmax_row(qkv, g, b, h, t, p);
         double pdp = 0.0;
         for (int64_t u = 0; u <= t; ++u) {
           double d = 0.0;
           for (int64_t i = 0; i < HS; ++i) {
-            d += dout[(b * T + t) * C + h * HS + i] * qkv_at(qkv, b, u, 2, h, i, T, C, HS);
+            d += dout[(b * T + t) * C + h * HS + i] * qkv[g.at(b, u, 2, h, i)];
           }
           dp[u] = d;
           pdp += p[u] * d;
@@ -149,9 +156,9 @@ void attention_backward(const Vec& dout, const Vec& qkv, int64_t B, int64_t T, i
         for (int64_t u = 0; u <= t; ++u) {
           const double ds = p[u] * (dp[u] - pdp) * scale;
           for (int64_t i = 0; i < HS; ++i) {
-            const int64_t qi = (b * T + t) * 3 * C + h * HS + i;
-            const int64_t ki = (b * T + u) * 3 * C + C + h * HS + i;
-            const int64_t vi = (b * T + u) * 3 * C + 2 * C + h * HS + i;
+            const int64_t qi = g.at(b, t, 0, h, i);
+            const int64_t ki = g.at(b, u, 1, h, i);
+            const int64_t vi = g.at(b, u, 2, h, i);
             dqkv[qi] += ds * qkv[ki];
             dqkv[ki] += ds * qkv[qi];
             dqkv[vi] += p[u] * dout[(b * T + t) * C + h * HS + i];

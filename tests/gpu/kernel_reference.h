@@ -22,12 +22,12 @@ void layernorm_backward(const Vec& dout, const Vec& x, const Vec& w, int64_t N, 
 double gelu(double x);
 double gelu_grad(double x);
 
-// qkv [B,T,3C] -> out [B,T,C], lse [B,NH,T].
-void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, Vec& out,
-                       Vec& lse);
-// dqkv [B,T,3C] (overwritten).
+// qkv [B,T,C + 2*NKV*(C/NH)] (q | k | v, NKV key/value heads) -> out [B,T,C], lse [B,NH,T].
+void attention_forward(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                       Vec& out, Vec& lse);
+// dqkv in qkv's shape (overwritten).
 void attention_backward(const Vec& dout, const Vec& qkv, int64_t B, int64_t T, int64_t C,
-                        int64_t NH, Vec& dqkv);
+                        int64_t NH, int64_t NKV, Vec& dqkv);
 
 void embedding_forward(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe,
                        int64_t B, int64_t T, int64_t C, Vec& out);

@@ -215,7 +215,7 @@ TEST_P(KernelTest, BadArgumentsAreRefusedAtEnqueue) {
   Status st = d_.k().matmul(d_.stream(), args);
   EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();
   st = d_.k().attention_forward(d_.stream(), buf.data(), buf.as<float>(), buf.data(), 1, 4, 10, 3,
-                                dt());
+                                3, dt());
   EXPECT_EQ(st.code(), ErrorCode::kConfig) << st.to_string();  // C % NH != 0
   st = d_.k().softmax_cross_entropy(d_.stream(), buf.as<float>(), buf.data(), buf.as<int32_t>(), 2,
                                     10, 8, 1.0f, dt());

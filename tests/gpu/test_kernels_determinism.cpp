@@ -79,13 +79,13 @@ std::vector<std::vector<char>> run_reductions(DeviceFixture& d) {
   auto patt = d.zeros(B * T * C * 2);
   auto plse = d.zeros(B * NH * T * 4);
   auto pdqkv = d.zeros(B * T * 3 * C * 2);
-  EXPECT_TRUE(
-      d.k()
-          .attention_forward(d.stream(), patt.data(), plse.as<float>(), pqkv.data(), B, T, C, NH, t)
-          .ok());
+  EXPECT_TRUE(d.k()
+                  .attention_forward(d.stream(), patt.data(), plse.as<float>(), pqkv.data(), B, T,
+                                     C, NH, NH, t)
+                  .ok());
   EXPECT_TRUE(d.k()
                   .attention_backward(d.stream(), pdqkv.data(), pg.data(), pqkv.data(), patt.data(),
-                                      plse.as<float>(), B, T, C, NH, t)
+                                      plse.as<float>(), B, T, C, NH, NH, t)
                   .ok());
   outs.push_back(d.download_bytes(patt, B * T * C * 2));
   outs.push_back(d.download_bytes(pdqkv, B * T * 3 * C * 2));
@@ -99,14 +99,34 @@ std::vector<std::vector<char>> run_reductions(DeviceFixture& d) {
     auto pdqkv2 = d.zeros(B * T2 * 3 * C2 * 2);
     EXPECT_TRUE(d.k()
                     .attention_forward(d.stream(), patt2.data(), plse2.as<float>(), pqkv2.data(), B,
-                                       T2, C2, NH2, t)
+                                       T2, C2, NH2, NH2, t)
                     .ok());
     EXPECT_TRUE(d.k()
                     .attention_backward(d.stream(), pdqkv2.data(), pg2.data(), pqkv2.data(),
-                                        patt2.data(), plse2.as<float>(), B, T2, C2, NH2, t)
+                                        patt2.data(), plse2.as<float>(), B, T2, C2, NH2, NH2, t)
                     .ok());
     outs.push_back(d.download_bytes(patt2, B * T2 * C2 * 2));
     outs.push_back(d.download_bytes(pdqkv2, B * T2 * 3 * C2 * 2));
+  }
+
+  {  // grouped-query attention (2 query heads a key/value head): dK and dV sum the group
+    const int64_t T3 = 70, C3 = 256, NH3 = 4, NKV3 = 2, W3 = C3 + 2 * NKV3 * 64;
+    Vec qkv3 = random_vec(B * T3 * W3, 88), g3 = random_vec(B * T3 * C3, 89);
+    auto pqkv3 = d.upload(qkv3, t);
+    auto pg3 = d.upload(g3, t);
+    auto patt3 = d.zeros(B * T3 * C3 * 2);
+    auto plse3 = d.zeros(B * NH3 * T3 * 4);
+    auto pdqkv3 = d.zeros(B * T3 * W3 * 2);
+    EXPECT_TRUE(d.k()
+                    .attention_forward(d.stream(), patt3.data(), plse3.as<float>(), pqkv3.data(), B,
+                                       T3, C3, NH3, NKV3, t)
+                    .ok());
+    EXPECT_TRUE(d.k()
+                    .attention_backward(d.stream(), pdqkv3.data(), pg3.data(), pqkv3.data(),
+                                        patt3.data(), plse3.as<float>(), B, T3, C3, NH3, NKV3, t)
+                    .ok());
+    outs.push_back(d.download_bytes(patt3, B * T3 * C3 * 2));
+    outs.push_back(d.download_bytes(pdqkv3, B * T3 * W3 * 2));
   }
 
   std::vector<int32_t> tokens(B * T);

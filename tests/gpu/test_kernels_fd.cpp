@@ -132,29 +132,32 @@ TEST_F(FdTest, GeluBackward) {
   expect_close(d_.download(pdx, n, f32_), finite_difference(loss, x), kFdTol, "gelu dinp vs fd");
 }
 
+// Multi-head (NKV = NH) and grouped-query (2 query heads a key/value head).
 TEST_F(FdTest, AttentionBackward) {
-  const int64_t B = 2, T = 5, C = 6, NH = 2;
-  Vec qkv = random_vec(B * T * 3 * C, 71, -1.5, 1.5), g = random_vec(B * T * C, 72);
-  auto pqkv = d_.upload(qkv, f32_);
-  auto pg = d_.upload(g, f32_);
-  auto pout = d_.zeros(B * T * C * 4);
-  auto plse = d_.zeros(B * NH * T * 4);
-  auto pdqkv = d_.zeros(B * T * 3 * C * 4);
-  ASSERT_TRUE(d_.k()
-                  .attention_forward(d_.stream(), pout.data(), plse.as<float>(), pqkv.data(), B, T,
-                                     C, NH, f32_)
-                  .ok());
-  ASSERT_TRUE(d_.k()
-                  .attention_backward(d_.stream(), pdqkv.data(), pg.data(), pqkv.data(),
-                                      pout.data(), plse.as<float>(), B, T, C, NH, f32_)
-                  .ok());
-  auto loss = [&](const Vec& v) {
-    Vec out, lse;
-    ref::attention_forward(v, B, T, C, NH, out, lse);
-    return dot(out, g);
-  };
-  expect_close(d_.download(pdqkv, qkv.size(), f32_), finite_difference(loss, qkv), kFdTol,
-               "dqkv vs fd");
+  for (const int64_t NKV : {4, 2}) {
+    const int64_t B = 2, T = 5, C = 8, NH = 4, width = C + 2 * NKV * (C / NH);
+    Vec qkv = random_vec(B * T * width, 71, -1.5, 1.5), g = random_vec(B * T * C, 72);
+    auto pqkv = d_.upload(qkv, f32_);
+    auto pg = d_.upload(g, f32_);
+    auto pout = d_.zeros(B * T * C * 4);
+    auto plse = d_.zeros(B * NH * T * 4);
+    auto pdqkv = d_.zeros(B * T * width * 4);
+    ASSERT_TRUE(d_.k()
+                    .attention_forward(d_.stream(), pout.data(), plse.as<float>(), pqkv.data(), B,
+                                       T, C, NH, NKV, f32_)
+                    .ok());
+    ASSERT_TRUE(d_.k()
+                    .attention_backward(d_.stream(), pdqkv.data(), pg.data(), pqkv.data(),
+                                        pout.data(), plse.as<float>(), B, T, C, NH, NKV, f32_)
+                    .ok());
+    auto loss = [&](const Vec& v) {
+      Vec out, lse;
+      ref::attention_forward(v, B, T, C, NH, NKV, out, lse);
+      return dot(out, g);
+    };
+    expect_close(d_.download(pdqkv, qkv.size(), f32_), finite_difference(loss, qkv), kFdTol,
+                 "dqkv vs fd, NKV=" + std::to_string(NKV));
+  }
 }
 
 TEST_F(FdTest, EmbeddingBackward) {

@@ -54,26 +54,30 @@ TEST_P(NnTest, LayernormForwardBackward) {
   layernorm_case(*this, d_, dt(), 300, 64, tol());  // parameter gradients in 19 row chunks
 }
 
+// NKV key/value heads (grouped-query attention); NKV = 0 means NH (multi-head).
 void attention_case(DeviceFixture& d, DType dt, int64_t B, int64_t T, int64_t C, int64_t NH,
-                    double tol) {
-  Vec qkv = random_vec(B * T * 3 * C, 30, -1.5, 1.5), dout = random_vec(B * T * C, 31);
+                    double tol, int64_t NKV = 0) {
+  if (NKV == 0) NKV = NH;
+  const int64_t width = C + 2 * NKV * (C / NH);
+  Vec qkv = random_vec(B * T * width, 30, -1.5, 1.5), dout = random_vec(B * T * C, 31);
   auto pqkv = d.upload(qkv, dt);
   auto pdout = d.upload(dout, dt);
   auto pout = d.zeros(B * T * C * dtype_size(dt));
   auto plse = d.zeros(B * NH * T * 4);
-  Vec junk = random_vec(B * T * 3 * C, 32);  // dqkv is overwritten, not accumulated
+  Vec junk = random_vec(B * T * width, 32);  // dqkv is overwritten, not accumulated
   auto pdqkv = d.upload(junk, dt);
   Status st = d.k().attention_forward(d.stream(), pout.data(), plse.as<float>(), pqkv.data(), B, T,
-                                      C, NH, dt);
+                                      C, NH, NKV, dt);
   ASSERT_TRUE(st.ok()) << st.to_string();
   st = d.k().attention_backward(d.stream(), pdqkv.data(), pdout.data(), pqkv.data(), pout.data(),
-                                plse.as<float>(), B, T, C, NH, dt);
+                                plse.as<float>(), B, T, C, NH, NKV, dt);
   ASSERT_TRUE(st.ok()) << st.to_string();
   Vec out, lse, dqkv;
-  ref::attention_forward(qkv, B, T, C, NH, out, lse);
-  ref::attention_backward(dout, qkv, B, T, C, NH, dqkv);
+  ref::attention_forward(qkv, B, T, C, NH, NKV, out, lse);
+  ref::attention_backward(dout, qkv, B, T, C, NH, NKV, dqkv);
   const std::string shape = " B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                            " C=" + std::to_string(C) + " NH=" + std::to_string(NH);
+                            " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
+                            " NKV=" + std::to_string(NKV);
   expect_close(d.download(pout, out.size(), dt), out, tol, "attention out" + shape);
   expect_close(d.download(plse, lse.size(), DType::kF32), lse, 1e-5, "attention lse" + shape);
   expect_close(d.download(pdqkv, dqkv.size(), dt), dqkv, tol, "attention dqkv" + shape);
@@ -92,12 +96,21 @@ TEST_P(NnTest, AttentionForwardBackward) {
   attention_case(d_, dt(), 2, 150, 128, 2, tol());
 }
 
+// Grouped-query attention: groups of 2 and 4 query heads, and one key/value head for all
+// (multi-query); head size 8 (scalar kernels) and 32 and 64 (tensor cores on CUDA).
+TEST_P(NnTest, GroupedQueryAttention) {
+  attention_case(d_, dt(), 2, 9, 32, 4, tol(), 2);
+  attention_case(d_, dt(), 1, 70, 256, 8, tol(), 2);
+  attention_case(d_, dt(), 2, 33, 256, 4, tol(), 1);
+}
+
 // The CUDA backend takes 16-bit head sizes 32, 64 and 128 to its tensor-core kernels unless
 // STRATA_CUDA_ATTENTION=scalar (launch.h): the same cases on the scalar kernels.
 TEST_P(NnTest, AttentionOnTheScalarKernelsToo) {
   ::setenv("STRATA_CUDA_ATTENTION", "scalar", 1);
   attention_case(d_, dt(), 1, 33, 128, 2, tol());
   attention_case(d_, dt(), 2, 150, 128, 2, tol());
+  attention_case(d_, dt(), 1, 70, 256, 8, tol(), 2);
   ::unsetenv("STRATA_CUDA_ATTENTION");
 }
 

@@ -179,7 +179,7 @@ TEST_F(CudaDeviceTest, RejectsForeignStreamsAndBadArguments) {
   auto s = stream();
   ASSERT_TRUE(s);
   st = device_->kernels().attention_forward(*s, x->data(), x->as<float>(), x->data(), 1, 4, 10, 3,
-                                            DType::kF32);  // C not a multiple of NH
+                                            3, DType::kF32);  // C not a multiple of NH
   EXPECT_EQ(st.code(), ErrorCode::kConfig);
   st = device_->kernels().gelu_forward(*s, nullptr, x->data(), 4, DType::kF32);
   EXPECT_EQ(st.code(), ErrorCode::kConfig);

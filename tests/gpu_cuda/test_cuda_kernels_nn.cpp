@@ -64,7 +64,8 @@ TEST_P(CudaVsCpuNn, Attention) {
     TwinBuf qkv = tw.random(3 * btc, t(), ++seed, -2.0f, 2.0f);
     TwinBuf out = tw.alloc(btc, t());
     TwinBuf lse = tw.alloc(static_cast<size_t>(ac.B * ac.NH * ac.T), DType::kF32);
-    TWIN_RUN(tw, k.attention_forward(s, P(out), PF(lse), P(qkv), ac.B, ac.T, ac.C, ac.NH, t()));
+    TWIN_RUN(tw,
+             k.attention_forward(s, P(out), PF(lse), P(qkv), ac.B, ac.T, ac.C, ac.NH, ac.NH, t()));
     tw.expect_close("attention_forward out" + name, out, tol_for(t()));
     tw.expect_close("attention_forward lse" + name, lse, 1e-5);
 
@@ -74,7 +75,7 @@ TEST_P(CudaVsCpuNn, Attention) {
     tw.cpu_to_gpu(out);
     tw.cpu_to_gpu(lse);
     TWIN_RUN(tw, k.attention_backward(s, P(dqkv), P(dout), P(qkv), P(out), PF(lse), ac.B, ac.T,
-                                      ac.C, ac.NH, t()));
+                                      ac.C, ac.NH, ac.NH, t()));
     tw.expect_close("attention_backward dqkv" + name, dqkv, tol_for(t()) * 2);
   }
 }
@@ -128,10 +129,10 @@ TEST_P(CudaVsCpuNn, GpuResultsAreBitwiseReproducible) {
     Kernels& k = tw.gpu->kernels();
     Stream& s = *tw.gs;
     ASSERT_TRUE(k.attention_forward(s, out.gpu.data(), lse.gpu.as<float>(), qkv.gpu.data(), B, T, C,
-                                    NH, t())
+                                    NH, NH, t())
                     .ok());
     ASSERT_TRUE(k.attention_backward(s, dqkv.gpu.data(), dout.gpu.data(), qkv.gpu.data(),
-                                     out.gpu.data(), lse.gpu.as<float>(), B, T, C, NH, t())
+                                     out.gpu.data(), lse.gpu.as<float>(), B, T, C, NH, NH, t())
                     .ok());
     ASSERT_TRUE(k.embedding_backward(s, dwte.gpu.data(), dwpe.gpu.data(), dout.gpu.data(),
                                      tok.gpu.as<int32_t>(), B, T, C, t())

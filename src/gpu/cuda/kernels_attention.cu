@@ -1,6 +1,7 @@
 // Causal self-attention, flash-style (no T x T matrix in memory), fp32 softmax, on CUDA cores:
 // fp32 storage and head sizes the tensor-core kernels (kernels_attention_tc.cu) do not take.
-// qkv [B, T, 3C] holds q | k | v; head h uses columns h*HS .. h*HS+HS-1 of each part.
+// qkv [B, T, C + 2*NKV*HS] holds q (NH heads) | k (NKV heads) | v (NKV heads); query head h
+// uses key/value head h / (NH / NKV) (grouped-query attention; NKV = NH: multi-head).
 //
 // Forward: one block per (8 query rows, head, batch); one warp per query row. Keys are loaded in
 // tiles of 32 into shared memory (fp32); lane j scores key j of the tile, the warp keeps an
@@ -10,7 +11,8 @@
 // Backward (no atomics, fixed order): D_i = dout_i . out_i, P_ij = exp(s_ij - lse_i),
 // dS_ij = P_ij (dout_i . v_j - D_i).
 //   dq kernel:  one warp per query row i, looping over key tiles: dQ_i = scale sum_j dS_ij k_j.
-//   dkv kernel: one warp per key row j, looping over query tiles: dV_j = sum_i P_ij dout_i,
+//   dkv kernel: one warp per key row j of a key/value head, looping over the group's query heads
+//               in order and their query tiles: dV_j = sum_i P_ij dout_i,
 //               dK_j = scale sum_i dS_ij q_i.
 #include <type_traits>
 
@@ -28,15 +30,20 @@ constexpr unsigned kFull = 0xffffffffu;
 struct Geometry {
   int T;        // sequence length
   int C;        // channels
-  int NH;       // heads
+  int NH;       // query heads
+  int NKV;      // key/value heads
+  int group;    // NH / NKV
   int HS;       // head size
+  int width;    // qkv row: C + 2 * NKV * HS
   float scale;  // 1 / sqrt(HS)
 };
 
-// Offset of element d of row t, part (0 q, 1 k, 2 v), head h, batch b in qkv.
+// Offset of element d of row t, part (0 q, 1 k, 2 v), head h of that part, batch b in qkv.
 __device__ __forceinline__ int64_t qkv_index(const Geometry& g, int b, int t, int part, int h,
                                              int d) {
-  return (int64_t{b} * g.T + t) * 3 * g.C + int64_t{part} * g.C + int64_t{h} * g.HS + d;
+  const int64_t col =
+      part == 0 ? int64_t{h} * g.HS : g.C + int64_t{part - 1} * g.NKV * g.HS + int64_t{h} * g.HS;
+  return (int64_t{b} * g.T + t) * g.width + col + d;
 }
 // Offset of element d of row t, head h, batch b in a [B, T, C] tensor.
 __device__ __forceinline__ int64_t btc_index(const Geometry& g, int b, int t, int h, int d) {
@@ -102,8 +109,8 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, Geome
   const int q_last = min(q0 + kWarps, g.T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kTile) {
     __syncthreads();  // the previous tile has been consumed (and q_w is written)
-    load_tile(k_s, qkv, g, b, h, 1, k0, 1.0f);
-    load_tile(v_s, qkv, g, b, h, 2, k0, 1.0f);
+    load_tile(k_s, qkv, g, b, h / g.group, 1, k0, 1.0f);
+    load_tile(v_s, qkv, g, b, h / g.group, 2, k0, 1.0f);
     __syncthreads();
     if (active && k0 <= i) {  // uniform over the warp
       const int key = k0 + lane;
@@ -174,8 +181,8 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
   const int q_last = min(q0 + kWarps, g.T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kTile) {
     __syncthreads();
-    load_tile(k_s, qkv, g, b, h, 1, k0, 1.0f);
-    load_tile(v_s, qkv, g, b, h, 2, k0, 1.0f);
+    load_tile(k_s, qkv, g, b, h / g.group, 1, k0, 1.0f);
+    load_tile(v_s, qkv, g, b, h / g.group, 2, k0, 1.0f);
     __syncthreads();
     if (active && k0 <= i) {  // uniform over the warp
       const int key = k0 + lane;
@@ -218,7 +225,7 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int b = static_cast<int>(blockIdx.z);
-  const int h = static_cast<int>(blockIdx.y);
+  const int kvh = static_cast<int>(blockIdx.y);  // the key/value head
   const int k0 = static_cast<int>(blockIdx.x) * kWarps;
   const int j = k0 + warp;  // this warp's key row
   const bool active = j < g.T;
@@ -226,53 +233,55 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
   float* v_w = v_s + warp * g.HS;
   if (active) {
     for (int d = lane; d < g.HS; d += 32) {
-      k_w[d] = load_f32(qkv + qkv_index(g, b, j, 1, h, d));
-      v_w[d] = load_f32(qkv + qkv_index(g, b, j, 2, h, d));
+      k_w[d] = load_f32(qkv + qkv_index(g, b, j, 1, kvh, d));
+      v_w[d] = load_f32(qkv + qkv_index(g, b, j, 2, kvh, d));
     }
   }
   float acc_k[kPer];
   float acc_v[kPer];
 #pragma unroll
   for (int u = 0; u < kPer; ++u) acc_k[u] = acc_v[u] = 0.0f;
-  for (int qs = (k0 / kTile) * kTile; qs < g.T; qs += kTile) {
-    __syncthreads();
-    load_tile(q_s, qkv, g, b, h, 0, qs, g.scale);
-    load_tile_btc(do_s, dout, g, b, h, qs);
-    if (threadIdx.x < kTile) {
-      const int qi = qs + static_cast<int>(threadIdx.x);
-      lse_s[threadIdx.x] = qi < g.T ? lse[(int64_t{b} * g.NH + h) * g.T + qi] : 0.0f;
-    }
-    __syncthreads();
-    for (int t = warp; t < kTile; t += kWarps) {  // D of the tile's queries, one warp each
-      const int qi = qs + t;
-      float part = 0.0f;
-      if (qi < g.T) {
-        for (int d = lane; d < g.HS; d += 32) {
-          part += do_s[t * ld + d] * load_f32(out + btc_index(g, b, qi, h, d));
+  for (int h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {  // the group's query heads
+    for (int qs = (k0 / kTile) * kTile; qs < g.T; qs += kTile) {
+      __syncthreads();
+      load_tile(q_s, qkv, g, b, h, 0, qs, g.scale);
+      load_tile_btc(do_s, dout, g, b, h, qs);
+      if (threadIdx.x < kTile) {
+        const int qi = qs + static_cast<int>(threadIdx.x);
+        lse_s[threadIdx.x] = qi < g.T ? lse[(int64_t{b} * g.NH + h) * g.T + qi] : 0.0f;
+      }
+      __syncthreads();
+      for (int t = warp; t < kTile; t += kWarps) {  // D of the tile's queries, one warp each
+        const int qi = qs + t;
+        float part = 0.0f;
+        if (qi < g.T) {
+          for (int d = lane; d < g.HS; d += 32) {
+            part += do_s[t * ld + d] * load_f32(out + btc_index(g, b, qi, h, d));
+          }
         }
+        part = warp_sum(part);
+        if (lane == 0) D_s[t] = part;
       }
-      part = warp_sum(part);
-      if (lane == 0) D_s[t] = part;
-    }
-    __syncthreads();
-    if (active && qs + kTile - 1 >= j) {  // uniform over the warp
-      const int qi = qs + lane;
-      float p = 0.0f;
-      float ds = 0.0f;
-      if (qi >= j && qi < g.T) {
-        p = expf(dot(q_s + lane * ld, k_w, g.HS) - lse_s[lane]);
-        const float dp = dot(do_s + lane * ld, v_w, g.HS);
-        ds = p * (dp - D_s[lane]);
-      }
-      for (int t = 0; t < kTile; ++t) {
-        const float pt = __shfl_sync(kFull, p, t);
-        const float dst = __shfl_sync(kFull, ds, t);
+      __syncthreads();
+      if (active && qs + kTile - 1 >= j) {  // uniform over the warp
+        const int qi = qs + lane;
+        float p = 0.0f;
+        float ds = 0.0f;
+        if (qi >= j && qi < g.T) {
+          p = expf(dot(q_s + lane * ld, k_w, g.HS) - lse_s[lane]);
+          const float dp = dot(do_s + lane * ld, v_w, g.HS);
+          ds = p * (dp - D_s[lane]);
+        }
+        for (int t = 0; t < kTile; ++t) {
+          const float pt = __shfl_sync(kFull, p, t);
+          const float dst = __shfl_sync(kFull, ds, t);
 #pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          const int d = lane + 32 * u;
-          if (d < g.HS) {
-            acc_v[u] += pt * do_s[t * ld + d];
-            acc_k[u] += dst * q_s[t * ld + d];
+          for (int u = 0; u < kPer; ++u) {
+            const int d = lane + 32 * u;
+            if (d < g.HS) {
+              acc_v[u] += pt * do_s[t * ld + d];
+              acc_k[u] += dst * q_s[t * ld + d];
+            }
           }
         }
       }
@@ -283,16 +292,22 @@ __global__ void attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* q
     for (int u = 0; u < kPer; ++u) {
       const int d = lane + 32 * u;
       if (d < g.HS) {
-        store_f32(dqkv + qkv_index(g, b, j, 1, h, d), acc_k[u]);
-        store_f32(dqkv + qkv_index(g, b, j, 2, h, d), acc_v[u]);
+        store_f32(dqkv + qkv_index(g, b, j, 1, kvh, d), acc_k[u]);
+        store_f32(dqkv + qkv_index(g, b, j, 2, kvh, d), acc_v[u]);
       }
     }
   }
 }
 
-Geometry make_geometry(int64_t T, int64_t C, int64_t NH) {
+Geometry make_geometry(int64_t T, int64_t C, int64_t NH, int64_t NKV) {
   const int hs = static_cast<int>(C / NH);
-  return Geometry{static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), hs,
+  return Geometry{static_cast<int>(T),
+                  static_cast<int>(C),
+                  static_cast<int>(NH),
+                  static_cast<int>(NKV),
+                  static_cast<int>(NH / NKV),
+                  hs,
+                  static_cast<int>(C + 2 * NKV * hs),
                   1.0f / sqrtf(static_cast<float>(hs))};
 }
 
@@ -325,8 +340,8 @@ cudaError_t with_dims_per_lane(int hs, F&& f) {
 struct AttentionForward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* out, float* lse, const void* qkv, int64_t B,
-                         int64_t T_, int64_t C, int64_t NH) {
-    const Geometry g = make_geometry(T_, C, NH);
+                         int64_t T_, int64_t C, int64_t NH, int64_t NKV) {
+    const Geometry g = make_geometry(T_, C, NH, NKV);
     const size_t bytes = tiles_bytes(g);
     return with_dims_per_lane(g.HS, [&](auto per) {
       auto* kernel = attention_forward_kernel<T, decltype(per)::value>;
@@ -343,8 +358,8 @@ struct AttentionBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dqkv, const void* dout, const void* qkv,
                          const void* out, const float* lse, int64_t B, int64_t T_, int64_t C,
-                         int64_t NH) {
-    const Geometry g = make_geometry(T_, C, NH);
+                         int64_t NH, int64_t NKV) {
+    const Geometry g = make_geometry(T_, C, NH, NKV);
     const size_t bytes = tiles_bytes(g);
     return with_dims_per_lane(g.HS, [&](auto per) {
       auto* dq = attention_backward_dq_kernel<T, decltype(per)::value>;
@@ -357,7 +372,7 @@ struct AttentionBackward {
           static_cast<const T*>(out), lse, g);
       err = launch_result();
       if (err != cudaSuccess) return err;
-      dkv<<<grid_of(B, T_, NH), kWarps * 32, bytes, s>>>(
+      dkv<<<grid_of(B, T_, NKV), kWarps * 32, bytes, s>>>(
           static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
           static_cast<const T*>(out), lse, g);
       return launch_result();
@@ -368,22 +383,23 @@ struct AttentionBackward {
 }  // namespace
 
 cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
-                                     int64_t B, int64_t T, int64_t C, int64_t NH, ElemType t) {
+                                     int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                     ElemType t) {
   if (B * T * C == 0) return cudaSuccess;
   if (attention_uses_tensor_cores(C, NH, t)) {
-    return launch_attention_forward_tc(stream, out, lse, qkv, B, T, C, NH, t);
+    return launch_attention_forward_tc(stream, out, lse, qkv, B, T, C, NH, NKV, t);
   }
-  return dispatch<AttentionForward>(t, stream, out, lse, qkv, B, T, C, NH);
+  return dispatch<AttentionForward>(t, stream, out, lse, qkv, B, T, C, NH, NKV);
 }
 
 cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const void* dout,
                                       const void* qkv, const void* out, const float* lse, int64_t B,
-                                      int64_t T, int64_t C, int64_t NH, ElemType t) {
+                                      int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t) {
   if (B * T * C == 0) return cudaSuccess;
   if (attention_uses_tensor_cores(C, NH, t)) {
-    return launch_attention_backward_tc(stream, dqkv, dout, qkv, out, lse, B, T, C, NH, t);
+    return launch_attention_backward_tc(stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, t);
   }
-  return dispatch<AttentionBackward>(t, stream, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  return dispatch<AttentionBackward>(t, stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
 }
 
 }  // namespace strata::gpu::cuda

@@ -10,8 +10,10 @@
 // Backward, deterministic (no atomics), split as in the scalar kernels:
 //   dq:  a block per 64 query rows; per key tile S, P = exp(S - lse), dP = dO V^T,
 //        dS = P (dP - D), dQ += dS K; D = dout . out per row; dQ stays in registers.
-//   dkv: a block per 64 key rows; per query tile S^T = K Q^T, P^T, dP^T = V dO^T,
-//        dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q.
+//   dkv: a block per 64 key rows of a key/value head; for each query head of its group in order,
+//        per query tile S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
+//        dK += dS^T Q.
+// Grouped-query attention: query head h reads key/value head h / (NH / NKV) (kernels.h).
 // P and dS are rounded to the storage type for their products, as FlashAttention does; scores
 // are scaled by 1/sqrt(HS) in fp32 after the product.
 #include <mma.h>
@@ -34,9 +36,11 @@ constexpr int kLdP = kRows + 8;  // 16-bit probability rows
 constexpr unsigned kAll = 0xffffffffu;
 
 struct Geo {
-  int T, C, NH;
+  int T, C, NH, NKV;
+  int group;  // NH / NKV
+  int width;  // qkv row: C + 2 * NKV * HS
   float scale;
-  bool vec;  // 16-byte copies are aligned (C % 8 == 0 and 16-byte aligned tensors)
+  bool vec;  // 16-byte copies are aligned (C and width % 8 == 0, 16-byte aligned tensors)
 };
 
 template <int HS>
@@ -135,25 +139,31 @@ __device__ __forceinline__ LaneRow lane_row() {
   return LaneRow{lane / 2, lane % 2};
 }
 
-// Where a block works: head h of batch b (blockIdx.y, blockIdx.z), as offsets into qkv (row
-// stride 3C; add C or 2C for k or v) and into [B, T, C] tensors, and its lse row.
+// Where a block works: query head h of batch b, as offsets into qkv (row stride `width`) of its
+// q head and of its group's k and v heads, into [B, T, C] tensors, and its lse row.
 struct Head {
-  int b, h;
-  int64_t stride;  // 3C
-  int64_t qkv;     // (b, row 0, q, head h) in qkv
-  int64_t btc;     // (b, row 0, head h) in out / dout
-  int64_t lse;     // (b, h, row 0) in lse
+  int64_t stride;   // qkv's row: C + 2 * NKV * HS
+  int64_t q, k, v;  // (b, row 0, head) in qkv
+  int64_t btc;      // (b, row 0, head h) in out / dout
+  int64_t lse;      // (b, h, row 0) in lse
 };
 template <int HS>
-__device__ __forceinline__ Head head_of_block(const Geo& g) {
+__device__ __forceinline__ Head head_at(const Geo& g, int b, int h) {
   Head hd;
-  hd.b = static_cast<int>(blockIdx.z);
-  hd.h = static_cast<int>(blockIdx.y);
-  hd.stride = 3 * int64_t{g.C};
-  hd.qkv = int64_t{hd.b} * g.T * hd.stride + int64_t{hd.h} * HS;
-  hd.btc = int64_t{hd.b} * g.T * g.C + int64_t{hd.h} * HS;
-  hd.lse = (int64_t{hd.b} * g.NH + hd.h) * g.T;
+  const int kvh = h / g.group;
+  hd.stride = g.width;
+  const int64_t row0 = int64_t{b} * g.T * hd.stride;
+  hd.q = row0 + int64_t{h} * HS;
+  hd.k = row0 + g.C + int64_t{kvh} * HS;
+  hd.v = row0 + g.C + int64_t{g.NKV + kvh} * HS;
+  hd.btc = int64_t{b} * g.T * g.C + int64_t{h} * HS;
+  hd.lse = (int64_t{b} * g.NH + h) * g.T;
   return hd;
+}
+// The forward and dq kernels: query head blockIdx.y of batch blockIdx.z.
+template <int HS>
+__device__ __forceinline__ Head head_of_block(const Geo& g) {
+  return head_at<HS>(g, static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y));
 }
 
 // Writes a warp's 16 fp32 rows (ld ldo, times `mul`) to rows row0.. of `dst` (row stride
@@ -207,11 +217,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int q0 = static_cast<int>(blockIdx.x) * kRows;
   const int qw = q0 + warp * 16;
   const int64_t stride = hd.stride;
-  const T* base = qkv + hd.qkv;
   float* s_w = s_all + warp * L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
   T* p_w = p_all + warp * L::warp_p;
-  load_rows<T, HS>(q_s, base, stride, q0, g);
+  load_rows<T, HS>(q_s, qkv + hd.q, stride, q0, g);
   for (size_t e = lane; e < L::warp_o; e += 32) o_w[e] = 0.0f;
   const LaneRow lr = lane_row();
   const int qi = qw + lr.r;
@@ -220,8 +229,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int last = min(q0 + kRows, g.T) - 1;
   for (int k0 = 0; k0 <= last; k0 += kRows) {
     __syncthreads();  // the previous tiles are consumed (and Q is loaded)
-    load_rows<T, HS>(k_s, base + g.C, stride, k0, g);
-    load_rows<T, HS>(v_s, base + 2 * g.C, stride, k0, g);
+    load_rows<T, HS>(k_s, qkv + hd.k, stride, k0, g);
+    load_rows<T, HS>(v_s, qkv + hd.v, stride, k0, g);
     __syncthreads();
     if (qw >= g.T || k0 > qw + 15) continue;  // uniform over the warp: nothing visible
     rows_times_tile_t<T, HS>(s_w, q_s + warp * 16 * L::ldk, L::ldk, k_s, L::ldk);
@@ -282,13 +291,12 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int q0 = static_cast<int>(blockIdx.x) * kRows;
   const int qw = q0 + warp * 16;
   const int64_t stride = hd.stride;
-  const T* base = qkv + hd.qkv;
   const int64_t btc = hd.btc;
   float* p_w = s_all + warp * 2 * L::warp_s;
   float* dp_w = p_w + L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
   T* ds_w = ds_all + warp * L::warp_p;
-  load_rows<T, HS>(q_s, base, stride, q0, g);
+  load_rows<T, HS>(q_s, qkv + hd.q, stride, q0, g);
   load_rows<T, HS>(do_s, dout + btc, g.C, q0, g);
   const LaneRow lr = lane_row();
   const int qi = qw + lr.r;
@@ -299,8 +307,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int last = min(q0 + kRows, g.T) - 1;
   for (int k0 = 0; k0 <= last; k0 += kRows) {
     __syncthreads();
-    load_rows<T, HS>(k_s, base + g.C, stride, k0, g);
-    load_rows<T, HS>(v_s, base + 2 * g.C, stride, k0, g);
+    load_rows<T, HS>(k_s, qkv + hd.k, stride, k0, g);
+    load_rows<T, HS>(v_s, qkv + hd.v, stride, k0, g);
     __syncthreads();
     if (qw >= g.T || k0 > qw + 15) continue;  // uniform over the warp
     rows_times_tile_t<T, HS>(p_w, q_s + warp * 16 * L::ldk, L::ldk, k_s, L::ldk);
@@ -322,7 +330,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   if (qw >= g.T) return;
   store_blocks<HS>(o_w, dq);
   __syncwarp();
-  write_rows<T, HS>(dqkv + hd.qkv, stride, o_w, g.scale, qw, g);
+  write_rows<T, HS>(dqkv + hd.q, stride, o_w, g.scale, qw, g);
 }
 
 template <typename T, int HS>
@@ -341,19 +349,19 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   float* d_s = reinterpret_cast<float*>(p_all + kTcWarps * 2 * L::warp_p);  // [64]
   float* lse_s = d_s + kRows;                                               // [64]
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  const Head hd = head_of_block<HS>(g);
+  const int b = static_cast<int>(blockIdx.z);
+  const int kvh = static_cast<int>(blockIdx.y);  // the key/value head
+  const Head kv = head_at<HS>(g, b, kvh * g.group);
   const int kb0 = static_cast<int>(blockIdx.x) * kRows;
   const int kw = kb0 + warp * 16;
-  const int64_t stride = hd.stride;
-  const T* base = qkv + hd.qkv;
-  const int64_t btc = hd.btc;
+  const int64_t stride = kv.stride;
   float* st_w = s_all + warp * 2 * L::warp_s;
   float* dpt_w = st_w + L::warp_s;
   float* o_w = o_all + warp * L::warp_o;
   T* pt_w = p_all + warp * 2 * L::warp_p;
   T* dst_w = pt_w + L::warp_p;
-  load_rows<T, HS>(k_s, base + g.C, stride, kb0, g);
-  load_rows<T, HS>(v_s, base + 2 * g.C, stride, kb0, g);
+  load_rows<T, HS>(k_s, qkv + kv.k, stride, kb0, g);
+  load_rows<T, HS>(v_s, qkv + kv.v, stride, kb0, g);
   const LaneRow lr = lane_row();
   const int key = kw + lr.r;
   Acc dk[HS / 16];
@@ -362,50 +370,53 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     wmma::fill_fragment(dk[n], 0.0f);
     wmma::fill_fragment(dv[n], 0.0f);
   }
-  for (int qs = kb0; qs < g.T; qs += kRows) {
-    __syncthreads();
-    load_rows<T, HS>(q_s, base, stride, qs, g);
-    load_rows<T, HS>(do_s, dout + btc, g.C, qs, g);
-    {  // D and lse of the tile's queries: warp w takes queries 16w .. 16w+15, a lane pair each
-      const int t = warp * 16 + lr.r;
-      const int qi = qs + t;
-      const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
-      if (lr.half == 0) {
-        d_s[t] = D;
-        lse_s[t] = qi < g.T ? lse[hd.lse + qi] : 0.0f;
+  for (int h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {  // the group's query heads
+    const Head hd = head_at<HS>(g, b, h);
+    const int64_t btc = hd.btc;
+    for (int qs = kb0; qs < g.T; qs += kRows) {
+      __syncthreads();
+      load_rows<T, HS>(q_s, qkv + hd.q, stride, qs, g);
+      load_rows<T, HS>(do_s, dout + btc, g.C, qs, g);
+      {  // D and lse of the tile's queries: warp w takes queries 16w .. 16w+15, a lane pair each
+        const int t = warp * 16 + lr.r;
+        const int qi = qs + t;
+        const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
+        if (lr.half == 0) {
+          d_s[t] = D;
+          lse_s[t] = qi < g.T ? lse[hd.lse + qi] : 0.0f;
+        }
       }
+      __syncthreads();
+      if (kw >= g.T || qs + kRows - 1 < kw) continue;  // uniform over the warp
+      rows_times_tile_t<T, HS>(st_w, k_s + warp * 16 * L::ldk, L::ldk, q_s, L::ldk);
+      rows_times_tile_t<T, HS>(dpt_w, v_s + warp * 16 * L::ldk, L::ldk, do_s, L::ldk);
+      __syncwarp();
+      const float* strow = st_w + lr.r * kLdS + lr.half * 32;
+      const float* dptrow = dpt_w + lr.r * kLdS + lr.half * 32;
+      T* ptrow = pt_w + lr.r * kLdP + lr.half * 32;
+      T* dstrow = dst_w + lr.r * kLdP + lr.half * 32;
+      for (int c = 0; c < 32; ++c) {
+        const int t = lr.half * 32 + c;
+        const int qi = qs + t;
+        const bool visible = qi >= key && qi < g.T && key < g.T;
+        const float p = visible ? expf(strow[c] * g.scale - lse_s[t]) : 0.0f;
+        store_f32(ptrow + c, p);
+        store_f32(dstrow + c, p * (dptrow[c] - d_s[t]));
+      }
+      __syncwarp();
+      accumulate_p_times_tile<T, HS>(dv, pt_w, do_s, L::ldk);
+      accumulate_p_times_tile<T, HS>(dk, dst_w, q_s, L::ldk);
+      __syncwarp();
     }
-    __syncthreads();
-    if (kw >= g.T || qs + kRows - 1 < kw) continue;  // uniform over the warp
-    rows_times_tile_t<T, HS>(st_w, k_s + warp * 16 * L::ldk, L::ldk, q_s, L::ldk);
-    rows_times_tile_t<T, HS>(dpt_w, v_s + warp * 16 * L::ldk, L::ldk, do_s, L::ldk);
-    __syncwarp();
-    const float* strow = st_w + lr.r * kLdS + lr.half * 32;
-    const float* dptrow = dpt_w + lr.r * kLdS + lr.half * 32;
-    T* ptrow = pt_w + lr.r * kLdP + lr.half * 32;
-    T* dstrow = dst_w + lr.r * kLdP + lr.half * 32;
-    for (int c = 0; c < 32; ++c) {
-      const int t = lr.half * 32 + c;
-      const int qi = qs + t;
-      const bool visible = qi >= key && qi < g.T && key < g.T;
-      const float p = visible ? expf(strow[c] * g.scale - lse_s[t]) : 0.0f;
-      store_f32(ptrow + c, p);
-      store_f32(dstrow + c, p * (dptrow[c] - d_s[t]));
-    }
-    __syncwarp();
-    accumulate_p_times_tile<T, HS>(dv, pt_w, do_s, L::ldk);
-    accumulate_p_times_tile<T, HS>(dk, dst_w, q_s, L::ldk);
-    __syncwarp();
   }
   if (kw >= g.T) return;
-  T* dbase = dqkv + hd.qkv;
   store_blocks<HS>(o_w, dk);
   __syncwarp();
-  write_rows<T, HS>(dbase + g.C, stride, o_w, g.scale, kw, g);
+  write_rows<T, HS>(dqkv + kv.k, stride, o_w, g.scale, kw, g);
   __syncwarp();
   store_blocks<HS>(o_w, dv);
   __syncwarp();
-  write_rows<T, HS>(dbase + 2 * g.C, stride, o_w, 1.0f, kw, g);
+  write_rows<T, HS>(dqkv + kv.v, stride, o_w, 1.0f, kw, g);
 }
 
 template <typename K>
@@ -415,12 +426,19 @@ cudaError_t allow(K kernel, size_t bytes) {
                               static_cast<int>(bytes));
 }
 
-Geo make_geo(const void* a, const void* b, const void* c, int64_t T, int64_t C, int64_t NH) {
+Geo make_geo(const void* a, const void* b, const void* c, int64_t T, int64_t C, int64_t NH,
+             int64_t NKV) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int hs = static_cast<int>(C / NH);
-  return Geo{static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH),
+  const int64_t width = C + 2 * NKV * hs;
+  return Geo{static_cast<int>(T),
+             static_cast<int>(C),
+             static_cast<int>(NH),
+             static_cast<int>(NKV),
+             static_cast<int>(NH / NKV),
+             static_cast<int>(width),
              1.0f / sqrtf(static_cast<float>(hs)),
-             C % 8 == 0 && aligned(a) && aligned(b) && aligned(c)};
+             C % 8 == 0 && width % 8 == 0 && aligned(a) && aligned(b) && aligned(c)};
 }
 
 dim3 grid_tc(int64_t B, int64_t T, int64_t NH) {
@@ -430,8 +448,8 @@ dim3 grid_tc(int64_t B, int64_t T, int64_t NH) {
 
 template <typename T, int HS>
 cudaError_t forward_tc(cudaStream_t s, void* out, float* lse, const void* qkv, int64_t B,
-                       int64_t T_, int64_t C, int64_t NH) {
-  const Geo g = make_geo(qkv, out, qkv, T_, C, NH);
+                       int64_t T_, int64_t C, int64_t NH, int64_t NKV) {
+  const Geo g = make_geo(qkv, out, qkv, T_, C, NH, NKV);
   const size_t bytes = Layout<HS>::bytes(3, 1, true, 1);
   auto* kernel = attention_forward_tc_kernel<T, HS>;
   const cudaError_t err = allow(kernel, bytes);
@@ -444,8 +462,8 @@ cudaError_t forward_tc(cudaStream_t s, void* out, float* lse, const void* qkv, i
 template <typename T, int HS>
 cudaError_t backward_tc(cudaStream_t s, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T_, int64_t C,
-                        int64_t NH) {
-  const Geo g = make_geo(qkv, dout, dqkv, T_, C, NH);
+                        int64_t NH, int64_t NKV) {
+  const Geo g = make_geo(qkv, dout, dqkv, T_, C, NH, NKV);
   const size_t dq_bytes = Layout<HS>::bytes(4, 2, true, 1);
   const size_t dkv_bytes = Layout<HS>::bytes(4, 2, true, 2);
   auto* dq = attention_backward_dq_tc_kernel<T, HS>;
@@ -458,7 +476,7 @@ cudaError_t backward_tc(cudaStream_t s, void* dqkv, const void* dout, const void
       static_cast<const T*>(out), lse, g);
   err = launch_result();
   if (err != cudaSuccess) return err;
-  dkv<<<grid_tc(B, T_, NH), kTcWarps * 32, dkv_bytes, s>>>(
+  dkv<<<grid_tc(B, T_, NKV), kTcWarps * 32, dkv_bytes, s>>>(
       static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
       static_cast<const T*>(out), lse, g);
   return launch_result();
@@ -504,14 +522,16 @@ bool attention_uses_tensor_cores(int64_t C, int64_t NH, ElemType t) {
 }
 
 cudaError_t launch_attention_forward_tc(cudaStream_t stream, void* out, float* lse, const void* qkv,
-                                        int64_t B, int64_t T, int64_t C, int64_t NH, ElemType t) {
-  return dispatch_tc<ForwardTc>(t, C / NH, stream, out, lse, qkv, B, T, C, NH);
+                                        int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                        ElemType t) {
+  return dispatch_tc<ForwardTc>(t, C / NH, stream, out, lse, qkv, B, T, C, NH, NKV);
 }
 
 cudaError_t launch_attention_backward_tc(cudaStream_t stream, void* dqkv, const void* dout,
                                          const void* qkv, const void* out, const float* lse,
-                                         int64_t B, int64_t T, int64_t C, int64_t NH, ElemType t) {
-  return dispatch_tc<BackwardTc>(t, C / NH, stream, dqkv, dout, qkv, out, lse, B, T, C, NH);
+                                         int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                         ElemType t) {
+  return dispatch_tc<BackwardTc>(t, C / NH, stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
 }
 
 }  // namespace strata::gpu::cuda

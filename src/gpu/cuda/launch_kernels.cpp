@@ -242,14 +242,19 @@ Status LaunchKernels::gelu_backward(Stream& s, void* dinp, const void* inp, cons
 
 namespace {
 
-Status check_attention(const char* op, DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH) {
+Status check_attention(const char* op, DType dtype, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       int64_t NKV) {
   if (!valid_dtype(dtype)) return dtype_error(op, dtype);
   STRATA_RETURN_IF_ERROR(check_count(op, "B", B, 0, kMaxGridYZ));
   STRATA_RETURN_IF_ERROR(check_count(op, "T", T, 0, INT32_MAX / 2));
   STRATA_RETURN_IF_ERROR(check_count(op, "NH", NH, 1, kMaxGridYZ));
+  STRATA_RETURN_IF_ERROR(check_count(op, "NKV", NKV, 1, NH));
   STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1, INT32_MAX / 3));
   if (C % NH != 0) {
     return make_error(ErrorCode::kConfig, op, ": C = ", C, " is not a multiple of NH = ", NH);
+  }
+  if (NH % NKV != 0) {
+    return make_error(ErrorCode::kConfig, op, ": NH = ", NH, " is not a multiple of NKV = ", NKV);
   }
   if (C / NH > kMaxHeadSize) {
     return make_error(ErrorCode::kUnsupported, op, ": head size C/NH = ", C / NH,
@@ -261,26 +266,28 @@ Status check_attention(const char* op, DType dtype, int64_t B, int64_t T, int64_
 }  // namespace
 
 Status LaunchKernels::attention_forward(Stream& s, void* out, float* lse, const void* qkv,
-                                        int64_t B, int64_t T, int64_t C, int64_t NH, DType dtype) {
+                                        int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
+                                        DType dtype) {
   const char* op = "attention_forward";
-  STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH));
+  STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH, NKV));
   if (B * T == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, lse, qkv}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
-      launch_attention_forward(target.stream, out, lse, qkv, B, T, C, NH, elem_type(dtype)), op);
+      launch_attention_forward(target.stream, out, lse, qkv, B, T, C, NH, NKV, elem_type(dtype)),
+      op);
 }
 
 Status LaunchKernels::attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                                          const void* out, const float* lse, int64_t B, int64_t T,
-                                         int64_t C, int64_t NH, DType dtype) {
+                                         int64_t C, int64_t NH, int64_t NKV, DType dtype) {
   const char* op = "attention_backward";
-  STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH));
+  STRATA_RETURN_IF_ERROR(check_attention(op, dtype, B, T, C, NH, NKV));
   if (B * T == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dqkv, dout, qkv, out, lse}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(launch_attention_backward(target.stream, dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                            elem_type(dtype)),
+                                            NKV, elem_type(dtype)),
                   op);
 }
 
