@@ -43,27 +43,6 @@ std::vector<Export> exports(const GptConfig& c) {
   out.push_back({"ln_f.bias", L, st[3].offset, 1, C, false});
   return out;
 }
-// The shared block, loaded once, and the last layer asked for.
-struct HeldBlocks {
-  std::vector<float> shared, layer;
-  int64_t loaded = -1;  // the layer in `layer`
-  bool have_shared = false;
-
-  Result<const float*> get(int64_t b, const GptConfig& c, const BlockSource& source) {
-    const bool is_shared = b == c.layers;
-    std::vector<float>& held = is_shared ? shared : layer;
-    if (is_shared ? !have_shared : loaded != b) {
-      held.assign(static_cast<size_t>(GptModel::block_numel(c, b)), 0.0f);
-      STRATA_RETURN_IF_ERROR(source(b, held.data()));
-      if (is_shared) {
-        have_shared = true;
-      } else {
-        loaded = b;
-      }
-    }
-    return held.data();
-  }
-};
 }  // namespace
 
 Status write_safetensors(const std::string& path, const GptConfig& config, DType stored,
@@ -75,7 +54,8 @@ Status write_safetensors(const std::string& path, const GptConfig& config, DType
   STRATA_RETURN_IF_ERROR(config.validate());
   // Blocks in the order the tensors are written: the shared block (wte, wpe) first, the layers,
   // then ln_f from the shared block still held.
-  auto blocks = std::make_shared<HeldBlocks>();
+  auto blocks = std::make_shared<HeldBlocks>(
+      [&config](int64_t b) { return GptModel::block_numel(config, b); }, config.layers, source);
   std::vector<TensorOut> tensors;
   for (const Export& e : exports(config)) {
     std::vector<int64_t> shape;
@@ -86,9 +66,8 @@ Status write_safetensors(const std::string& path, const GptConfig& config, DType
     } else {
       shape = {e.rows, e.cols};
     }
-    tensors.push_back({e.name, shape, [e, blocks, &config, &source](float* out) -> Status {
-                         STRATA_ASSIGN_OR_RETURN(const float* held,
-                                                 blocks->get(e.block, config, source));
+    tensors.push_back({e.name, shape, [e, blocks](float* out) -> Status {
+                         STRATA_ASSIGN_OR_RETURN(const float* held, blocks->get(e.block));
                          const float* src = held + e.offset;
                          if (!e.transpose) {
                            std::copy(src, src + e.rows * e.cols, out);

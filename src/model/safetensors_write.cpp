@@ -55,20 +55,6 @@ void sync_dir(const std::string& path) {
   }
 }
 
-// `text` to `path` under a temporary name, synced, renamed.
-Status write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const CleanupPath cleanup(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path, "cannot create " + tmp);
-  Status st = write_all(fd, text.data(), text.size(), path);
-  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename");
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
-}
-
 // Shards of an earlier save that `keep` does not list (the index no longer names them).
 void remove_stale_shards(const std::string& dir, const std::vector<std::string>& keep) {
   const std::regex shard_name(R"(model-\d{5}-of-\d{5}\.safetensors)");
@@ -86,10 +72,38 @@ void remove_stale_shards(const std::string& dir, const std::vector<std::string>&
 
 }  // namespace
 
+Status write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const CleanupPath cleanup(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error(path, "cannot create " + tmp);
+  Status st = write_all(fd, text.data(), text.size(), path);
+  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename");
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+Result<const float*> HeldBlocks::get(int64_t b) {
+  const bool is_shared = b == shared_block_;
+  std::vector<float>& held = is_shared ? shared_ : layer_;
+  if (is_shared ? !have_shared_ : loaded_ != b) {
+    held.assign(static_cast<size_t>(numel_(b)), 0.0f);
+    STRATA_RETURN_IF_ERROR(source_(b, held.data()));
+    if (is_shared) {
+      have_shared_ = true;
+    } else {
+      loaded_ = b;
+    }
+  }
+  return held.data();
 }
 
 std::string shard_file_name(int64_t k, int64_t n) {

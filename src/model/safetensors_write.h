@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/model_file.h"
 
 namespace strata::model {
 
@@ -42,6 +43,28 @@ Status write_safetensors_file(const std::string& path, const std::vector<TensorO
 Result<std::vector<std::string>> write_safetensors_dir(const std::string& dir,
                                                        const std::vector<TensorOut>& tensors,
                                                        DType stored, int64_t max_shard_bytes);
+
+// The blocks a writer's tensors are cut from, asked of `source` one at a time: the shared block
+// (asked once, then kept) and the last other block asked for. For fill functions written in
+// block order. Not thread-safe.
+class HeldBlocks {
+ public:
+  HeldBlocks(std::function<int64_t(int64_t block)> numel, int64_t shared_block, BlockSource source)
+      : numel_(std::move(numel)), shared_block_(shared_block), source_(std::move(source)) {}
+  // Block b's fp32 values (valid until the next call for another non-shared block).
+  Result<const float*> get(int64_t b);
+
+ private:
+  std::function<int64_t(int64_t)> numel_;
+  int64_t shared_block_;
+  BlockSource source_;
+  std::vector<float> shared_, layer_;
+  int64_t loaded_ = -1;  // the block in layer_
+  bool have_shared_ = false;
+};
+
+// A small text file (config.json, an index) at `path`: a temporary name, synced, renamed.
+Status write_text_file(const std::string& path, const std::string& text);
 
 // Hugging Face's shard name: model-00002-of-00005.safetensors.
 std::string shard_file_name(int64_t k, int64_t n);

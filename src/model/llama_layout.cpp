@@ -1,0 +1,124 @@
+#include "model/llama_layout.h"
+
+#include <filesystem>
+#include <memory>
+
+#include "model/safetensors_write.h"
+
+namespace strata::model {
+
+namespace {
+
+// Layer tensors in block order: (suffix, rows, cols; rows 0 = a 1-D norm of cols).
+struct LayerPart {
+  const char* suffix;
+  int64_t rows, cols;
+};
+
+std::vector<LayerPart> layer_parts(const LlamaConfig& c) {
+  const int64_t C = c.channels, HS = c.head_size(), I = c.intermediate;
+  return {{"input_layernorm.weight", 0, C},
+          {"self_attn.q_proj.weight", c.heads * HS, C},
+          {"self_attn.k_proj.weight", c.kv_heads * HS, C},
+          {"self_attn.v_proj.weight", c.kv_heads * HS, C},
+          {"self_attn.o_proj.weight", C, C},
+          {"post_attention_layernorm.weight", 0, C},
+          {"mlp.gate_proj.weight", I, C},
+          {"mlp.up_proj.weight", I, C},
+          {"mlp.down_proj.weight", C, I}};
+}
+
+// Hugging Face's state_dict order of a layer's tensors, as indices into layer_parts.
+constexpr int kStateDictOrder[] = {1, 2, 3, 4, 6, 7, 8, 0, 5};
+
+}  // namespace
+
+std::vector<LlamaTensor> llama_block_tensors(const LlamaConfig& c, int64_t block) {
+  std::vector<LlamaTensor> out;
+  int64_t at = 0;
+  if (block == c.layers) {
+    const int64_t VC = c.vocab * c.channels;
+    out.push_back({"model.embed_tokens.weight", block, 0, {c.vocab, c.channels}, false});
+    out.push_back({"model.norm.weight", block, VC, {c.channels}, true});
+    if (!c.tied) {
+      out.push_back({"lm_head.weight", block, VC + c.channels, {c.vocab, c.channels}, false});
+    }
+    return out;
+  }
+  const std::string prefix = "model.layers." + std::to_string(block) + ".";
+  for (const LayerPart& p : layer_parts(c)) {
+    LlamaTensor t{prefix + p.suffix, block, at, {}, p.rows == 0};
+    t.shape = p.rows == 0 ? std::vector<int64_t>{p.cols} : std::vector<int64_t>{p.rows, p.cols};
+    at += numel_of(t.shape);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+int64_t llama_block_numel(const LlamaConfig& c, int64_t block) {
+  return block == c.layers ? c.shared_params() : c.layer_params();
+}
+
+std::vector<LlamaTensor> llama_tensors(const LlamaConfig& c) {
+  const std::vector<LlamaTensor> shared = llama_block_tensors(c, c.layers);
+  std::vector<LlamaTensor> out{shared[0]};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::vector<LlamaTensor> layer = llama_block_tensors(c, l);
+    for (int i : kStateDictOrder) out.push_back(layer[static_cast<size_t>(i)]);
+  }
+  out.insert(out.end(), shared.begin() + 1, shared.end());
+  return out;
+}
+
+Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
+                             const BlockSink& sink, const std::vector<bool>& wanted) {
+  STRATA_RETURN_IF_ERROR(c.validate());
+  // Every tensor first, so a checkpoint that lacks one fails before any block is handed on.
+  for (const LlamaTensor& t : llama_tensors(c)) {
+    if (!checkpoint.has(t.name)) {
+      return make_error(ErrorCode::kConfig, "checkpoint ", checkpoint.dir(), ": no tensor ", t.name,
+                        " (shape ", shape_text(t.shape), ")",
+                        t.name == "lm_head.weight" ? " (an untied head: tie_word_embeddings is "
+                                                     "false in config.json)"
+                                                   : "");
+    }
+  }
+  std::vector<float> values;
+  for (int64_t b = 0; b <= c.layers; ++b) {
+    if (!wanted.empty() && !wanted[static_cast<size_t>(b)]) continue;
+    values.assign(static_cast<size_t>(llama_block_numel(c, b)), 0.0f);
+    for (const LlamaTensor& t : llama_block_tensors(c, b)) {
+      STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, values.data() + t.offset));
+    }
+    STRATA_RETURN_IF_ERROR(sink(b, values.data()));
+  }
+  return ok_status();
+}
+
+Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,
+                                                        const LlamaConfig& c, DType stored,
+                                                        int64_t max_shard_bytes,
+                                                        const BlockSource& source) {
+  STRATA_RETURN_IF_ERROR(c.validate());
+  auto blocks = std::make_shared<HeldBlocks>([&c](int64_t b) { return llama_block_numel(c, b); },
+                                             c.layers, source);
+  std::vector<TensorOut> tensors;
+  for (const LlamaTensor& t : llama_tensors(c)) {
+    tensors.push_back({t.name, t.shape, [t, blocks](float* out) -> Status {
+                         STRATA_ASSIGN_OR_RETURN(const float* held, blocks->get(t.block));
+                         std::copy(held + t.offset, held + t.offset + numel_of(t.shape), out);
+                         return ok_status();
+                       }});
+  }
+  // The weights first; config.json last, so a directory with a config has its weights.
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> files,
+                          write_safetensors_dir(dir, tensors, stored, max_shard_bytes));
+  LlamaConfig written = c;
+  written.dtype = stored;
+  STRATA_RETURN_IF_ERROR(write_text_file((std::filesystem::path(dir) / "config.json").string(),
+                                         hf_llama_config_json(written)));
+  files.push_back("config.json");
+  return files;
+}
+
+}  // namespace strata::model
