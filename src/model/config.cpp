@@ -39,11 +39,10 @@ Status GptConfig::validate() const {
   return ok_status();
 }
 
-Status RunShape::validate(const GptConfig& config) const {
+Status RunShape::validate(int64_t max_seq) const {
   if (batch <= 0) return make_error(ErrorCode::kConfig, "batch ", batch, " must be > 0");
-  if (seq <= 0 || seq > config.max_seq) {
-    return make_error(ErrorCode::kConfig, "seq ", seq, " must be in [1, max_seq=", config.max_seq,
-                      "]");
+  if (seq <= 0 || seq > max_seq) {
+    return make_error(ErrorCode::kConfig, "seq ", seq, " must be in [1, max_seq=", max_seq, "]");
   }
   if (checkpoint_interval < 0) {
     return make_error(ErrorCode::kConfig, "checkpoint interval ", checkpoint_interval,

@@ -38,7 +38,9 @@ struct RunShape {
   int64_t seq = 0;                  // T
   int64_t checkpoint_interval = 0;  // K
 
-  Status validate(const GptConfig& config) const;
+  Status validate(const GptConfig& config) const { return validate(config.max_seq); }
+  // T must be at most `max_seq`.
+  Status validate(int64_t max_seq) const;
 };
 
 }  // namespace strata::model

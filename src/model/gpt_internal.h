@@ -10,7 +10,6 @@
 namespace strata::model {
 
 struct GptModel::Activations {
-  gpu::DeviceBuffer x_in;  // [B,T,C] input residual (unused when the layer's input is a checkpoint)
   gpu::DeviceBuffer ln1, ln1_mean, ln1_rstd;  // [B,T,C], fp32 [B*T] x2
   gpu::DeviceBuffer qkv;                      // [B,T,3C]
   gpu::DeviceBuffer atty, lse;                // [B,T,C], fp32 [B,NH,T]
@@ -18,10 +17,5 @@ struct GptModel::Activations {
   gpu::DeviceBuffer ln2, ln2_mean, ln2_rstd;  // [B,T,C], fp32 [B*T] x2
   gpu::DeviceBuffer fch, fch_gelu;            // [B,T,4C] x2
 };
-
-// Element `offset` of a buffer of `dtype`.
-inline void* elem(void* base, int64_t offset, DType dtype) {
-  return static_cast<char*>(base) + offset * static_cast<int64_t>(dtype_size(dtype));
-}
 
 }  // namespace strata::model

@@ -7,7 +7,7 @@
 namespace strata::model {
 
 Status GptModel::head_backward(gpu::Stream& s, const void* shared, void* shared_grads) {
-  if (!have_targets_) {
+  if (!have_targets()) {
     return make_error(ErrorCode::kConfig, "GptModel::head_backward needs a forward with targets");
   }
   const DType dt = config_.dtype;
@@ -53,12 +53,7 @@ Status GptModel::embedding_backward(gpu::Stream& s, void* shared_grads) {
       tokens_.as<int32_t>(), shape_.batch, shape_.seq, config_.channels, dt);
 }
 
-Status GptModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads) {
-  STRATA_RETURN_IF_ERROR(check_layer(l));
-  if (l / k_ != resident_segment_) {
-    return make_error(ErrorCode::kConfig, "GptModel::layer_backward(", l,
-                      "): its segment's activations are not resident (layer_recompute first)");
-  }
+Status GptModel::backward_layer(gpu::Stream& s, int64_t l, const void* params, void* grads) {
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
   const int64_t c = config_.channels;
@@ -67,48 +62,19 @@ Status GptModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, v
   Activations& a = acts(l);
   const void* x = layer_input(l);
 
-  // Weight gradient dW[out,in] += dY[n,out]^T . X[n,in]; input gradient dX[n,in] = dY . W[out,in].
-  auto weight_grad = [&](void* dw, const void* dy, const void* xin, int64_t out,
-                         int64_t in) -> Status {
-    gpu::MatmulArgs mm;
-    mm.dtype_ab = dt;
-    mm.dtype_c = dt;
-    mm.a = dy;
-    mm.b = xin;
-    mm.c = dw;
-    mm.m = out;
-    mm.n = in;
-    mm.k = n;
-    mm.trans_a = true;
-    mm.beta = 1.0f;
-    return k_ops_.matmul(s, mm);
-  };
-  auto input_grad = [&](void* dx, const void* dy, const void* w, int64_t out,
-                        int64_t in) -> Status {
-    gpu::MatmulArgs mm;
-    mm.dtype_ab = dt;
-    mm.dtype_c = dt;
-    mm.a = dy;
-    mm.b = w;
-    mm.c = dx;
-    mm.m = n;
-    mm.n = in;
-    mm.k = out;
-    return k_ops_.matmul(s, mm);
-  };
-
   // MLP: out = res2 + fch_gelu . fcprojw^T + fcprojb. dres_ = d out.
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.fcprojb, dt), dres_.data(), n, c, dt, true));
   STRATA_RETURN_IF_ERROR(
-      weight_grad(elem(g, ll_.fcprojw, dt), dres_.data(), a.fch_gelu.data(), c, 4 * c));
-  STRATA_RETURN_IF_ERROR(input_grad(d4a_.data(), dres_.data(), elem(p, ll_.fcprojw, dt), c, 4 * c));
+      weight_grad(s, elem(g, ll_.fcprojw, dt), dres_.data(), a.fch_gelu.data(), c, 4 * c));
+  STRATA_RETURN_IF_ERROR(
+      input_grad(s, d4a_.data(), dres_.data(), elem(p, ll_.fcprojw, dt), c, 4 * c));
   STRATA_RETURN_IF_ERROR(
       k_ops_.gelu_backward(s, d4b_.data(), a.fch.data(), d4a_.data(), n * 4 * c, dt));
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.fcb, dt), d4b_.data(), n, 4 * c, dt, true));
-  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.fcw, dt), d4b_.data(), a.ln2.data(), 4 * c, c));
-  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), d4b_.data(), elem(p, ll_.fcw, dt), 4 * c, c));
+  STRATA_RETURN_IF_ERROR(weight_grad(s, elem(g, ll_.fcw, dt), d4b_.data(), a.ln2.data(), 4 * c, c));
+  STRATA_RETURN_IF_ERROR(input_grad(s, dbuf_.data(), d4b_.data(), elem(p, ll_.fcw, dt), 4 * c, c));
   // dres_ += ln2 backward (dres_ is now d res2).
   STRATA_RETURN_IF_ERROR(k_ops_.layernorm_backward(
       s, dres_.data(), elem(g, ll_.ln2w, dt), elem(g, ll_.ln2b, dt), dbuf_.data(), a.res2.data(),
@@ -117,15 +83,19 @@ Status GptModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, v
   // Attention: res2 = x + atty . attprojw^T + attprojb.
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.attprojb, dt), dres_.data(), n, c, dt, true));
-  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.attprojw, dt), dres_.data(), a.atty.data(), c, c));
-  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), dres_.data(), elem(p, ll_.attprojw, dt), c, c));
+  STRATA_RETURN_IF_ERROR(
+      weight_grad(s, elem(g, ll_.attprojw, dt), dres_.data(), a.atty.data(), c, c));
+  STRATA_RETURN_IF_ERROR(
+      input_grad(s, dbuf_.data(), dres_.data(), elem(p, ll_.attprojw, dt), c, c));
   STRATA_RETURN_IF_ERROR(k_ops_.attention_backward(
       s, dqkv_.data(), dbuf_.data(), a.qkv.data(), a.atty.data(), a.lse.as<float>(), shape_.batch,
       shape_.seq, c, config_.heads, config_.heads, dt));
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.qkvb, dt), dqkv_.data(), n, 3 * c, dt, true));
-  STRATA_RETURN_IF_ERROR(weight_grad(elem(g, ll_.qkvw, dt), dqkv_.data(), a.ln1.data(), 3 * c, c));
-  STRATA_RETURN_IF_ERROR(input_grad(dbuf_.data(), dqkv_.data(), elem(p, ll_.qkvw, dt), 3 * c, c));
+  STRATA_RETURN_IF_ERROR(
+      weight_grad(s, elem(g, ll_.qkvw, dt), dqkv_.data(), a.ln1.data(), 3 * c, c));
+  STRATA_RETURN_IF_ERROR(
+      input_grad(s, dbuf_.data(), dqkv_.data(), elem(p, ll_.qkvw, dt), 3 * c, c));
   // dres_ += ln1 backward (dres_ is now d x, the layer input).
   return k_ops_.layernorm_backward(s, dres_.data(), elem(g, ll_.ln1w, dt), elem(g, ll_.ln1b, dt),
                                    dbuf_.data(), x, elem(p, ll_.ln1w, dt), a.ln1_mean.as<float>(),

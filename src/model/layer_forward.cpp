@@ -17,22 +17,6 @@ Status GptModel::embedding_forward(gpu::Stream& s, const void* shared) {
                                   shape_.batch, shape_.seq, config_.channels, config_.dtype);
 }
 
-Status GptModel::layer_forward(gpu::Stream& s, int64_t l, const void* params) {
-  STRATA_RETURN_IF_ERROR(check_layer(l));
-  STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, true));
-  if (l + 1 == config_.layers) resident_segment_ = num_segments() - 1;
-  return ok_status();
-}
-
-Status GptModel::layer_recompute(gpu::Stream& s, int64_t l, const void* params) {
-  STRATA_RETURN_IF_ERROR(check_layer(l));
-  // The segment's last layer's output is already kept (the next segment's input, or x_final).
-  const int64_t seg = l / k_;
-  STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, l + 1 < segment_end(seg)));
-  resident_segment_ = seg;
-  return ok_status();
-}
-
 Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bool write_output) {
   const DType dt = config_.dtype;
   const int64_t n = shape_.batch * shape_.seq;
@@ -113,14 +97,11 @@ Status GptModel::head_forward(gpu::Stream& s, const void* shared) {
   mm.k = c;
   mm.trans_b = true;
   STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
-  if (!have_targets_) return ok_status();
-  losses_ready_ = true;
-  const float dloss = valid_targets_ > 0 ? loss_scale_ / static_cast<float>(valid_targets_) : 0.0f;
+  if (!have_targets()) return ok_status();
   STRATA_RETURN_IF_ERROR(k_ops_.softmax_cross_entropy(s, losses_.as<float>(), logits_.data(),
                                                       targets_.as<int32_t>(), n, config_.vocab,
-                                                      config_.vp(), dloss, dt));
-  return s.copy(host_losses_.data(), losses_.data(), static_cast<size_t>(n) * 4,
-                gpu::CopyKind::kDeviceToHost);
+                                                      config_.vp(), dloss(), dt));
+  return copy_losses(s);
 }
 
 }  // namespace strata::model

@@ -30,6 +30,11 @@ struct LlamaTensor {
   int64_t block = 0, offset = 0;
   std::vector<int64_t> shape;
   bool norm = false;  // an RMSNorm weight (1-D)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // Every tensor in Hugging Face's state_dict order: embed_tokens, each layer's (q, k, v, o,
