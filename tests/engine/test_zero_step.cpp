@@ -28,6 +28,7 @@
 #include "field_flags.h"
 #include "gpu/cpu_device.h"
 #include "model/gpt.h"
+#include "model/llama.h"
 #include "tested_device.h"
 #if STRATA_CUDA_EMULATE && STRATA_TEST_CUDA
 #include "simt_device.h"
@@ -104,7 +105,8 @@ struct ZCase {
   DType grad_accum_dtype = DType::kF32;  // stages 2-3 with micro > 1
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
-  int micro = 1;  // micro-batches of `batch` rows per step (gradient accumulation)
+  int micro = 1;       // micro-batches of `batch` rows per step (gradient accumulation)
+  bool llama = false;  // a LlamaModel (GQA, untied head) instead of a GptModel
   // Called before each step; then a failing step ends the run with ZRun::error (no failure).
   std::function<void(int64_t step)> before_step;
 };
@@ -161,17 +163,39 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   cfg.heads = 4;
   cfg.channels = c.channels;
   cfg.dtype = c.dtype;
+  // The second family: grouped-query attention (2 query heads a key/value head), untied head.
+  model::LlamaConfig lcfg;
+  lcfg.vocab = model::AdditionTask::kVocab;
+  lcfg.max_seq = task.seq();
+  lcfg.layers = c.layers;
+  lcfg.heads = 4;
+  lcfg.kv_heads = 2;
+  lcfg.channels = c.channels;
+  lcfg.intermediate = c.channels * 3 / 2;
+  lcfg.dtype = c.dtype;
   const int stage = c.serial ? 0 : c.stage;
-  auto parts =
-      Partitioning::create(model::GptModel::block_numels(cfg), comm.size(), c.persistence).value();
+  auto parts = Partitioning::create(c.llama ? model::LlamaModel::block_numels(lcfg)
+                                            : model::GptModel::block_numels(cfg),
+                                    comm.size(), c.persistence)
+                   .value();
   // The model holds on the device only what the stage keeps there.
-  auto model_r = model::GptModel::create(
-      dev, cfg, model::RunShape{c.batch, task.seq(), c.checkpoint},
-      ZeroStep::block_storage(parts, stage, c.offload_activations != Home::kDevice));
+  const model::RunShape shape{c.batch, task.seq(), c.checkpoint};
+  const model::BlockStorage storage =
+      ZeroStep::block_storage(parts, stage, c.offload_activations != Home::kDevice);
+  auto make_model = [&]() -> Result<std::unique_ptr<model::Model>> {
+    if (c.llama) {
+      STRATA_ASSIGN_OR_RETURN(auto l, model::LlamaModel::create(dev, lcfg, shape, storage));
+      STRATA_RETURN_IF_ERROR(l->init_params(7));
+      return std::unique_ptr<model::Model>(std::move(l));
+    }
+    STRATA_ASSIGN_OR_RETURN(auto g, model::GptModel::create(dev, cfg, shape, storage));
+    STRATA_RETURN_IF_ERROR(g->init_params(7));
+    return std::unique_ptr<model::Model>(std::move(g));
+  };
+  auto model_r = make_model();
   EXPECT_TRUE(model_r.ok()) << model_r.status().to_string();
   if (!model_r.ok()) return run;
-  model::GptModel& m = *model_r.value();
-  EXPECT_TRUE(m.init_params(7).ok());
+  model::Model& m = *model_r.value();
   // The engine through its front door: a session of the case's settings.
   EngineConfig config;
   config.zero_stage = stage;
@@ -204,8 +228,9 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   SessionInputs inputs;
   inputs.store = store;
   inputs.inject_inf_step = c.inject_inf_step;
-  inputs.init = [&cfg](int64_t b, float* host) {
-    const std::vector<float> v = model::init_block(cfg, b, 7);  // init_params(7)'s values
+  inputs.init = [&cfg, &lcfg, llama = c.llama](int64_t b, float* host) {
+    const std::vector<float> v = llama ? model::init_llama_block(lcfg, b, 7)
+                                       : model::init_block(cfg, b, 7);  // init_params(7)'s
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };
@@ -452,6 +477,48 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
     c.nvme_fraction = stage == 3 ? 0.5 : 0.0;
     SCOPED_TRACE(describe(c) + " clip 0");
     expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
+}
+
+// The second model family through the same engine: a Llama (grouped-query attention, untied
+// head) at every stage, with the optimizer state and the parameters on NVMe, offloaded
+// activations, fp32 and bf16, gives the bits of stage 0.
+TEST(ZeroStep, LlamaGivesTheBitsOfStageZeroAtEveryStageAndTier) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    ZCase base;
+    base.llama = true;
+    base.dtype = dt;
+    base.steps = 10;
+    const ZRun ref = train(comm, base, nullptr);
+    ASSERT_EQ(ref.losses.size(), 10u);
+    EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the Llama learns";
+    std::vector<ZCase> cases;
+    for (int stage = 1; stage <= 3; ++stage) {
+      ZCase c = base;
+      c.stage = stage;
+      cases.push_back(c);
+    }
+    // Parameters and optimizer state on NVMe, activations in pinned memory (a checkpoint every
+    // layer: the gradients have the same bits with any interval).
+    ZCase nvme = base;
+    nvme.stage = 3;
+    nvme.offload_param = Home::kNvme;
+    nvme.nvme_fraction = 1.0;
+    nvme.offload_activations = Home::kPinned;
+    nvme.checkpoint = 1;
+    cases.push_back(nvme);
+    ZCase device = base;  // the optimizer on the device
+    device.stage = 2;
+    device.device_optimizer = true;
+    cases.push_back(device);
+    for (const ZCase& c : cases) {
+      SCOPED_TRACE("llama " + describe(c));
+      const bool on_nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme;
+      expect_same_bits(ref, train(comm, c, on_nvme ? store.store.get() : nullptr));
+    }
   }
 }
 
