@@ -94,18 +94,17 @@ std::vector<AutoSettings> candidates(const engine::EngineConfig& base, bool nvme
 
 // One candidate, planned only: its budget check and its predicted step.
 Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
-                                     const model::GptConfig& cfg, model::RunShape shape,
+                                     const ModelSpec& spec, model::RunShape shape,
                                      comm::Communicator& comm, uint64_t nvme_free, int host_threads,
                                      const sched::Rates& rates) {
   const engine::EngineConfig& config = s.config;
   gpu::PlanningDevice device(real);
-  STRATA_ASSIGN_OR_RETURN(
-      engine::Partitioning parts,
-      engine::Session::partition(config, model::GptModel::block_numels(cfg), comm.size()));
+  STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
+                          engine::Session::partition(config, spec.block_numels(), comm.size()));
   shape.checkpoint_interval = s.checkpoint_interval;
   STRATA_ASSIGN_OR_RETURN(
       auto model,
-      model::GptModel::create(device, cfg, shape, engine::Session::block_storage(config, parts)));
+      spec.create(device, shape, engine::Session::block_storage(config, parts), false, 0));
   engine::SessionInputs inputs;
   inputs.plan_only = true;
   inputs.host_threads = host_threads;
@@ -130,14 +129,14 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
 
 }  // namespace
 
-Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::GptConfig& cfg,
+Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const ModelSpec& spec,
                                const model::RunShape& shape, comm::Communicator& comm, bool nvme,
                                uint64_t nvme_free, int host_threads, const sched::Rates& rates) {
   AutoResult r;
   Status first_error;
   STRATA_ASSIGN_OR_RETURN(const engine::EngineConfig base, engine_config(f));
-  for (const AutoSettings& s : candidates(base, nvme, cfg.layers)) {
-    auto c = plan_candidate(s, real, cfg, shape, comm, nvme_free, host_threads, rates);
+  for (const AutoSettings& s : candidates(base, nvme, spec.layers())) {
+    auto c = plan_candidate(s, real, spec, shape, comm, nvme_free, host_threads, rates);
     if (!c.ok()) {  // a combination the engine refuses: not a candidate
       if (first_error.ok()) first_error = c.status();
       continue;
@@ -191,12 +190,12 @@ Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::G
   return r;
 }
 
-Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model::RunShape& shape,
+Status run_auto(Flags& f, gpu::Device& real, const ModelSpec& spec, model::RunShape& shape,
                 comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
                 int host_threads) {
   const bool lead = comm.rank() == 0;
   engine::CalibrationRequest rq = engine::Session::calibration_request(
-      engine_config(f).value(), model::GptModel::probe(cfg), shape, real, comm, host_threads);
+      engine_config(f).value(), spec.probe(), shape, real, comm, host_threads);
   rq.redo = f.calibrate;
   rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
   auto cal = engine::calibrate(rq);
@@ -215,7 +214,7 @@ Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model:
         f.host_memory_limit > 0 ? (std::to_string(f.host_memory_limit >> 20) + " MiB").c_str()
                                 : "no limit",
         nvme_dirs.empty() ? "none" : (std::to_string(budgets.nvme_free >> 20) + " MiB").c_str());
-    auto r = choose_auto(f, real, cfg, shape, comm, !nvme_dirs.empty(), budgets.nvme_free,
+    auto r = choose_auto(f, real, spec, shape, comm, !nvme_dirs.empty(), budgets.nvme_free,
                          host_threads, cal->rates);
     st = r.status();
     if (r.ok()) {

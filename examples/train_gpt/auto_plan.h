@@ -20,6 +20,7 @@
 #include "flags.h"
 #include "gpu/device.h"
 #include "model/config.h"
+#include "model_spec.h"
 #include "scheduler/cost_model.h"
 
 namespace strata::train_gpt {
@@ -54,14 +55,14 @@ struct AutoResult {
 
 // Every rank searches the same candidates (none collective); rank 0's rates decide, so the caller
 // broadcasts its choice.
-Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const model::GptConfig& cfg,
+Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const ModelSpec& spec,
                                const model::RunShape& shape, comm::Communicator& comm, bool nvme,
                                uint64_t nvme_free, int host_threads, const sched::Rates& rates);
 
 // --auto in the trainer: calibrates, searches (rank 0), prints the choice, the runner-up and why,
 // and applies rank 0's choice to `f` and `shape` on every rank (its EngineConfig and checkpoint
 // interval broadcast: collective).
-Status run_auto(Flags& f, gpu::Device& real, const model::GptConfig& cfg, model::RunShape& shape,
+Status run_auto(Flags& f, gpu::Device& real, const ModelSpec& spec, model::RunShape& shape,
                 comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
                 int host_threads);
 

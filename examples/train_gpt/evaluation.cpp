@@ -34,7 +34,7 @@ Result<EvalSums> combine(const Run& run, const EvalSums& mine) {
 
 Result<Evaluation> evaluate(const Run& run) {
   const model::AdditionTask* task = run.task();
-  const int64_t B = run.batch(), T = run.seq(), V = run.cfg().vocab;
+  const int64_t B = run.batch(), T = run.seq(), V = run.spec().vocab();
   const int64_t batches = run.data.val_batches();
   const int64_t rank = run.world.rank();
   std::vector<int32_t> tokens(size_t(B * T)), targets(tokens.size());
@@ -51,11 +51,11 @@ Result<Evaluation> evaluate(const Run& run) {
     if (!task) {  // the batch's mean over its targets, weighted by them
       int64_t n = 0;
       for (int32_t t : targets) n += t >= 0 ? 1 : 0;
-      mine.loss += static_cast<double>(run.gpt.mean_loss()) * double(n);
+      mine.loss += static_cast<double>(run.model.mean_loss()) * double(n);
       mine.counted += double(n);
       continue;
     }
-    STRATA_RETURN_IF_ERROR(run.gpt.logits_to_host(logits));
+    STRATA_RETURN_IF_ERROR(run.model.logits_to_host(logits));
     const auto a = model::AdditionTask::accuracy(logits, V, targets.data(), B, T);
     mine.token += a.token;
     mine.exact += a.exact_match;

@@ -16,7 +16,7 @@ struct Named {
 }  // namespace
 
 Status check_files(const Flags& f, const DataSource& source, const std::string& resume_dir,
-                   const std::vector<std::string>& nvme_dirs, const model::GptConfig& cfg) {
+                   const std::vector<std::string>& nvme_dirs, const ModelSpec& spec) {
   if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0 && resume_dir.empty()) {
     return make_error(ErrorCode::kConfig, "--checkpoint-dir ", f.checkpoint_dir,
                       " saves nothing without --checkpoint-every N (give N, or leave the "
@@ -36,7 +36,9 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
     const Named& out = outputs[o];
     if (out.path.empty()) continue;
     for (const Named& in : inputs) {
-      if (same_file(out.path, in.path)) {
+      // A directory read (a Hugging Face checkpoint) takes no output inside it either.
+      if (same_file(out.path, in.path) ||
+          (std::filesystem::is_directory(in.path) && within_tree(out.path, in.path))) {
         return make_error(ErrorCode::kConfig, out.flag, " ", out.path, " is the file ", in.flag,
                           " reads (", in.path, "); give another path (inputs are never written)");
       }
@@ -81,11 +83,16 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
   // Every output can be written now (--plan writes none).
   if (f.plan) return ok_status();
   // The model files' bytes: llm.c's (a 1024-byte header) and safetensors' (less header).
-  const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-  const uint64_t bytes = static_cast<uint64_t>(cfg.num_params()) * dtype_size(stored);
+  const DType stored = spec.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16;
+  const uint64_t bytes = static_cast<uint64_t>(spec.num_params()) * dtype_size(stored);
   const uint64_t needs[] = {0, 0, 1024 + bytes, bytes};
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].path.empty()) continue;
+    // A Llama's model outputs are checkpoint directories: an existing one takes new files.
+    if (spec.llama && o >= 2 && std::filesystem::is_directory(outputs[o].path)) {
+      STRATA_RETURN_IF_ERROR(probe_directory(outputs[o].flag, outputs[o].path));
+      continue;
+    }
     const OutputWrite how = o < 2 ? OutputWrite::kInPlace : OutputWrite::kReplace;
     STRATA_RETURN_IF_ERROR(probe_writable(outputs[o].flag, outputs[o].path, how, needs[o]));
   }

@@ -13,14 +13,14 @@
 #include "core/status.h"
 #include "data.h"
 #include "flags.h"
-#include "model/config.h"
+#include "model_spec.h"
 
 namespace strata::train_gpt {
 
 // `resume_dir`: the checkpoint --resume found (empty without); `nvme_dirs`: --nvme-path's;
-// `cfg`: the model, whose files' bytes must be free. Also refuses a --checkpoint-dir that would
-// save nothing (no --checkpoint-every, and not where --resume looked).
+// `spec`: the model, whose files' bytes must be free (a Llama's are directories). Also refuses a
+// --checkpoint-dir that would save nothing (no --checkpoint-every, and not where --resume looked).
 Status check_files(const Flags& f, const DataSource& source, const std::string& resume_dir,
-                   const std::vector<std::string>& nvme_dirs, const model::GptConfig& cfg);
+                   const std::vector<std::string>& nvme_dirs, const ModelSpec& spec);
 
 }  // namespace strata::train_gpt

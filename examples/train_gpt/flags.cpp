@@ -250,8 +250,11 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--model", f.model_preset,
                  "a preset shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b (GPT-2's: maxT 1024, "
-                 "V 50257), gpt-7b, gpt-13b (the usual 7B/13B GPT shapes, maxT 2048, V 50257); "
-                 "--layers, --heads, --channels, --seq-len and --vocab given beside it win");
+                 "V 50257), gpt-7b, gpt-13b (the usual 7B/13B GPT shapes, maxT 2048, V 50257), "
+                 "or a Llama: llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-3.1-70b, "
+                 "llama-2-7b, llama-2-13b (the published config.json shapes); --layers, --heads, "
+                 "--kv-heads, --channels, --intermediate, --seq-len and --vocab given beside it "
+                 "win");
   app.add_option("--seq-len", f.seq_len,
                  "maxT, the model's longest context (0: the data's; at least the data's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -264,6 +267,13 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--heads", f.heads, "NH (divides C)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--kv-heads", f.kv_heads,
+                 "Llama: NKV, the key/value heads of grouped-query attention (divides NH; 0: the "
+                 "preset's, or NH)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--intermediate", f.intermediate,
+                 "Llama: I, the SwiGLU MLP's width (0: the preset's, or 4C)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--batch", f.batch, "B")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--offload-activations", f.offload_activations,
                  "none|cpu|nvme: where the kept layer inputs of activation checkpointing live "
@@ -271,14 +281,19 @@ void add_flags(CLI::App& app, Flags& f) {
                  "memory, nvme: the swap files), brought back one segment ahead")
       ->capture_default_str();
   app.add_option("--init-from", f.init_from,
-                 "FILE: start from an llm.c GPT-2 model file (version 3 fp32 or 5 bf16); its "
-                 "header's shape replaces --layers, --heads and --channels");
+                 "FILE|DIR: start from an llm.c GPT-2 model file (version 3 fp32 or 5 bf16), or "
+                 "from a Hugging Face Llama checkpoint directory (config.json and "
+                 "model.safetensors or its shards with model.safetensors.index.json; F32, BF16 "
+                 "or F16); its shape replaces the shape flags");
   app.add_option("--save-model", f.save_model,
-                 "FILE: write the trained parameters as an llm.c GPT-2 model file at the end "
-                 "(fp32 for --precision fp32, else bf16), atomically");
+                 "FILE|DIR: write the trained parameters at the end: GPT, an llm.c GPT-2 model "
+                 "file; Llama, a Hugging Face checkpoint directory (config.json, "
+                 "model.safetensors or 5 GB shards with their index); fp32 for --precision fp32, "
+                 "else bf16; each file atomically");
   app.add_option("--export-safetensors", f.export_safetensors,
-                 "FILE: write the trained weights at the end as safetensors with Hugging Face "
-                 "GPT-2's tensor names and layouts (F32 for --precision fp32, else BF16)");
+                 "FILE|DIR: write the trained weights at the end as safetensors with Hugging "
+                 "Face's tensor names and layouts: GPT-2's in one FILE, Llama's as a checkpoint "
+                 "directory as --save-model writes it (F32 for --precision fp32, else BF16)");
   app.add_option("--metrics", f.metrics,
                  "FILE: JSON Lines, one object per step (step, loss, norm, lr, ms, tokens_per_s) "
                  "and one per evaluation (step, val_loss, val_accuracy, val_exact_match)");

@@ -42,7 +42,8 @@ struct Flags {
   std::string export_safetensors;
   std::string metrics;  // JSON Lines
   std::string model_preset;
-  int64_t seq_len = 0, vocab = 0;  // 0: the data's
+  int64_t seq_len = 0, vocab = 0;          // 0: the data's
+  int64_t kv_heads = 0, intermediate = 0;  // Llama's NKV and I (0: the preset's or NH, 4C)
   float lr = 3e-3f, weight_decay = 0.0f, grad_clip = 1.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   std::string adam_mode = "adamw";  // adamw: decoupled decay; adam: the decay as L2 (DeepSpeed's

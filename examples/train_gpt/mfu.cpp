@@ -9,9 +9,9 @@
 
 namespace strata::train_gpt {
 
-double flops_per_token(const model::GptConfig& cfg, int64_t seq) {
-  return 6.0 * static_cast<double>(cfg.num_params()) +
-         12.0 * static_cast<double>(cfg.layers * cfg.channels * seq);
+double flops_per_token(const ModelSpec& spec, int64_t seq) {
+  return 6.0 * static_cast<double>(spec.num_params()) +
+         12.0 * static_cast<double>(spec.layers() * spec.channels() * seq);
 }
 
 Result<double> measure_matmul_rate(gpu::Device& dev, DType dt) {

@@ -6,13 +6,13 @@
 
 #include "core/status.h"
 #include "gpu/device.h"
-#include "model/config.h"
+#include "model_spec.h"
 
 namespace strata::train_gpt {
 
 // FLOPs of one forward and backward per token: 6*N + 12*L*C*T (N parameters; the attention's
 // matmuls at context T), the estimate of PaLM's appendix B that llm.c uses.
-double flops_per_token(const model::GptConfig& cfg, int64_t seq);
+double flops_per_token(const ModelSpec& spec, int64_t seq);
 
 // The device's matmul rate in FLOP/s for `dt` inputs: the best of a few square matmuls (256 on
 // the CpuDevice, 4096 on a GPU) after a warm-up. Allocates and frees its buffers.

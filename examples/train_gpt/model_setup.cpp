@@ -2,15 +2,112 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "engine/checkpoint.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "model/llama_layout.h"
 #include "model/model_file.h"
 #include "resume_check.h"
 #include "step_report.h"
 
 namespace strata::train_gpt {
+
+namespace {
+
+DType precision_dtype(const Flags& f) {
+  return f.precision == "bf16" ? DType::kBF16 : f.precision == "fp16" ? DType::kF16 : DType::kF32;
+}
+
+// The checkpoint interval (default: keep all without activation offload; about sqrt(L) with it,
+// at least 1 and below L so that something moves) and the refusals that need L.
+Result<int64_t> checkpoint_interval_of(const Flags& f, int64_t layers) {
+  const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
+                           : f.offload_activations == "none"
+                               ? 0
+                               : std::clamp<int64_t>(std::llround(std::sqrt(double(layers))), 1,
+                                                     std::max<int64_t>(1, layers - 1));
+  if (f.offload_activations != "none" && layers < 2) {
+    return (make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                       " needs --layers 2 or more (one layer is one segment, kept for its "
+                       "backward)"));
+  }
+  // The model's layers are known now (a preset, --init-from or --resume may set them).
+  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
+      (f.checkpoint_interval == 0 || f.checkpoint_interval >= layers)) {
+    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
+                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
+                      " and --layers ", layers,
+                      " (one segment, whose activations stay for its backward): use an interval "
+                      "from 1 to ",
+                      layers - 1, ", or leave it out");
+  }
+  return interval;
+}
+
+// A Llama: a preset (shape flags beside it win) or a Hugging Face directory (its config.json the
+// shape, its weights the initial values).
+Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& source,
+                               const ConfigDeferred& deferred, ModelSetup m, bool hf_dir) {
+  const model::AdditionTask* task = source.task ? &*source.task : nullptr;
+  if (app.count("--resume") > 0 || f.checkpoint_every > 0) {
+    return make_error(ErrorCode::kConfig,
+                      app.count("--resume") > 0 ? "--resume" : "--checkpoint-every",
+                      " is not available for Llama models yet (their checkpoints are not "
+                      "written; --save-model DIR writes the trained weights at the end)");
+  }
+  model::LlamaConfig& c = m.spec.lcfg;
+  m.spec.llama = true;
+  if (hf_dir) {
+    if (!f.model_preset.empty()) {
+      return make_error(ErrorCode::kConfig, "--model ", f.model_preset, " and --init-from ",
+                        f.init_from, " both give the shape (give one)");
+    }
+    auto read = model::read_hf_llama_config(f.init_from);
+    if (!read.ok()) return read.status().with_context("--init-from");
+    c = *read;
+  } else {
+    if (app.count("--layers") > 0) c.layers = f.layers;
+    if (app.count("--heads") > 0) c.heads = f.heads;
+    if (app.count("--channels") > 0) c.channels = f.channels;
+    if (f.kv_heads != 0) c.kv_heads = f.kv_heads;
+    if (app.count("--heads") > 0 && f.kv_heads == 0 && c.heads % c.kv_heads != 0) {
+      c.kv_heads = c.heads;  // a preset's NKV that does not divide the NH given: multi-head
+    }
+    if (f.intermediate != 0) c.intermediate = f.intermediate;
+    if (f.vocab != 0) c.vocab = f.vocab;
+    if (f.seq_len != 0) c.max_seq = f.seq_len;
+  }
+  c.dtype = precision_dtype(f);
+  if (task && c.vocab < model::AdditionTask::kVocab) {
+    return make_error(ErrorCode::kConfig, "--vocab ", c.vocab,
+                      " is smaller than the data's vocabulary (", model::AdditionTask::kVocab,
+                      " tokens for synthetic:addition)");
+  }
+  if (Status st = c.validate(); !st.ok()) {
+    return st.with_context(hf_dir ? "--init-from" : "--model " + f.model_preset);
+  }
+  if (hf_dir) {  // the weights, block by block
+    auto ck = model::SafetensorsCheckpoint::open(f.init_from);
+    if (!ck.ok()) return ck.status().with_context("--init-from");
+    Status st = model::read_llama_checkpoint(**ck, c, [&](int64_t b, const float* v) {
+      m.initial.emplace_back(v, v + model::llama_block_numel(c, b));
+      return ok_status();
+    });
+    if (!st.ok()) return st.with_context("--init-from");
+  }
+  resolve_model_keys(deferred, f, c.layers, model::llama_block_numel(c, 0), c.channels);
+  STRATA_ASSIGN_OR_RETURN(const int64_t interval, checkpoint_interval_of(f, c.layers));
+  // T: the data's, or --seq-len, or the context up to 1024 (Llama 3's is 131072).
+  const int64_t T =
+      task ? task->seq() : (f.seq_len != 0 ? f.seq_len : std::min<int64_t>(c.max_seq, 1024));
+  m.shape = model::RunShape{f.batch, T, interval};
+  STRATA_RETURN_IF_ERROR(m.shape.validate(c.max_seq).with_context("--seq-len"));
+  return m;
+}
+
+}  // namespace
 
 Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& source,
                                const ConfigDeferred& deferred) {
@@ -20,7 +117,13 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   const model::AdditionTask* task = source.task ? &*source.task : nullptr;
   constexpr int64_t kAddVocab = model::AdditionTask::kVocab;
   // --model: a preset shape; the shape flags given beside it win.
-  if (!f.model_preset.empty()) {
+  const bool llama_preset = f.model_preset.rfind("llama-", 0) == 0;
+  if (llama_preset) {
+    auto preset = model::llama_preset(f.model_preset);
+    if (!preset.ok()) return preset.status().with_context("--model");
+    m.spec.llama = true;
+    m.spec.lcfg = *preset;
+  } else if (!f.model_preset.empty()) {
     struct Preset {
       const char* name;
       int64_t layers, heads, channels, seq;
@@ -33,13 +136,23 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
     if (p == nullptr) {
       return (make_error(ErrorCode::kConfig, "--model '", f.model_preset,
                          "' is not accepted (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, "
-                         "gpt-7b, gpt-13b)"));
+                         "gpt-7b, gpt-13b, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, "
+                         "llama-3.1-70b, llama-2-7b, llama-2-13b)"));
     }
     if (app.count("--layers") == 0) f.layers = p->layers;
     if (app.count("--heads") == 0) f.heads = p->heads;
     if (app.count("--channels") == 0) f.channels = p->channels;
     if (f.seq_len == 0) f.seq_len = p->seq;
     if (f.vocab == 0) f.vocab = 50257;
+  }
+  // A Hugging Face directory for --init-from: a Llama, its config.json the shape.
+  const bool hf_dir = !f.init_from.empty() && std::filesystem::is_directory(f.init_from);
+  if (hf_dir || llama_preset) return setup_llama(f, app, source, deferred, std::move(m), hf_dir);
+  if (f.kv_heads != 0 || f.intermediate != 0) {
+    return make_error(ErrorCode::kConfig, f.kv_heads != 0 ? "--kv-heads " : "--intermediate ",
+                      f.kv_heads != 0 ? f.kv_heads : f.intermediate,
+                      " is a Llama setting (--model llama-..., or --init-from a Hugging Face "
+                      "directory); the GPT shape has NKV = NH and I = 4C");
   }
   if (f.channels % f.heads != 0) {
     return (make_error(ErrorCode::kConfig, "--heads ", f.heads, " does not divide --channels ",
@@ -55,15 +168,13 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
                        " is smaller than the data's vocabulary (", kAddVocab,
                        " tokens for synthetic:addition)"));
   }
-  model::GptConfig& cfg = m.cfg;
+  model::GptConfig& cfg = m.spec.gpt;
   cfg.vocab = f.vocab != 0 ? f.vocab : (task ? kAddVocab : 50257);
   cfg.max_seq = f.seq_len != 0 ? f.seq_len : (task ? task->seq() : 1024);
   cfg.layers = f.layers;
   cfg.heads = f.heads;
   cfg.channels = f.channels;
-  cfg.dtype = f.precision == "bf16"   ? DType::kBF16
-              : f.precision == "fp16" ? DType::kF16
-                                      : DType::kF32;
+  cfg.dtype = precision_dtype(f);
   // --resume: the newest complete checkpoint; its 16-bit parameters (an llm.c model file) are
   // read as --init-from's, its optimizer state replaces the masters below.
   if (app.count("--resume") > 0) {
@@ -111,28 +222,7 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
     STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, cfg));
   }
   resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0), cfg.channels);
-  // Default interval: keep all without activation offload; about sqrt(L) with it (at least 1,
-  // below L so that something moves).
-  const int64_t interval = f.checkpoint_interval >= 0 ? f.checkpoint_interval
-                           : f.offload_activations == "none"
-                               ? 0
-                               : std::clamp<int64_t>(std::llround(std::sqrt(double(cfg.layers))), 1,
-                                                     std::max<int64_t>(1, cfg.layers - 1));
-  if (f.offload_activations != "none" && cfg.layers < 2) {
-    return (make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
-                       " needs --layers 2 or more (one layer is one segment, kept for its "
-                       "backward)"));
-  }
-  // The model's layers are known now (a preset, --init-from or --resume may set them).
-  if (f.offload_activations != "none" && f.checkpoint_interval >= 0 &&
-      (f.checkpoint_interval == 0 || f.checkpoint_interval >= cfg.layers)) {
-    return make_error(ErrorCode::kConfig, "--offload-activations ", f.offload_activations,
-                      " moves nothing with --checkpoint-interval ", f.checkpoint_interval,
-                      " and --layers ", cfg.layers,
-                      " (one segment, whose activations stay for its backward): use an interval "
-                      "from 1 to ",
-                      cfg.layers - 1, ", or leave it out");
-  }
+  STRATA_ASSIGN_OR_RETURN(const int64_t interval, checkpoint_interval_of(f, cfg.layers));
   const int64_t T = task ? task->seq() : (f.seq_len != 0 ? f.seq_len : cfg.max_seq);
   m.shape = model::RunShape{f.batch, T, interval};
   STRATA_RETURN_IF_ERROR(cfg.validate());
@@ -140,20 +230,18 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   return m;
 }
 
-Result<std::unique_ptr<model::GptModel>> build_model(const Flags& f, const ModelSetup& setup,
-                                                     gpu::Device& dev,
-                                                     const model::BlockStorage& storage,
-                                                     int stage) {
-  auto m = model::GptModel::create(dev, setup.cfg, setup.shape, storage);
+Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSetup& setup,
+                                                  gpu::Device& dev,
+                                                  const model::BlockStorage& storage, int stage) {
+  auto m = setup.spec.create(dev, setup.shape, storage, !f.plan, f.seed);
   if (!m.ok() && m.status().code() == ErrorCode::kOutOfMemory) {
     return m.status().with_context(out_of_memory_advice(f, stage));
   }
   if (!m.ok() || f.plan) return m;
-  model::GptModel& gpt = *m.value();
-  STRATA_RETURN_IF_ERROR(gpt.init_params(f.seed));
+  model::Model& model = *m.value();
   for (size_t b = 0; b < setup.initial.size(); ++b) {  // --init-from's values, where held
-    if (gpt.param_block(int64_t(b)) == nullptr) continue;
-    STRATA_RETURN_IF_ERROR(gpt.upload_params(int64_t(b), setup.initial[b].data()));
+    if (model.param_block(int64_t(b)) == nullptr) continue;
+    STRATA_RETURN_IF_ERROR(model.upload_params(int64_t(b), setup.initial[b].data()));
   }
   return m;
 }
@@ -165,7 +253,7 @@ engine::SessionInputs session_inputs(const Flags& f, const ModelSetup& setup, in
   in.host_threads = host_threads;
   in.init = [&setup, seed = f.seed](int64_t b, float* host) {
     const std::vector<float> v =
-        setup.initial.empty() ? model::init_block(setup.cfg, b, seed) : setup.initial[size_t(b)];
+        setup.initial.empty() ? setup.spec.init_block(b, seed) : setup.initial[size_t(b)];
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };

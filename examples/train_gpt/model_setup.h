@@ -1,6 +1,7 @@
-// train_gpt's model: its shape from --model (a preset), the shape flags, the data's needs,
-// --init-from or the checkpoint of --resume (whose parameters are read as --init-from's), and
-// the run shape (B, T, the checkpoint interval). Every refusal names the flag and the value.
+// train_gpt's model: its family and shape from --model (a preset), the shape flags, the data's
+// needs, --init-from (an llm.c GPT-2 file, or a Hugging Face Llama directory) or the checkpoint
+// of --resume (whose parameters are read as --init-from's), and the run shape (B, T, the
+// checkpoint interval). Every refusal names the flag and the value.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,12 +15,13 @@
 #include "flags.h"
 #include "gpu/device.h"
 #include "model/config.h"
-#include "model/gpt.h"
+#include "model/model.h"
+#include "model_spec.h"
 
 namespace strata::train_gpt {
 
 struct ModelSetup {
-  model::GptConfig cfg;
+  ModelSpec spec;  // the family and its shape
   model::RunShape shape;
   std::vector<std::vector<float>> initial;  // by block: the values of --init-from / the checkpoint
   std::string resume_dir;                   // the checkpoint --resume found
@@ -33,9 +35,9 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
 // The model on `dev`, holding the blocks `storage` names, initialised (--seed, then the initial
 // values where held; nothing under --plan). One that does not fit says what the run has not
 // tried (out_of_memory_advice).
-Result<std::unique_ptr<model::GptModel>> build_model(const Flags& f, const ModelSetup& setup,
-                                                     gpu::Device& dev,
-                                                     const model::BlockStorage& storage, int stage);
+Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSetup& setup,
+                                                  gpu::Device& dev,
+                                                  const model::BlockStorage& storage, int stage);
 
 // What the engine's session takes from the run: the masters start from the initial values (or
 // the initialisation, model/init.h, also of blocks not on the device); resuming, the exact fp32

@@ -151,7 +151,7 @@ Result<engine::CheckpointInfo> open_resume(const ModelSetup& setup, int rank, in
   engine::CheckpointInfo expect;
   expect.ranks = ranks;
   expect.stage = stage;
-  expect.model = setup.cfg.describe();
+  expect.model = setup.spec.describe();
   auto v = engine::verify_checkpoint(setup.resume_dir, rank, expect);
   if (!v.ok()) return v.status().with_context("--resume");
   const auto extra = nlohmann::json::parse(v->extra_json);

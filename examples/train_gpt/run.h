@@ -11,7 +11,7 @@
 #include "engine/session.h"
 #include "flags.h"
 #include "gpu/device.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "model_setup.h"
 
 namespace strata::train_gpt {
@@ -22,7 +22,7 @@ struct Run {
   const ModelSetup& setup;
   comm::Communicator& world;
   gpu::Device& dev;
-  model::GptModel& gpt;
+  model::Model& model;
   engine::Session& session;
   TrainData& data;
   // The ZeRO step's reports (the zero: and memory lines, the traffic of traced steps): several
@@ -33,7 +33,7 @@ struct Run {
   int rank() const { return world.rank(); }
   int ranks() const { return world.size(); }
   bool lead() const { return world.rank() == 0; }  // rank 0 prints and writes
-  const model::GptConfig& cfg() const { return setup.cfg; }
+  const ModelSpec& spec() const { return setup.spec; }
   int64_t batch() const { return f.batch; }        // B: rows per micro-batch
   int64_t seq() const { return setup.shape.seq; }  // T
   int64_t micro() const { return f.grad_accum; }   // K: micro-batches per step

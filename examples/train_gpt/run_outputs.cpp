@@ -7,6 +7,7 @@
 
 #include "core/interrupt.h"
 #include "ds_config.h"
+#include "model/llama_layout.h"
 #include "model/safetensors_export.h"
 #include "resume_check.h"
 
@@ -14,6 +15,8 @@ namespace strata::train_gpt {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// Hugging Face's save_pretrained shards at 5 GB by default.
+constexpr int64_t kMaxShardBytes = int64_t{5} * 1000 * 1000 * 1000;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -23,10 +26,10 @@ Status write_blocks(const Run& run, bool shared_first, const BlockWriter& write)
   auto block = [&run](int64_t b, float* host) { return run.session.step().gather_params(b, host); };
   if (run.lead()) return write(block);
   std::vector<float> scratch;
-  const int64_t layers = run.cfg().layers;
+  const int64_t layers = run.spec().layers();
   for (int64_t k = 0; k <= layers; ++k) {
     const int64_t b = shared_first ? (k == 0 ? layers : k - 1) : k;
-    scratch.resize(static_cast<size_t>(run.gpt.block_numel(b)));
+    scratch.resize(static_cast<size_t>(run.model.block_numel(b)));
     STRATA_RETURN_IF_ERROR(block(b, scratch.data()));
   }
   return ok_status();
@@ -37,8 +40,8 @@ Status save_outputs(const Run& run) {
   const Flags& f = run.f;
   if (f.save_model.empty() && f.export_safetensors.empty()) return ok_status();
   STRATA_RETURN_IF_ERROR(run.session.step().flush());
-  const model::GptConfig& cfg = run.cfg();
-  const DType stored = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  const ModelSpec& spec = run.spec();
+  const DType stored = spec.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16;
   auto save = [&](const std::string& path, const char* flag, bool shared_first,
                   const BlockWriter& write) -> Status {
     if (path.empty()) return ok_status();
@@ -46,6 +49,17 @@ Status save_outputs(const Run& run) {
     if (run.lead()) std::printf("train_gpt: %s %s written\n", flag, path.c_str());
     return ok_status();
   };
+  if (spec.llama) {  // Hugging Face checkpoint directories, in state_dict order
+    auto llama_dir = [&](const std::string& dir) {
+      return [&, dir](const model::BlockSource& src) {
+        return model::write_llama_checkpoint(dir, spec.lcfg, stored, kMaxShardBytes, src).status();
+      };
+    };
+    STRATA_RETURN_IF_ERROR(save(f.save_model, "--save-model", true, llama_dir(f.save_model)));
+    return save(f.export_safetensors, "--export-safetensors", true,
+                llama_dir(f.export_safetensors));
+  }
+  const model::GptConfig& cfg = spec.gpt;
   STRATA_RETURN_IF_ERROR(
       save(f.save_model, "--save-model", false, [&](const model::BlockSource& src) {
         return model::write_model_file(f.save_model, cfg, stored, src);
@@ -67,7 +81,7 @@ Status Checkpoints::start(int64_t step) {
     extra["data_epoch"] = pos->epoch;
     extra["data_batch"] = pos->batch;
   }
-  const model::GptConfig& cfg = run.cfg();
+  const model::GptConfig& cfg = run.spec().gpt;  // a Llama's are refused at setup
   const engine::CheckpointInfo info{step, run.ranks(), run.stage(), cfg.describe(), extra.dump()};
   const DType kept = cfg.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
   STRATA_ASSIGN_OR_RETURN(

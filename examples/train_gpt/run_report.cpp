@@ -16,14 +16,14 @@ unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); 
 void print_banner(const Run& run) {
   if (!run.lead()) return;
   const Flags& f = run.f;
-  const model::GptConfig& cfg = run.cfg();
+  const ModelSpec& spec = run.spec();
   const engine::Session& session = run.session;
   const engine::OffloadedOptimizer& opt = session.optimizer();
   std::printf("train_gpt: %s, %lld params, device %s, B=%lld T=%lld K=%lld\n",
-              cfg.describe().c_str(), static_cast<long long>(cfg.num_params()),
+              spec.describe().c_str(), static_cast<long long>(spec.num_params()),
               run.dev.name().c_str(), static_cast<long long>(f.batch),
               static_cast<long long>(run.seq()),
-              static_cast<long long>(run.gpt.checkpoint_interval()));
+              static_cast<long long>(run.model.checkpoint_interval()));
   const long long global = static_cast<long long>(f.batch * f.grad_accum * run.ranks());
   std::printf(
       "batch: micro-batch %lld x accumulation %lld x %d rank%s = global batch %lld sequences "
@@ -90,7 +90,7 @@ void print_step_line(const Run& run, const StepLine& l) {
   if (const nvme::SwapStore* store = run.session.store()) {
     std::printf(", nvme %.0f MiB", mib(store->used_bytes()));
   }
-  if (run.cfg().dtype == DType::kF16) {
+  if (run.spec().dtype() == DType::kF16) {
     std::printf(" | scale %g%s", l.result.loss_scale, l.result.skipped ? " | skipped" : "");
   }
   std::printf("\n");

@@ -113,11 +113,12 @@ int main(int argc, char** argv) {
   auto setup_r = train_gpt::setup_model(f, app, *source, deferred);
   if (!setup_r.ok()) return fail(setup_r.status());
   train_gpt::ModelSetup& setup = setup_r.value();
-  const model::GptConfig& cfg = setup.cfg;
+  const train_gpt::ModelSpec& spec = setup.spec;
   auto nvme_dirs = train_gpt::nvme_dirs_of(f);
   if (!nvme_dirs.ok()) return fail(nvme_dirs.status());
   // Inputs are never written, and every output can be written now (file_guard.h).
-  if (Status st = train_gpt::check_files(f, *source, setup.resume_dir, *nvme_dirs, cfg); !st.ok()) {
+  if (Status st = train_gpt::check_files(f, *source, setup.resume_dir, *nvme_dirs, spec);
+      !st.ok()) {
     return fail(st);
   }
   if (Status st = train_gpt::make_checkpoint_dir(f); !st.ok()) return fail(st);
@@ -137,7 +138,8 @@ int main(int argc, char** argv) {
     return die(st);
   }
   // The data: token files opened and their headers checked before anything large is allocated.
-  auto data = train_gpt::TrainData::open(*source, f, f.batch * ranks, setup.shape.seq, cfg.vocab);
+  auto data =
+      train_gpt::TrainData::open(*source, f, f.batch * ranks, setup.shape.seq, spec.vocab());
   if (!data.ok()) return die(data.status());
   // The ZeRO step's reports for more than one rank, a stage above 0 or offloaded activations.
   const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
   if (!devices.ok()) return die(devices.status());
   gpu::Device& dev = devices->dev();
   if (f.auto_plan) {  // the stage-3 settings: rank 0 chooses, every rank takes its choice
-    if (Status st = train_gpt::run_auto(f, *devices->real, cfg, setup.shape, world, *nvme_dirs,
+    if (Status st = train_gpt::run_auto(f, *devices->real, spec, setup.shape, world, *nvme_dirs,
                                         host_threads);
         !st.ok()) {
       return die(st);
@@ -157,19 +159,19 @@ int main(int argc, char** argv) {
   // The engine's settings (accepted by check_flags), the model holding on the device only what
   // the ZeRO stage keeps there, and the engine's session (engine/session.h).
   const engine::EngineConfig config = train_gpt::engine_config(f).value();
-  auto parts = engine::Session::partition(config, model::GptModel::block_numels(cfg), ranks);
+  auto parts = engine::Session::partition(config, spec.block_numels(), ranks);
   if (!parts.ok()) return die(parts.status());
-  auto gpt = train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts),
-                                    config.zero_stage);
-  if (!gpt.ok()) return die(gpt.status());
+  auto model = train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts),
+                                      config.zero_stage);
+  if (!model.ok()) return die(model.status());
   const std::vector<int64_t> numel =
-      engine::ZeroStep::optimizer_numel(*gpt.value(), *parts, config.zero_stage);
+      engine::ZeroStep::optimizer_numel(*model.value(), *parts, config.zero_stage);
   if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
                                              *std::max_element(numel.begin(), numel.end()));
       !st.ok()) {
     return die(st);
   }
-  auto session = engine::Session::create(config, dev, world, *gpt.value(),
+  auto session = engine::Session::create(config, dev, world, *model.value(),
                                          train_gpt::session_inputs(f, setup, rank, host_threads));
   if (!session.ok()) return die(session.status());
   engine::TrainStep& train_step = session.value()->step();
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (lead && predicted) std::printf("plan: %s\n", predicted->describe().c_str());
-  const train_gpt::Run run{f,     *source, setup, world, dev, *gpt.value(), *session.value(),
+  const train_gpt::Run run{f,     *source, setup, world, dev, *model.value(), *session.value(),
                            *data, zero};
   train_gpt::print_banner(run);
 
@@ -206,8 +208,8 @@ int main(int argc, char** argv) {
   sched::TraceWriter trace;
   const auto t_train = Clock::now();
   // MFU: the step's model FLOPs (all ranks) over its time, against the ranks' peak rate.
-  const double peak = train_gpt::peak_flops_of(f.peak_flops, dev, cfg.dtype, lead);
-  const double step_flops = train_gpt::flops_per_token(cfg, run.seq()) * double(run.step_tokens());
+  const double peak = train_gpt::peak_flops_of(f.peak_flops, dev, spec.dtype(), lead);
+  const double step_flops = train_gpt::flops_per_token(spec, run.seq()) * double(run.step_tokens());
   const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
   int64_t steps_done = 0;
   double accuracy = 0.0;

@@ -162,6 +162,20 @@ class KernelTest : public ::testing::TestWithParam<DType> {
   DeviceFixture d_;
 };
 
+// The fp32 backwards against finite differences of the float64 forwards: kernel gradients are
+// fp32; finite differences of the float64 forward are accurate to ~1e-9.
+inline constexpr double kFdTol = 1e-4;
+class FdFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    d_.open();
+    if (!d_.available()) GTEST_SKIP() << d_.skip_reason();
+  }
+  void TearDown() override { d_.close(); }
+  DeviceFixture d_;
+  const DType f32_ = DType::kF32;
+};
+
 // Central differences of a scalar function of x (float64), all elements.
 template <typename F>
 Vec finite_difference(F&& loss, Vec x, double h = 1e-5) {

@@ -6,19 +6,7 @@
 namespace strata::gpu::test {
 namespace {
 
-// Kernel gradients are fp32; finite differences of the float64 forward are accurate to ~1e-9.
-constexpr double kFdTol = 1e-4;
-
-class FdTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    d_.open();
-    if (!d_.available()) GTEST_SKIP() << d_.skip_reason();
-  }
-  void TearDown() override { d_.close(); }
-  DeviceFixture d_;
-  const DType f32_ = DType::kF32;
-};
+using FdTest = FdFixture;
 
 TEST_F(FdTest, MatmulBackwardIsTheTransposedProducts) {
   const int64_t M = 5, K = 7, N = 6;

@@ -117,18 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaTest,
 
 // --- fp32 backwards against finite differences of the float64 forwards ---
 
-constexpr double kFdTol = 1e-4;
-
-class LlamaFdTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    d_.open();
-    if (!d_.available()) GTEST_SKIP() << d_.skip_reason();
-  }
-  void TearDown() override { d_.close(); }
-  DeviceFixture d_;
-  const DType f32_ = DType::kF32;
-};
+using LlamaFdTest = FdFixture;
 
 TEST_F(LlamaFdTest, RmsnormBackward) {
   const int64_t N = 4, C = 9;
