@@ -4,7 +4,8 @@
 # standard-library reader accepts (tests/model/check_hf_checkpoint.py); --init-from that
 # directory with lr 0 writes the same weights back byte for byte; stage 3 with the parameters
 # and the optimizer state on NVMe gives the losses of stage 0 bit for bit; bad inputs are one-line
-# refusals naming the flag or the config.json field, and an input directory is never written.
+# refusals naming the flag or the config.json field, and an input directory is never written;
+# a checkpoint resumes bit for bit.
 # Usage: llama_test.sh TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 train=$1
@@ -42,7 +43,17 @@ if [ "$(ls -A "$scratch/nvme")" ]; then
   echo "train_gpt: swap files left in $scratch/nvme" >&2
   exit 1
 fi
-# 4. Refusals: one line naming the flag or the field; the input directory is untouched.
+# 4. A checkpoint (the parameters as one safetensors file with the config) resumes bit for bit.
+"$train" "${common[@]}" --log-every 1 --checkpoint-every 4 --checkpoint-dir "$scratch/ckpt" |
+  grep -E '^step +[5-8]/' | sed -E 's/ \| [0-9.]+ ms.*//' >"$scratch/whole.txt"
+"$train" --device cpu --batch 16 --steps 8 --eval-every 8 --target-accuracy 1.0 --log-every 1 \
+  --resume "$scratch/ckpt/step_00000004" | grep -E '^step' |
+  sed -E 's/ \| [0-9.]+ ms.*//' >"$scratch/resumed.txt"
+if ! diff "$scratch/whole.txt" "$scratch/resumed.txt"; then
+  echo "train_gpt: the Llama resumed from step 4 differs" >&2
+  exit 1
+fi
+# 5. Refusals: one line naming the flag or the field; the input directory is untouched.
 before=$(md5sum "$scratch/a/model.safetensors")
 refuse() {
   local want=$1
@@ -61,8 +72,6 @@ refuse "--save-model" --device cpu --init-from "$scratch/a" --steps 1 --save-mod
 refuse "--export-safetensors" --device cpu --init-from "$scratch/a" --steps 1 \
   --export-safetensors "$scratch/a/inside"
 refuse "--kv-heads" --device cpu --layers 2 --kv-heads 2 --steps 1
-refuse "--checkpoint-every" --device cpu --init-from "$scratch/a" --steps 1 \
-  --checkpoint-every 1 --checkpoint-dir "$scratch/ckpt"
 mkdir -p "$scratch/biased"
 cp "$scratch/a/model.safetensors" "$scratch/biased/"
 sed 's/"attention_bias": false/"attention_bias": true/' "$scratch/a/config.json" \

@@ -51,15 +51,15 @@ Result<int64_t> checkpoint_interval_of(const Flags& f, int64_t layers) {
 Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& source,
                                const ConfigDeferred& deferred, ModelSetup m, bool hf_dir) {
   const model::AdditionTask* task = source.task ? &*source.task : nullptr;
-  if (app.count("--resume") > 0 || f.checkpoint_every > 0) {
-    return make_error(ErrorCode::kConfig,
-                      app.count("--resume") > 0 ? "--resume" : "--checkpoint-every",
-                      " is not available for Llama models yet (their checkpoints are not "
-                      "written; --save-model DIR writes the trained weights at the end)");
-  }
   model::LlamaConfig& c = m.spec.lcfg;
   m.spec.llama = true;
-  if (hf_dir) {
+  // --resume: the checkpoint's parameters file holds the shape (its metadata) and the values.
+  const std::string params = m.resume_dir.empty() ? "" : m.resume_dir + "/params.safetensors";
+  if (!params.empty()) {
+    auto read = model::read_llama_params_config(params);
+    if (!read.ok()) return read.status().with_context("--resume");
+    c = *read;
+  } else if (hf_dir) {
     if (!f.model_preset.empty()) {
       return make_error(ErrorCode::kConfig, "--model ", f.model_preset, " and --init-from ",
                         f.init_from, " both give the shape (give one)");
@@ -88,20 +88,24 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
   if (Status st = c.validate(); !st.ok()) {
     return st.with_context(hf_dir ? "--init-from" : "--model " + f.model_preset);
   }
-  if (hf_dir) {  // the weights, block by block
-    auto ck = model::SafetensorsCheckpoint::open(f.init_from);
-    if (!ck.ok()) return ck.status().with_context("--init-from");
+  if (hf_dir || !params.empty()) {  // the weights, block by block
+    const char* flag = params.empty() ? "--init-from" : "--resume";
+    auto ck = params.empty() ? model::SafetensorsCheckpoint::open(f.init_from)
+                             : model::SafetensorsCheckpoint::open_file(params);
+    if (!ck.ok()) return ck.status().with_context(flag);
     Status st = model::read_llama_checkpoint(**ck, c, [&](int64_t b, const float* v) {
       m.initial.emplace_back(v, v + model::llama_block_numel(c, b));
       return ok_status();
     });
-    if (!st.ok()) return st.with_context("--init-from");
+    if (!st.ok()) return st.with_context(flag);
+  }
+  if (!m.resume_dir.empty()) {
+    STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, m.spec));
   }
   resolve_model_keys(deferred, f, c.layers, model::llama_block_numel(c, 0), c.channels);
   STRATA_ASSIGN_OR_RETURN(const int64_t interval, checkpoint_interval_of(f, c.layers));
   // T: the data's, or --seq-len, or the context up to 1024 (Llama 3's is 131072).
-  const int64_t T =
-      task ? task->seq() : (f.seq_len != 0 ? f.seq_len : std::min<int64_t>(c.max_seq, 1024));
+  const int64_t T = task ? task->seq() : (f.seq_len != 0 ? f.seq_len : m.spec.default_seq());
   m.shape = model::RunShape{f.batch, T, interval};
   STRATA_RETURN_IF_ERROR(m.shape.validate(c.max_seq).with_context("--seq-len"));
   return m;
@@ -145,9 +149,29 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
     if (f.seq_len == 0) f.seq_len = p->seq;
     if (f.vocab == 0) f.vocab = 50257;
   }
+  // --resume: the newest complete checkpoint; its parameters (an llm.c model file, or a Llama's
+  // safetensors file) are read as --init-from's, its optimizer state replaces the masters.
+  if (app.count("--resume") > 0) {
+    if (!f.init_from.empty()) {
+      return (make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
+                         " both set the parameters (give one)"));
+    }
+    if (f.resume.empty() && f.checkpoint_dir.empty()) {
+      return (
+          make_error(ErrorCode::kConfig, "--resume needs a DIR, or --checkpoint-dir to look in"));
+    }
+    auto found = engine::find_checkpoint(f.resume.empty() ? f.checkpoint_dir : f.resume);
+    if (!found.ok())
+      return make_error(found.status().code(), "--resume ", found.status().message());
+    m.resume_dir = *found;
+  }
+  const bool llama_resume =
+      !m.resume_dir.empty() && std::filesystem::exists(m.resume_dir + "/params.safetensors");
   // A Hugging Face directory for --init-from: a Llama, its config.json the shape.
   const bool hf_dir = !f.init_from.empty() && std::filesystem::is_directory(f.init_from);
-  if (hf_dir || llama_preset) return setup_llama(f, app, source, deferred, std::move(m), hf_dir);
+  if (hf_dir || llama_resume || (llama_preset && m.resume_dir.empty())) {
+    return setup_llama(f, app, source, deferred, std::move(m), hf_dir);
+  }
   if (f.kv_heads != 0 || f.intermediate != 0) {
     return make_error(ErrorCode::kConfig, f.kv_heads != 0 ? "--kv-heads " : "--intermediate ",
                       f.kv_heads != 0 ? f.kv_heads : f.intermediate,
@@ -177,21 +201,7 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   cfg.dtype = precision_dtype(f);
   // --resume: the newest complete checkpoint; its 16-bit parameters (an llm.c model file) are
   // read as --init-from's, its optimizer state replaces the masters below.
-  if (app.count("--resume") > 0) {
-    if (!f.init_from.empty()) {
-      return (make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
-                         " both set the parameters (give one)"));
-    }
-    if (f.resume.empty() && f.checkpoint_dir.empty()) {
-      return (
-          make_error(ErrorCode::kConfig, "--resume needs a DIR, or --checkpoint-dir to look in"));
-    }
-    auto found = engine::find_checkpoint(f.resume.empty() ? f.checkpoint_dir : f.resume);
-    if (!found.ok())
-      return make_error(found.status().code(), "--resume ", found.status().message());
-    m.resume_dir = *found;
-    f.init_from = m.resume_dir + "/params.bin";
-  }
+  if (!m.resume_dir.empty()) f.init_from = m.resume_dir + "/params.bin";
   // --init-from: the file's shape, its values as every block's initial parameters.
   if (!f.init_from.empty()) {
     auto fc = model::read_model_file_config(f.init_from);
@@ -219,7 +229,7 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   }
   // --resume: the flags beside it against the run the checkpoint recorded (resume_check.h).
   if (!m.resume_dir.empty()) {
-    STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, cfg));
+    STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, m.spec));
   }
   resolve_model_keys(deferred, f, cfg.layers, model::GptModel::block_numel(cfg, 0), cfg.channels);
   STRATA_ASSIGN_OR_RETURN(const int64_t interval, checkpoint_interval_of(f, cfg.layers));

@@ -4,6 +4,7 @@
 // through here, so the rest of the trainer names no family. Values; thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,7 +28,12 @@ struct ModelSpec {
   int64_t vocab() const { return llama ? lcfg.vocab : gpt.vocab; }
   int64_t layers() const { return llama ? lcfg.layers : gpt.layers; }
   int64_t channels() const { return llama ? lcfg.channels : gpt.channels; }
+  int64_t heads() const { return llama ? lcfg.heads : gpt.heads; }
   int64_t max_seq() const { return llama ? lcfg.max_seq : gpt.max_seq; }
+  // T on token data without --seq-len: GPT's context; a Llama's up to 1024 (Llama 3's is 131072).
+  int64_t default_seq() const {
+    return llama ? std::min<int64_t>(lcfg.max_seq, 1024) : gpt.max_seq;
+  }
   int64_t num_params() const { return llama ? lcfg.num_params() : gpt.num_params(); }
   std::string describe() const { return llama ? lcfg.describe() : gpt.describe(); }
   Status validate() const { return llama ? lcfg.validate() : gpt.validate(); }

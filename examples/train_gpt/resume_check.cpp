@@ -58,7 +58,7 @@ json run_record(const Flags& f, int64_t seq) {
 }
 
 Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& source,
-                          const std::string& dir, const model::GptConfig& saved) {
+                          const std::string& dir, const ModelSpec& saved) {
   std::vector<std::string> refused, overridden;
   // The shape: the checkpoint's parameters define it.
   const Flags defaults;
@@ -69,10 +69,16 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
                         std::to_string(theirs) + ")");
     }
   };
-  shape("--layers", f.layers, defaults.layers, saved.layers);
-  shape("--channels", f.channels, defaults.channels, saved.channels);
-  shape("--heads", f.heads, defaults.heads, saved.heads);
-  if (f.vocab != 0) shape("--vocab", f.vocab, f.vocab, saved.vocab);
+  shape("--layers", f.layers, defaults.layers, saved.layers());
+  shape("--channels", f.channels, defaults.channels, saved.channels());
+  shape("--heads", f.heads, defaults.heads, saved.heads());
+  if (f.vocab != 0) shape("--vocab", f.vocab, f.vocab, saved.vocab());
+  if (saved.llama && f.kv_heads != 0) {
+    shape("--kv-heads", f.kv_heads, f.kv_heads, saved.lcfg.kv_heads);
+  }
+  if (saved.llama && f.intermediate != 0) {
+    shape("--intermediate", f.intermediate, f.intermediate, saved.lcfg.intermediate);
+  }
   // The run: taken from the checkpoint when not given.
   STRATA_ASSIGN_OR_RETURN(const json run, recorded_run(dir));
   bool restart = false, damaged = false;
@@ -117,7 +123,7 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
   if (run.contains("seq") && run["seq"].is_number_integer()) {
     const int64_t seq = run["seq"].get<int64_t>();
     const int64_t mine =
-        source.task ? source.task->seq() : (f.seq_len != 0 ? f.seq_len : saved.max_seq);
+        source.task ? source.task->seq() : (f.seq_len != 0 ? f.seq_len : saved.default_seq());
     if (mine != seq && !source.task) {
       if (app.count("--seq-len") == 0 && f.seq_len == 0) {
         f.seq_len = seq;

@@ -15,6 +15,7 @@
 #include "flags.h"
 #include "model/config.h"
 #include "model_setup.h"
+#include "model_spec.h"
 
 namespace strata::train_gpt {
 
@@ -25,7 +26,7 @@ nlohmann::json run_record(const Flags& f, int64_t seq);
 // run flags that were not given. Returns whether the data must start over (--resume-override
 // changed what it reads); kConfig naming every difference otherwise.
 Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& source,
-                          const std::string& dir, const model::GptConfig& saved);
+                          const std::string& dir, const ModelSpec& saved);
 
 // The checkpoint to resume (setup.resume_dir; nothing without one): its manifest against this
 // run (ranks, stage, model), this rank's files' checksums, and the data loader put back where

@@ -81,18 +81,22 @@ Status Checkpoints::start(int64_t step) {
     extra["data_epoch"] = pos->epoch;
     extra["data_batch"] = pos->batch;
   }
-  const model::GptConfig& cfg = run.spec().gpt;  // a Llama's are refused at setup
-  const engine::CheckpointInfo info{step, run.ranks(), run.stage(), cfg.describe(), extra.dump()};
-  const DType kept = cfg.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  const ModelSpec& spec = run.spec();
+  const engine::CheckpointInfo info{step, run.ranks(), run.stage(), spec.describe(), extra.dump()};
+  const DType kept = spec.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
   STRATA_ASSIGN_OR_RETURN(
       pending_,
       engine::start_checkpoint(
           run.f.checkpoint_dir, run.f.keep_checkpoints, run.world, info, run.session.optimizer(),
-          run.session.step().scaling_state(), [&run, &cfg, kept](const std::string& dir) {
-            return write_blocks(run, false, [&](const model::BlockSource& src) {
-              // synced by the checkpoint's writer
-              return model::write_model_file(dir + "/params.bin", cfg, kept, src,
-                                             /*sync=*/false);
+          run.session.step().scaling_state(), [&run, &spec, kept](const std::string& dir) {
+            // A GPT's as an llm.c model file, a Llama's as one safetensors file with its config;
+            // synced by the checkpoint's writer.
+            return write_blocks(run, spec.llama, [&](const model::BlockSource& src) {
+              return spec.llama ? model::write_llama_params_file(dir + "/params.safetensors",
+                                                                 spec.lcfg, kept, src,
+                                                                 /*sync=*/false)
+                                : model::write_model_file(dir + "/params.bin", spec.gpt, kept, src,
+                                                          /*sync=*/false);
             });
           }));
   start_s_ = seconds_since(t);

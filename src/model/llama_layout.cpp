@@ -95,24 +95,48 @@ Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfi
   return ok_status();
 }
 
-Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,
-                                                        const LlamaConfig& c, DType stored,
-                                                        int64_t max_shard_bytes,
-                                                        const BlockSource& source) {
-  STRATA_RETURN_IF_ERROR(c.validate());
-  auto blocks = std::make_shared<HeldBlocks>([&c](int64_t b) { return llama_block_numel(c, b); },
+namespace {
+std::vector<TensorOut> llama_tensors_out(const LlamaConfig& c, const BlockSource& source) {
+  auto blocks = std::make_shared<HeldBlocks>([c](int64_t b) { return llama_block_numel(c, b); },
                                              c.layers, source);
   std::vector<TensorOut> tensors;
   for (const LlamaTensor& t : llama_tensors(c)) {
     tensors.push_back({t.name, t.shape, [t, blocks](float* out) -> Status {
                          STRATA_ASSIGN_OR_RETURN(const float* held, blocks->get(t.block));
-                         std::copy(held + t.offset, held + t.offset + numel_of(t.shape), out);
+                         std::copy(held + t.offset, held + t.offset + t.numel(), out);
                          return ok_status();
                        }});
   }
+  return tensors;
+}
+}  // namespace
+
+Status write_llama_params_file(const std::string& path, const LlamaConfig& c, DType stored,
+                               const BlockSource& source, bool sync) {
+  STRATA_RETURN_IF_ERROR(c.validate());
+  return write_safetensors_file(path, llama_tensors_out(c, source), stored,
+                                {{"config", hf_llama_config_json(c)}}, sync);
+}
+
+Result<LlamaConfig> read_llama_params_config(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(path));
+  const auto it = file->metadata().find("config");
+  if (it == file->metadata().end()) {
+    return make_error(ErrorCode::kCorrupt, "safetensors file ", path,
+                      ": no \"config\" in its metadata (not a strata Llama checkpoint)");
+  }
+  return parse_hf_llama_config(it->second, "safetensors file " + path + " (its config)");
+}
+
+Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,
+                                                        const LlamaConfig& c, DType stored,
+                                                        int64_t max_shard_bytes,
+                                                        const BlockSource& source) {
+  STRATA_RETURN_IF_ERROR(c.validate());
   // The weights first; config.json last, so a directory with a config has its weights.
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> files,
-                          write_safetensors_dir(dir, tensors, stored, max_shard_bytes));
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<std::string> files,
+      write_safetensors_dir(dir, llama_tensors_out(c, source), stored, max_shard_bytes));
   LlamaConfig written = c;
   written.dtype = stored;
   STRATA_RETURN_IF_ERROR(write_text_file((std::filesystem::path(dir) / "config.json").string(),

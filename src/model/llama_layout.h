@@ -54,6 +54,13 @@ Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfi
 // Writes config.json and the weights (source(b, host) gives block b's fp32 values) to `dir` as
 // Hugging Face's save_pretrained does: model.safetensors, or shards of at most max_shard_bytes
 // with model.safetensors.index.json. `stored`: F32, BF16 or F16. Returns the files written.
+// A training checkpoint's parameters: one safetensors file of the same tensors, with config.json's
+// text under the metadata key "config" (sync false: the checkpoint syncs it). And its reading:
+// the config from the metadata (dtype f32: the run's precision decides).
+Status write_llama_params_file(const std::string& path, const LlamaConfig& c, DType stored,
+                               const BlockSource& source, bool sync);
+Result<LlamaConfig> read_llama_params_config(const std::string& path);
+
 Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,
                                                         const LlamaConfig& c, DType stored,
                                                         int64_t max_shard_bytes,

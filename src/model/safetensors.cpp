@@ -278,6 +278,29 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(const
   return c;
 }
 
+Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_file(
+    const std::string& path) {
+  namespace fs = std::filesystem;
+  auto c = std::make_unique<SafetensorsCheckpoint>();
+  c->dir_ = fs::path(path).parent_path().string();
+  if (c->dir_.empty()) c->dir_ = ".";
+  const std::string file = fs::path(path).filename().string();
+  auto f = SafetensorsFile::open(path);
+  if (!f.ok()) return f.status();
+  for (const auto& t : f.value()->tensors()) c->weight_map_[t.name] = file;
+  c->open_[file] = std::move(f).value();
+  return c;
+}
+
+Result<std::map<std::string, std::string>> SafetensorsCheckpoint::metadata_of(
+    const std::string& name) {
+  const std::string file = file_of(name);
+  if (file.empty()) return std::map<std::string, std::string>{};
+  auto f = shard(file);
+  if (!f.ok()) return f.status();
+  return f.value()->metadata();
+}
+
 std::vector<std::string> SafetensorsCheckpoint::names() const {
   std::vector<std::string> out;
   for (const auto& [name, file] : weight_map_) out.push_back(name);

@@ -86,6 +86,10 @@ class SafetensorsCheckpoint {
 
   // Errors: kIo (neither file, a shard the index names is missing), kCorrupt (the index).
   static Result<std::unique_ptr<SafetensorsCheckpoint>> open(const std::string& dir);
+  // One safetensors file read as a checkpoint (every tensor in it).
+  static Result<std::unique_ptr<SafetensorsCheckpoint>> open_file(const std::string& path);
+  // The metadata of the file holding `name` (opening it); empty when absent.
+  Result<std::map<std::string, std::string>> metadata_of(const std::string& name);
 
   const std::string& dir() const { return dir_; }
   bool sharded() const { return sharded_; }

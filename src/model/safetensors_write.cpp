@@ -114,10 +114,16 @@ std::string shard_file_name(int64_t k, int64_t n) {
 }
 
 Status write_safetensors_file(const std::string& path, const std::vector<TensorOut>& tensors,
-                              DType stored) {
+                              DType stored,
+                              const std::vector<std::pair<std::string, std::string>>& metadata,
+                              bool sync) {
   const size_t es = dtype_size(stored);
   // The header, by hand so the tensors keep their order (data offsets ascend with it).
-  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"";
+  for (const auto& [key, value] : metadata) {
+    header += "," + nlohmann::json(key).dump() + ":" + nlohmann::json(value).dump();
+  }
+  header += "}";
   uint64_t at = 0;
   for (const TensorOut& t : tensors) {
     const uint64_t bytes = static_cast<uint64_t>(numel_of(t.shape)) * es;
@@ -154,14 +160,14 @@ Status write_safetensors_file(const std::string& path, const std::vector<TensorO
     convert(values.data(), DType::kF32, raw.data(), stored, n);
     st = write_all(fd, raw.data(), raw.size(), path);
   }
-  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
+  if (st.ok() && sync && ::fsync(fd) != 0) st = io_error(path, "fsync");
   ::close(fd);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename " + tmp);
   if (!st.ok()) {
     ::unlink(tmp.c_str());
     return st;
   }
-  sync_dir(path);
+  if (sync) sync_dir(path);
   return ok_status();
 }
 

@@ -29,8 +29,12 @@ struct TensorOut {
 int64_t numel_of(const std::vector<int64_t>& shape);
 
 // One file at `path`; values stored as `stored` (F32, BF16 or F16; rounded to nearest even).
+// `metadata`: more string entries of __metadata__. With sync false the caller syncs the file
+// and its directory (a checkpoint does it in the background).
 Status write_safetensors_file(const std::string& path, const std::vector<TensorOut>& tensors,
-                              DType stored);
+                              DType stored,
+                              const std::vector<std::pair<std::string, std::string>>& metadata = {},
+                              bool sync = true);
 
 // A checkpoint directory `dir` (created if missing) as Hugging Face's save_pretrained lays it
 // out: model.safetensors when every tensor fits in `max_shard_bytes`, else shards
