@@ -169,7 +169,11 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
       !m.resume_dir.empty() && std::filesystem::exists(m.resume_dir + "/params.safetensors");
   // A Hugging Face directory for --init-from: a Llama, its config.json the shape.
   const bool hf_dir = !f.init_from.empty() && std::filesystem::is_directory(f.init_from);
-  if (hf_dir || llama_resume || (llama_preset && m.resume_dir.empty())) {
+  if (llama_preset && !m.resume_dir.empty() && !llama_resume) {
+    return make_error(ErrorCode::kConfig, "--model ", f.model_preset, ": the checkpoint --resume ",
+                      "reads (", m.resume_dir, ") holds a GPT, not a Llama");
+  }
+  if (hf_dir || llama_resume || llama_preset) {
     return setup_llama(f, app, source, deferred, std::move(m), hf_dir);
   }
   if (f.kv_heads != 0 || f.intermediate != 0) {
