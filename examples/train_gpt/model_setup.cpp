@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 
 #include "engine/checkpoint.h"
 #include "model/gpt.h"
@@ -88,16 +89,18 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
   if (Status st = c.validate(); !st.ok()) {
     return st.with_context(hf_dir ? "--init-from" : "--model " + f.model_preset);
   }
-  if (hf_dir || !params.empty()) {  // the weights, block by block
-    const char* flag = params.empty() ? "--init-from" : "--resume";
+  if (hf_dir || !params.empty()) {  // every tensor checked now, each block read when asked for
+    const std::string flag = params.empty() ? "--init-from" : "--resume";
     auto ck = params.empty() ? model::SafetensorsCheckpoint::open(f.init_from)
                              : model::SafetensorsCheckpoint::open_file(params);
     if (!ck.ok()) return ck.status().with_context(flag);
-    Status st = model::read_llama_checkpoint(**ck, c, [&](int64_t b, const float* v) {
-      m.initial.emplace_back(v, v + model::llama_block_numel(c, b));
-      return ok_status();
-    });
-    if (!st.ok()) return st.with_context(flag);
+    if (Status st = model::check_llama_checkpoint(**ck, c, /*headers=*/true); !st.ok()) {
+      return st.with_context(flag);
+    }
+    std::shared_ptr<model::SafetensorsCheckpoint> shared = std::move(ck).value();
+    m.initial = [shared, c, flag](int64_t b, float* host) {
+      return model::read_llama_block(*shared, c, b, host).with_context(flag);
+    };
   }
   if (!m.resume_dir.empty()) {
     STRATA_ASSIGN_OR_RETURN(m.restart_data, check_resume(f, app, source, m.resume_dir, m.spec));
@@ -225,11 +228,17 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
     const DType dt = cfg.dtype;
     cfg = *fc;
     cfg.dtype = dt;
+    auto blocks = std::make_shared<std::vector<std::vector<float>>>();
     Status st = model::read_model_file(f.init_from, cfg, [&](int64_t, const float* v) {
-      m.initial.emplace_back(v, v + model::GptModel::block_numel(cfg, int64_t(m.initial.size())));
+      blocks->emplace_back(v, v + model::GptModel::block_numel(cfg, int64_t(blocks->size())));
       return ok_status();
     });
     if (!st.ok()) return st.with_context(flag);
+    m.initial = [blocks](int64_t b, float* host) {
+      const std::vector<float>& v = (*blocks)[static_cast<size_t>(b)];
+      std::copy(v.begin(), v.end(), host);
+      return ok_status();
+    };
   }
   // --resume: the flags beside it against the run the checkpoint recorded (resume_check.h).
   if (!m.resume_dir.empty()) {
@@ -253,9 +262,13 @@ Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSet
   }
   if (!m.ok() || f.plan) return m;
   model::Model& model = *m.value();
-  for (size_t b = 0; b < setup.initial.size(); ++b) {  // --init-from's values, where held
-    if (model.param_block(int64_t(b)) == nullptr) continue;
-    STRATA_RETURN_IF_ERROR(model.upload_params(int64_t(b), setup.initial[b].data()));
+  if (!setup.initial) return m;
+  std::vector<float> values;
+  for (int64_t b = 0; b < model.num_blocks(); ++b) {  // --init-from's values, where held
+    if (model.param_block(b) == nullptr) continue;
+    values.assign(static_cast<size_t>(model.block_numel(b)), 0.0f);
+    STRATA_RETURN_IF_ERROR(setup.initial(b, values.data()));
+    STRATA_RETURN_IF_ERROR(model.upload_params(b, values.data()));
   }
   return m;
 }
@@ -266,8 +279,8 @@ engine::SessionInputs session_inputs(const Flags& f, const ModelSetup& setup, in
   in.plan_only = f.plan;
   in.host_threads = host_threads;
   in.init = [&setup, seed = f.seed](int64_t b, float* host) {
-    const std::vector<float> v =
-        setup.initial.empty() ? setup.spec.init_block(b, seed) : setup.initial[size_t(b)];
+    if (setup.initial) return setup.initial(b, host);
+    const std::vector<float> v = setup.spec.init_block(b, seed);
     std::copy(v.begin(), v.end(), host);
     return ok_status();
   };

@@ -70,10 +70,9 @@ std::vector<LlamaTensor> llama_tensors(const LlamaConfig& c) {
   return out;
 }
 
-Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
-                             const BlockSink& sink, const std::vector<bool>& wanted) {
+Status check_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
+                              bool headers) {
   STRATA_RETURN_IF_ERROR(c.validate());
-  // Every tensor first, so a checkpoint that lacks one fails before any block is handed on.
   for (const LlamaTensor& t : llama_tensors(c)) {
     if (!checkpoint.has(t.name)) {
       return make_error(ErrorCode::kConfig, "checkpoint ", checkpoint.dir(), ": no tensor ", t.name,
@@ -82,14 +81,32 @@ Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfi
                                                      "false in config.json)"
                                                    : "");
     }
+    if (!headers) continue;
+    STRATA_ASSIGN_OR_RETURN(const SafetensorInfo* info, checkpoint.info(t.name));
+    if (info->shape != t.shape || !info->readable) {  // read() names the file and the tensor
+      STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, nullptr, 0, 0));
+    }
   }
+  return ok_status();
+}
+
+Status read_llama_block(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
+                        float* host) {
+  for (const LlamaTensor& t : llama_block_tensors(c, block)) {
+    STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, host + t.offset));
+  }
+  return ok_status();
+}
+
+Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
+                             const BlockSink& sink, const std::vector<bool>& wanted) {
+  // Every tensor first, so a checkpoint that lacks one fails before any block is handed on.
+  STRATA_RETURN_IF_ERROR(check_llama_checkpoint(checkpoint, c, /*headers=*/false));
   std::vector<float> values;
   for (int64_t b = 0; b <= c.layers; ++b) {
     if (!wanted.empty() && !wanted[static_cast<size_t>(b)]) continue;
     values.assign(static_cast<size_t>(llama_block_numel(c, b)), 0.0f);
-    for (const LlamaTensor& t : llama_block_tensors(c, b)) {
-      STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, values.data() + t.offset));
-    }
+    STRATA_RETURN_IF_ERROR(read_llama_block(checkpoint, c, b, values.data()));
     STRATA_RETURN_IF_ERROR(sink(b, values.data()));
   }
   return ok_status();

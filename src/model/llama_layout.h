@@ -50,6 +50,13 @@ int64_t llama_block_numel(const LlamaConfig& c, int64_t block);
 // the tensor.
 Status read_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
                              const BlockSink& sink, const std::vector<bool>& wanted = {});
+// Its two halves: every tensor of `c` is in the checkpoint (by the index alone; with `headers`,
+// also with its shape and a dtype that reads, which maps every shard's header but reads no
+// value); block b's values into `host` (llama_block_numel of them).
+Status check_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
+                              bool headers);
+Status read_llama_block(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
+                        float* host);
 
 // Writes config.json and the weights (source(b, host) gives block b's fp32 values) to `dir` as
 // Hugging Face's save_pretrained does: model.safetensors, or shards of at most max_shard_bytes
