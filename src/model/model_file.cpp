@@ -8,12 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
-#include "core/interrupt.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
+#include "model/replace_file.h"
 
 namespace strata::model {
 
@@ -183,63 +182,34 @@ Status write_model_file(const std::string& path, const GptConfig& config, DType 
                       " are not accepted (fp32: version 3, bf16: version 5)");
   }
   STRATA_RETURN_IF_ERROR(config.validate());
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f.fd < 0) {
-    return make_error(ErrorCode::kIo, "model file ", path, ": cannot create ", tmp, ": ",
-                      errno_text());
-  }
-  auto fail = [&](Status st) {
-    ::close(f.fd);
-    f.fd = -1;
-    ::unlink(tmp.c_str());
-    return st;
-  };
-  int32_t h[kHeaderInts] = {};
-  h[0] = kModelFileMagic;
-  h[1] = stored == DType::kF32 ? kModelFileVersionF32 : kModelFileVersionBF16;
-  h[2] = static_cast<int32_t>(config.max_seq);
-  h[3] = static_cast<int32_t>(config.vocab);
-  h[4] = static_cast<int32_t>(config.layers);
-  h[5] = static_cast<int32_t>(config.heads);
-  h[6] = static_cast<int32_t>(config.channels);
-  h[7] = static_cast<int32_t>(config.vp());
-  if (Status st = write_exact(f.fd, h, kHeaderBytes, 0, path); !st.ok()) return fail(st);
-  const size_t es = dtype_size(stored);
-  std::vector<float> block;
-  std::vector<std::byte> raw;
-  for (int64_t b = 0; b <= config.layers; ++b) {
-    block.assign(static_cast<size_t>(GptModel::block_numel(config, b)), 0.0f);
-    if (Status st = source(b, block.data()); !st.ok()) return fail(st);
-    for (const Piece& p : pieces(config, b)) {
-      raw.resize(static_cast<size_t>(p.numel) * es);
-      convert(block.data() + p.block_offset, DType::kF32, raw.data(), stored,
-              static_cast<size_t>(p.numel));
-      Status st = write_exact(f.fd, raw.data(), raw.size(),
-                              kHeaderBytes + static_cast<uint64_t>(p.file_offset) * es, path);
-      if (!st.ok()) return fail(st);
+  return write_replacing(path, "model file " + path, sync, [&](int fd) -> Status {
+    int32_t h[kHeaderInts] = {};
+    h[0] = kModelFileMagic;
+    h[1] = stored == DType::kF32 ? kModelFileVersionF32 : kModelFileVersionBF16;
+    h[2] = static_cast<int32_t>(config.max_seq);
+    h[3] = static_cast<int32_t>(config.vocab);
+    h[4] = static_cast<int32_t>(config.layers);
+    h[5] = static_cast<int32_t>(config.heads);
+    h[6] = static_cast<int32_t>(config.channels);
+    h[7] = static_cast<int32_t>(config.vp());
+    STRATA_RETURN_IF_ERROR(write_exact(fd, h, kHeaderBytes, 0, path));
+    const size_t es = dtype_size(stored);
+    std::vector<float> block;
+    std::vector<std::byte> raw;
+    for (int64_t b = 0; b <= config.layers; ++b) {
+      block.assign(static_cast<size_t>(GptModel::block_numel(config, b)), 0.0f);
+      STRATA_RETURN_IF_ERROR(source(b, block.data()));
+      for (const Piece& p : pieces(config, b)) {
+        raw.resize(static_cast<size_t>(p.numel) * es);
+        convert(block.data() + p.block_offset, DType::kF32, raw.data(), stored,
+                static_cast<size_t>(p.numel));
+        STRATA_RETURN_IF_ERROR(write_exact(fd, raw.data(), raw.size(),
+                                           kHeaderBytes + static_cast<uint64_t>(p.file_offset) * es,
+                                           path));
+      }
     }
-  }
-  if (sync && ::fsync(f.fd) != 0) {
-    return fail(make_error(ErrorCode::kIo, "model file ", path, ": fsync: ", errno_text()));
-  }
-  ::close(f.fd);
-  f.fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const Status st = make_error(ErrorCode::kIo, "model file ", path, ": cannot rename ", tmp, ": ",
-                                 errno_text());
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  if (!sync) return ok_status();
-  // The rename itself is durable once the directory is synced.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  Fd d;
-  d.fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d.fd >= 0) ::fsync(d.fd);
-  return ok_status();
+    return ok_status();
+  });
 }
 
 }  // namespace strata::model

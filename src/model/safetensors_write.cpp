@@ -1,17 +1,13 @@
 #include "model/safetensors_write.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "core/interrupt.h"
+#include "model/replace_file.h"
 #include "model/safetensors.h"
 
 namespace strata::model {
@@ -27,32 +23,6 @@ const char* stored_name(DType t) {
     case DType::kBF16: return "BF16";
   }
   return "?";
-}
-
-Status io_error(const std::string& path, const std::string& what) {
-  return make_error(ErrorCode::kIo, "safetensors file ", path, ": ", what, ": ",
-                    std::strerror(errno));
-}
-
-Status write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return io_error(path, "write");
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return ok_status();
-}
-
-void sync_dir(const std::string& path) {
-  const std::string dir = fs::path(path).parent_path().string();
-  const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d >= 0) {
-    ::fsync(d);
-    ::close(d);
-  }
 }
 
 // Shards of an earlier save that `keep` does not list (the index no longer names them).
@@ -73,16 +43,9 @@ void remove_stale_shards(const std::string& dir, const std::vector<std::string>&
 }  // namespace
 
 Status write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const CleanupPath cleanup(tmp);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path, "cannot create " + tmp);
-  Status st = write_all(fd, text.data(), text.size(), path);
-  if (st.ok() && ::fsync(fd) != 0) st = io_error(path, "fsync");
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename");
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
+  const std::string what = "file " + path;
+  return write_replacing(path, what, /*sync=*/true,
+                         [&](int fd) { return write_all(fd, text.data(), text.size(), what); });
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
@@ -140,35 +103,24 @@ Status write_safetensors_file(const std::string& path, const std::vector<TensorO
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path, "cannot create " + tmp);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
-  Status st = write_all(fd, len, 8, path);
-  if (st.ok()) st = write_all(fd, header.data(), header.size(), path);
-  std::vector<float> values;
-  std::vector<std::byte> raw;
-  for (const TensorOut& t : tensors) {
-    if (!st.ok()) break;
-    const auto n = static_cast<size_t>(numel_of(t.shape));
-    values.assign(n, 0.0f);
-    st = t.fill(values.data());
-    if (!st.ok()) break;
-    raw.resize(n * es);
-    convert(values.data(), DType::kF32, raw.data(), stored, n);
-    st = write_all(fd, raw.data(), raw.size(), path);
-  }
-  if (st.ok() && sync && ::fsync(fd) != 0) st = io_error(path, "fsync");
-  ::close(fd);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = io_error(path, "rename " + tmp);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  if (sync) sync_dir(path);
-  return ok_status();
+  const std::string what = "safetensors file " + path;
+  return write_replacing(path, what, sync, [&](int fd) -> Status {
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+    STRATA_RETURN_IF_ERROR(write_all(fd, len, 8, what));
+    STRATA_RETURN_IF_ERROR(write_all(fd, header.data(), header.size(), what));
+    std::vector<float> values;
+    std::vector<std::byte> raw;
+    for (const TensorOut& t : tensors) {
+      const auto n = static_cast<size_t>(numel_of(t.shape));
+      values.assign(n, 0.0f);
+      STRATA_RETURN_IF_ERROR(t.fill(values.data()));
+      raw.resize(n * es);
+      convert(values.data(), DType::kF32, raw.data(), stored, n);
+      STRATA_RETURN_IF_ERROR(write_all(fd, raw.data(), raw.size(), what));
+    }
+    return ok_status();
+  });
 }
 
 Result<std::vector<std::string>> write_safetensors_dir(const std::string& dir,
@@ -221,7 +173,7 @@ Result<std::vector<std::string>> write_safetensors_dir(const std::string& dir,
   STRATA_RETURN_IF_ERROR(write_text_file(index.string(), j.dump(2) + "\n"));
   fs::remove(single, ec);  // a single-file layout written before
   remove_stale_shards(dir, written);
-  sync_dir(index.string());
+  sync_directory(dir);  // the removals too
   written.push_back(SafetensorsCheckpoint::kIndexFile);
   return written;
 }
