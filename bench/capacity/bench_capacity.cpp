@@ -1,13 +1,14 @@
-// bench_capacity: ZeRO-Infinity's promise at the scale of this machine: a GPT whose training
+// bench_capacity: ZeRO-Infinity's promise at the scale of this machine: a model whose training
 // state (16 bytes per parameter: 16-bit parameters and gradients, fp32 master, m and v) is
 // --ram-ratio times the host's RAM (default 1.3) trains on one rank of the CpuDevice, with every
 // tier that can be on NVMe there: ZeRO stage 3, the parameter shards (--offload-param nvme), all
 // of the optimizer state (--offload-optimizer nvme, fraction 1) and the activation checkpoints
-// (--offload-activations nvme), under --nvme-path. The shape is L layers of C = --channels
-// (default 2048), L chosen for the ratio. It prints the plan's memory by kind, then each step's
-// loss, time and bytes per lane, and checks: the process's peak resident memory stays below the
-// RAM (so the model was never held), the swap files hold the state, and the loss on the step's
-// batch (the same one every step) falls.
+// (--offload-activations nvme), under --nvme-path. --model gpt: GPT-2's layer of C = --channels
+// (default 2048); --model llama: Llama 3.2 1B's layer shape at C (head size 64, a key/value head
+// per 4 query heads, intermediate size 4C, untied head). L is chosen for the ratio. It prints the
+// plan's memory by kind, then each step's loss, time and bytes per lane, and checks: the
+// process's peak resident memory stays below the RAM (so the model was never held), the swap
+// files hold the state, and the loss on the step's batch (the same one every step) falls.
 // --quick: a model of 1/20 of the RAM (a smoke run of the same path).
 // Prints a table, then one JSON line.
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +30,7 @@
 #include "gpu/cpu_device.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "model/llama.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
 
@@ -58,6 +61,73 @@ uint64_t peak_rss_bytes() {
 
 double gib(uint64_t b) { return static_cast<double>(b) / double(uint64_t{1} << 30); }
 
+// The family's model at the bench's size: its shape, blocks, construction and initial values.
+struct Family {
+  std::string describe;
+  int64_t params = 0;
+  std::vector<int64_t> numels;
+  int64_t layers = 0;
+  std::function<Result<std::unique_ptr<model::Model>>(gpu::Device&, const model::RunShape&,
+                                                      const model::BlockStorage&)>
+      make;
+  std::function<std::vector<float>(int64_t block)> init;
+};
+
+// Layers for `ratio` x `ram` of training state: (state / 16 - shared) / layer, at least 2.
+int64_t layers_for(double ratio, uint64_t ram, double layer, double shared) {
+  return std::max<int64_t>(
+      2, static_cast<int64_t>(std::ceil((ratio * double(ram) / 16.0 - shared) / layer)));
+}
+
+Family make_family(const std::string& name, const model::AdditionTask& task, int64_t channels,
+                   double ratio, uint64_t ram) {
+  Family f;
+  if (name == "gpt") {
+    model::GptConfig cfg;
+    cfg.vocab = model::AdditionTask::kVocab;
+    cfg.max_seq = task.seq();
+    cfg.channels = channels;
+    cfg.heads = channels / 128;
+    cfg.dtype = DType::kBF16;
+    cfg.layers = 1;
+    cfg.layers = layers_for(ratio, ram, double(model::GptModel::block_numel(cfg, 0)),
+                            double(model::GptModel::block_numel(cfg, 1)));
+    check(cfg.validate());
+    f.describe = "GPT " + cfg.describe();
+    f.params = cfg.num_params();
+    f.layers = cfg.layers;
+    f.numels = model::GptModel::block_numels(cfg);
+    f.make = [cfg](gpu::Device& dev, const model::RunShape& shape,
+                   const model::BlockStorage& storage) -> Result<std::unique_ptr<model::Model>> {
+      STRATA_ASSIGN_OR_RETURN(auto m, model::GptModel::create(dev, cfg, shape, storage));
+      return std::unique_ptr<model::Model>(std::move(m));
+    };
+    f.init = [cfg](int64_t b) { return model::init_block(cfg, b, 11); };
+    return f;
+  }
+  model::LlamaConfig cfg;
+  cfg.vocab = model::AdditionTask::kVocab;
+  cfg.max_seq = task.seq();
+  cfg.channels = channels;
+  cfg.heads = channels / 64;
+  cfg.kv_heads = std::max<int64_t>(1, cfg.heads / 4);
+  cfg.intermediate = 4 * channels;
+  cfg.dtype = DType::kBF16;
+  cfg.layers = 1;
+  cfg.layers = layers_for(ratio, ram, double(cfg.layer_params()), double(cfg.shared_params()));
+  check(cfg.validate());
+  f.describe = cfg.describe();
+  f.params = cfg.num_params();
+  f.layers = cfg.layers;
+  f.numels = model::LlamaModel::block_numels(cfg);
+  f.make = [cfg](gpu::Device& dev, const model::RunShape& shape,
+                 const model::BlockStorage& storage) -> Result<std::unique_ptr<model::Model>> {
+    STRATA_ASSIGN_OR_RETURN(auto m, model::LlamaModel::create(dev, cfg, shape, storage));
+    return std::unique_ptr<model::Model>(std::move(m));
+  };
+  f.init = [cfg](int64_t b) { return model::init_llama_block(cfg, b, 11); };
+  return f;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,7 +135,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   double ratio = 1.3;
   int64_t channels = 2048, steps = 3;
-  std::string nvme_path = ".";
+  std::string nvme_path = ".", family = "gpt";
   app.add_flag("--quick", quick, "a model of 1/20 of the RAM instead");
   app.add_option("--ram-ratio", ratio, "training state over host RAM")
       ->check(CLI::Range(0.001, 100.0))
@@ -76,6 +146,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "training steps")
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();
+  app.add_option("--model", family, "gpt (GPT-2's layer) or llama (Llama 3.2 1B's layer shape)")
+      ->check(CLI::IsMember({"gpt", "llama"}))
+      ->capture_default_str();
   app.add_option("--nvme-path", nvme_path, "directory for the swap files")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (quick) ratio = 0.05;
@@ -84,24 +157,13 @@ int main(int argc, char** argv) {
   if (ram == 0) check(make_error(ErrorCode::kIo, "/proc/meminfo: no MemTotal"));
 
   auto task = check(model::AdditionTask::create(2, 10));
-  model::GptConfig cfg;
-  cfg.vocab = model::AdditionTask::kVocab;
-  cfg.max_seq = task.seq();
-  cfg.channels = channels;
-  cfg.heads = channels / 128;
-  cfg.dtype = DType::kBF16;
-  cfg.layers = 1;
-  const double layer = double(model::GptModel::block_numel(cfg, 0));
-  const double shared = double(model::GptModel::block_numel(cfg, 1));
-  cfg.layers = std::max<int64_t>(
-      2, static_cast<int64_t>(std::ceil((ratio * double(ram) / 16.0 - shared) / layer)));
-  check(cfg.validate());
-  const int64_t psi = cfg.num_params();
+  const Family fam = make_family(family, task, channels, ratio, ram);
+  const int64_t psi = fam.params;
   const uint64_t state = 16 * static_cast<uint64_t>(psi);
-  const int64_t k = std::max<int64_t>(1, std::llround(std::sqrt(double(cfg.layers))));
+  const int64_t k = std::max<int64_t>(1, std::llround(std::sqrt(double(fam.layers))));
   const model::RunShape shape{1, task.seq(), k};
-  std::printf("host RAM %.1f GiB; GPT %s: %lld params, training state %.1f GiB = %.2fx RAM\n",
-              gib(ram), cfg.describe().c_str(), static_cast<long long>(psi), gib(state),
+  std::printf("host RAM %.1f GiB; %s: %lld params, training state %.1f GiB = %.2fx RAM\n", gib(ram),
+              fam.describe.c_str(), static_cast<long long>(psi), gib(state),
               double(state) / double(ram));
 
   // Stage 3 on one rank: the model holds no parameter or gradient block and no checkpoint but
@@ -116,7 +178,7 @@ int main(int argc, char** argv) {
   // store, sized by its capacity formula).
   engine::EngineConfig config;
   config.zero_stage = 3;
-  config.precision = cfg.dtype;
+  config.precision = DType::kBF16;
   config.grad_clip = 1.0f;
   config.adam.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
   config.offload_optimizer = engine::Home::kNvme;
@@ -124,17 +186,12 @@ int main(int argc, char** argv) {
   config.offload_param = engine::Home::kNvme;
   config.offload_activations = engine::Home::kNvme;
   config.nvme_paths = {dir};
-  auto parts = check(engine::Session::partition(config, model::GptModel::block_numels(cfg), 1));
-  auto gpt = check(
-      model::GptModel::create(*dev, cfg, shape, engine::Session::block_storage(config, parts)));
+  auto parts = check(engine::Session::partition(config, fam.numels, 1));
+  auto net = check(fam.make(*dev, shape, engine::Session::block_storage(config, parts)));
   engine::SessionInputs inputs;
-  inputs.init = [&cfg](int64_t b, float* host) {
-    const auto v = model::init_block(cfg, b, 11);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  inputs.init = engine::slices_of(fam.init);
   auto t0 = Clock::now();
-  auto session = check(engine::Session::create(config, *dev, *comm, *gpt, inputs));
+  auto session = check(engine::Session::create(config, *dev, *comm, *net, inputs));
   engine::ZeroStep* step = session->zero();
   nvme::SwapStore* store = session->store();
   std::printf("swap: %s, %.1f GiB reserved\n", dir.c_str(), gib(store->capacity_bytes()));
@@ -177,9 +234,10 @@ int main(int argc, char** argv) {
       gib(disk), losses.front(), losses.back(), learned ? "falls" : "DOES NOT FALL",
       seconds_since(t_start));
   nlohmann::json out{{"bench", "capacity"},
+                     {"model", family},
                      {"params", psi},
-                     {"layers", cfg.layers},
-                     {"channels", cfg.channels},
+                     {"layers", fam.layers},
+                     {"channels", channels},
                      {"host_ram_bytes", ram},
                      {"training_state_bytes", state},
                      {"state_over_ram", double(state) / double(ram)},

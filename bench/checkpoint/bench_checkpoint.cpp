@@ -143,11 +143,7 @@ int main(int argc, char** argv) {
   config.optimizer_nvme_fraction = 0.5;
   config.nvme_paths = {(work / "swap").string()};
   engine::SessionInputs inputs;
-  inputs.init = [&cfg](int64_t b, float* host) {
-    const std::vector<float> v = model::init_block(cfg, b, 3);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  inputs.init = engine::slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 3); });
   auto comm = comm::create_local_comm();
   auto session = check(engine::Session::create(config, *dev, *comm, *gpt, inputs));
   engine::TrainStep* step = &session->step();

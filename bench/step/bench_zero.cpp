@@ -134,11 +134,7 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   check(st.model->init_params(5));
   engine::SessionInputs inputs;
   inputs.host_threads = 1;
-  inputs.init = [&cfg](int64_t b, float* host) {
-    const auto v = model::init_block(cfg, b, 5);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  inputs.init = engine::slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
   st.session = check(engine::Session::create(config, *st.dev, world, *st.model, inputs));
   st.step = st.session->zero();
   return st;

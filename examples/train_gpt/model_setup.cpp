@@ -98,8 +98,8 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
       return st.with_context(flag);
     }
     std::shared_ptr<model::SafetensorsCheckpoint> shared = std::move(ck).value();
-    m.initial = [shared, c, flag](int64_t b, float* host) {
-      return model::read_llama_block(*shared, c, b, host).with_context(flag);
+    m.initial = [shared, c, flag](int64_t b, model::ElementRange r, float* host) {
+      return model::read_llama_elements(*shared, c, b, r, host).with_context(flag);
     };
   }
   if (!m.resume_dir.empty()) {
@@ -234,11 +234,7 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
       return ok_status();
     });
     if (!st.ok()) return st.with_context(flag);
-    m.initial = [blocks](int64_t b, float* host) {
-      const std::vector<float>& v = (*blocks)[static_cast<size_t>(b)];
-      std::copy(v.begin(), v.end(), host);
-      return ok_status();
-    };
+    m.initial = engine::slices_of([blocks](int64_t b) { return (*blocks)[size_t(b)]; });
   }
   // --resume: the flags beside it against the run the checkpoint recorded (resume_check.h).
   if (!m.resume_dir.empty()) {
@@ -267,7 +263,7 @@ Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSet
   for (int64_t b = 0; b < model.num_blocks(); ++b) {  // --init-from's values, where held
     if (model.param_block(b) == nullptr) continue;
     values.assign(static_cast<size_t>(model.block_numel(b)), 0.0f);
-    STRATA_RETURN_IF_ERROR(setup.initial(b, values.data()));
+    STRATA_RETURN_IF_ERROR(setup.initial(b, {0, model.block_numel(b)}, values.data()));
     STRATA_RETURN_IF_ERROR(model.upload_params(b, values.data()));
   }
   return m;
@@ -278,12 +274,9 @@ engine::SessionInputs session_inputs(const Flags& f, const ModelSetup& setup, in
   engine::SessionInputs in;
   in.plan_only = f.plan;
   in.host_threads = host_threads;
-  in.init = [&setup, seed = f.seed](int64_t b, float* host) {
-    if (setup.initial) return setup.initial(b, host);
-    const std::vector<float> v = setup.spec.init_block(b, seed);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  in.init = setup.initial ? setup.initial : engine::slices_of([&setup, seed = f.seed](int64_t b) {
+    return setup.spec.init_block(b, seed);
+  });
   if (!setup.resume_dir.empty()) {
     in.restore = [&setup,
                   rank](engine::OffloadedOptimizer& o) -> Result<engine::StepScaling::State> {

@@ -24,10 +24,11 @@ namespace strata::train_gpt {
 struct ModelSetup {
   ModelSpec spec;  // the family and its shape
   model::RunShape shape;
-  // Block b's values from --init-from or the checkpoint (fp32, block_numel of them); empty when
-  // the run starts from the initialisation. A Llama's are read from their files when asked for
-  // (one block in memory at a time); a GPT's llm.c file is read whole at setup.
-  std::function<Status(int64_t block, float* host)> initial;
+  // Elements [r.begin, r.end) of block b's values from --init-from or the checkpoint (fp32);
+  // empty when the run starts from the initialisation. A Llama's are read from their files when
+  // asked for (one block in memory at a time; at stage 3 a rank reads only its own elements); a
+  // GPT's llm.c file is read whole at setup.
+  engine::ZeroStep::ParamSource initial;
   std::string resume_dir;     // the checkpoint --resume found
   bool restart_data = false;  // --resume-override changed the data: read it from its start
 };

@@ -45,18 +45,22 @@ Status ZeroStep::load_masters(model::Model& model, OffloadedOptimizer& optimizer
       return make_error(ErrorCode::kConfig, "ZeRO stage ", stage, ": optimizer partition ", p,
                         " has ", optimizer.numel(p), " elements, expected ", numel[p]);
     }
-    std::vector<float> whole(static_cast<size_t>(bp.numel));
-    STRATA_RETURN_IF_ERROR(source ? source(blocks[p], whole.data())
-                                  : model.download_params(blocks[p], whole.data()));
+    const model::ElementRange own{stage == 0 ? 0 : bp.owned_begin(rank),
+                                  stage == 0 ? bp.numel : bp.owned_end(rank)};
+    std::vector<float> master(static_cast<size_t>(numel[p]), 0.0f);  // padding zero
+    if (source) {
+      STRATA_RETURN_IF_ERROR(source(blocks[p], own, master.data()));
+    } else {
+      std::vector<float> whole(static_cast<size_t>(bp.numel));
+      STRATA_RETURN_IF_ERROR(model.download_params(blocks[p], whole.data()));
+      std::copy(whole.begin() + own.begin, whole.begin() + own.end, master.begin());
+    }
     // As the device holds them: rounded to the model's dtype.
     const DType dt = model.dtype();
-    std::vector<std::byte> rounded(whole.size() * dtype_size(dt));
-    convert(whole.data(), DType::kF32, rounded.data(), dt, whole.size());
-    convert(rounded.data(), dt, whole.data(), DType::kF32, whole.size());
-    std::vector<float> master(static_cast<size_t>(numel[p]), 0.0f);
-    const int64_t begin = stage == 0 ? 0 : bp.owned_begin(rank);
-    const int64_t end = stage == 0 ? bp.numel : bp.owned_end(rank);
-    std::copy(whole.begin() + begin, whole.begin() + end, master.begin());
+    const auto n = static_cast<size_t>(own.end - own.begin);
+    std::vector<std::byte> rounded(n * dtype_size(dt));
+    convert(master.data(), DType::kF32, rounded.data(), dt, n);
+    convert(rounded.data(), dt, master.data(), DType::kF32, n);
     STRATA_RETURN_IF_ERROR(optimizer.load(p, master.data(), nullptr, nullptr));
   }
   return ok_status();
@@ -580,6 +584,18 @@ Status ZeroStep::flush() {
   }
   if (device_opt_) STRATA_RETURN_IF_ERROR(device_opt_->download(opt_, model_.stream()));
   return gather_into_model();
+}
+
+ZeroStep::ParamSource slices_of(std::function<std::vector<float>(int64_t block)> make) {
+  return [make = std::move(make)](int64_t block, model::ElementRange range, float* host) {
+    const std::vector<float> v = make(block);
+    if (range.begin < 0 || range.end < range.begin || range.end > int64_t(v.size())) {
+      return make_error(ErrorCode::kInternal, "block ", block, ": elements [", range.begin, ", ",
+                        range.end, ") asked of ", v.size());
+    }
+    std::copy(v.begin() + range.begin, v.begin() + range.end, host);
+    return ok_status();
+  };
 }
 
 }  // namespace strata::engine

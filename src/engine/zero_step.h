@@ -155,10 +155,12 @@ class ZeroStep : public TrainStep {
   static std::vector<int64_t> optimizer_numel(const model::Model& model, const Partitioning& parts,
                                               int stage);
   // Loads this rank's part of the parameters as the optimizer's fp32 masters (zero moments;
-  // padding zero), rounded to the model's dtype as the device holds them. `source(b, host)`
-  // writes block b's fp32 values; by default the model's device block (download_params); a
-  // model without a block on the device needs a source (e.g. model::init_block).
-  using ParamSource = std::function<Status(int64_t block, float* host)>;
+  // padding zero), rounded to the model's dtype as the device holds them. `source(b, r, host)`
+  // writes elements [r.begin, r.end) of block b's fp32 values to host[0, r.end - r.begin); it is
+  // asked for the rank's own elements only at stages 1-3 (so a rank reads only its part of a
+  // checkpoint), whole blocks at stage 0. By default the model's device block
+  // (download_params); a model without a block on the device needs a source (slices_of).
+  using ParamSource = std::function<Status(int64_t block, model::ElementRange range, float* host)>;
   static Status load_masters(model::Model& model, OffloadedOptimizer& optimizer,
                              const Partitioning& parts, int stage, int rank,
                              const ParamSource& source = {});
@@ -364,5 +366,9 @@ class ZeroStep : public TrainStep {
   gpu::DeviceBuffer ckpt_scratch_;  // forward_inference: two offloaded checkpoints
   std::vector<std::byte> host_scratch_;
 };
+
+// A ParamSource cutting the ranges from whole blocks: make(b) gives block b's fp32 values
+// (e.g. model::init_block at a seed).
+ZeroStep::ParamSource slices_of(std::function<std::vector<float>(int64_t block)> make);
 
 }  // namespace strata::engine

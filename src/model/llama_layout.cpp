@@ -1,5 +1,6 @@
 #include "model/llama_layout.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -92,8 +93,20 @@ Status check_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConf
 
 Status read_llama_block(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
                         float* host) {
+  return read_llama_elements(checkpoint, c, block, {0, llama_block_numel(c, block)}, host);
+}
+
+Status read_llama_elements(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
+                           ElementRange r, float* host) {
+  if (r.begin < 0 || r.end < r.begin || r.end > llama_block_numel(c, block)) {
+    return make_error(ErrorCode::kInternal, "llama block ", block, ": elements [", r.begin, ", ",
+                      r.end, ") of ", llama_block_numel(c, block));
+  }
   for (const LlamaTensor& t : llama_block_tensors(c, block)) {
-    STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, host + t.offset));
+    const int64_t lo = std::max(r.begin, t.offset), hi = std::min(r.end, t.offset + t.numel());
+    if (lo >= hi) continue;
+    STRATA_RETURN_IF_ERROR(
+        checkpoint.read(t.name, t.shape, host + (lo - r.begin), lo - t.offset, hi - lo));
   }
   return ok_status();
 }

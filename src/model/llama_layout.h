@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "model/llama_config.h"
+#include "model/model.h"
 #include "model/model_file.h"
 #include "model/safetensors.h"
 
@@ -57,6 +58,10 @@ Status check_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConf
                               bool headers);
 Status read_llama_block(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
                         float* host);
+// Elements [r.begin, r.end) of block `block` into host[0, r.end - r.begin): only the tensors
+// (and of them only the rows) the range covers are read, so only their shards are mapped.
+Status read_llama_elements(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c, int64_t block,
+                           ElementRange r, float* host);
 
 // Writes config.json and the weights (source(b, host) gives block b's fp32 values) to `dir` as
 // Hugging Face's save_pretrained does: model.safetensors, or shards of at most max_shard_bytes

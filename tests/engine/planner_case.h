@@ -110,11 +110,7 @@ inline Result<Built> build(const PCase& c, bool plan_only, nvme::SwapStore* stor
   inputs.pool = pool;
   inputs.plan_only = plan_only;
   inputs.host_threads = threads > 0 ? threads : int(std::thread::hardware_concurrency());
-  inputs.init = [&cfg](int64_t blk, float* host) {
-    const std::vector<float> v = model::init_block(cfg, blk, 3);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  inputs.init = slices_of([&cfg](int64_t blk) { return model::init_block(cfg, blk, 3); });
   STRATA_ASSIGN_OR_RETURN(b.session, Session::create(config, b.dev(), *b.comm, *b.model, inputs));
   b.step = b.session->zero();
   b.optimizer = &b.session->optimizer();

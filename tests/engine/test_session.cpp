@@ -68,11 +68,7 @@ TEST(Session, TheStoreItOpensHoldsEverythingARunStores) {
                .value();
   ASSERT_GE(m->num_segments(), 3);  // checkpoints to store
   SessionInputs inputs;  // the masters from the initialisation (the device holds no block)
-  inputs.init = [&cfg](int64_t b, float* host) {
-    const std::vector<float> v = model::init_block(cfg, b, 5);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
   auto s = Session::create(config, *dev, *one, *m, inputs);
   if (!s.ok() && s.status().code() == ErrorCode::kUnsupported) GTEST_SKIP() << s.status().message();
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -169,11 +165,7 @@ TEST(Session, WeightDecayReachesExactlyTheTensorsItsRuleNames) {
                                        Session::block_storage(config, parts))
                    .value();
       SessionInputs inputs;
-      inputs.init = [&cfg](int64_t b, float* host) {
-        const std::vector<float> v = model::init_block(cfg, b, 5);
-        std::copy(v.begin(), v.end(), host);
-        return ok_status();
-      };
+      inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
       auto s = Session::create(config, *dev, *one, *m, inputs).value();
       OffloadedOptimizer& opt = s->optimizer();
       const std::vector<int64_t> blocks = partition_blocks(*m);
@@ -238,11 +230,7 @@ TEST(Session, MicroBatchGradientsAddUpInFp32WithoutDrift) {
                   .value();
     EXPECT_TRUE(r.model->init_params(5).ok());
     SessionInputs inputs;
-    inputs.init = [&cfg](int64_t b, float* host) {
-      const std::vector<float> v = model::init_block(cfg, b, 5);
-      std::copy(v.begin(), v.end(), host);
-      return ok_status();
-    };
+    inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
     r.session = Session::create(config, *dev, *one, *r.model, inputs).value();
     return r;
   };

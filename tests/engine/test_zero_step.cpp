@@ -228,11 +228,15 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   SessionInputs inputs;
   inputs.store = store;
   inputs.inject_inf_step = c.inject_inf_step;
-  inputs.init = [&cfg, &lcfg, llama = c.llama](int64_t b, float* host) {
-    const std::vector<float> v = llama ? model::init_llama_block(lcfg, b, 7)
-                                       : model::init_block(cfg, b, 7);  // init_params(7)'s
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
+  // init_params(7)'s values; the elements each block is asked for are kept (below: a rank asks
+  // for its own elements only at stages 1-3).
+  std::vector<std::pair<int64_t, model::ElementRange>> asked;
+  inputs.init = [&asked, whole = slices_of([&cfg, &lcfg, llama = c.llama](int64_t b) {
+                           return llama ? model::init_llama_block(lcfg, b, 7)
+                                        : model::init_block(cfg, b, 7);
+                         })](int64_t b, model::ElementRange r, float* host) {
+    asked.emplace_back(b, r);
+    return whole(b, r, host);
   };
   auto session_r = Session::create(config, dev, comm, m, inputs);
   if (c.expect_error) {
@@ -245,6 +249,15 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   Session& session = *session_r.value();
   OffloadedOptimizer& opt = session.optimizer();
   ZeroStep* zero = session.zero();
+  // Each block once, and at stages 1-3 only the elements this rank owns.
+  EXPECT_EQ(asked.size(), partition_blocks(m).size());
+  for (const auto& [b, r] : asked) {
+    const BlockPartition& bp = session.partitioning().block(size_t(b));
+    const model::ElementRange own =
+        stage == 0 ? model::ElementRange{0, bp.numel}
+                   : model::ElementRange{bp.owned_begin(comm.rank()), bp.owned_end(comm.rank())};
+    EXPECT_EQ(r, own) << "block " << b << " at stage " << stage;
+  }
   TrainStep& train_step = session.step();
   if (zero != nullptr) {
     dump_plan_if_asked(*zero);
@@ -1096,11 +1109,7 @@ TEST(ZeroStep, StageThreeTrainsAModelStageZeroCannotHold) {
   const model::RunShape shape{4, task.seq(), 2};
   const double psi = static_cast<double>(cfg.num_params());
   auto parts = Partitioning::create(model::GptModel::block_numels(cfg), comm.size(), 0).value();
-  auto init = [&cfg](int64_t b, float* host) {
-    const auto v = model::init_block(cfg, b, 3);
-    std::copy(v.begin(), v.end(), host);
-    return ok_status();
-  };
+  auto init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 3); });
   // The cap: the activations plus half of stage 0's 4Ψ bytes of blocks.
   size_t activations = 0;
   {

@@ -3,11 +3,14 @@
 //   - a checkpoint strata writes (one file or shards, F32 or BF16, tied or untied) passes an
 //     independent standard-library reader of the formats (check_hf_checkpoint.py: names, shapes,
 //     index, shard names, total_size) and reads back bit for bit (BF16: the rounded values);
-//   - a reader of some blocks maps only the shards that hold them;
+//   - a reader of some blocks maps only the shards that hold them; a reader of a range of a
+//     block's elements (a rank's part at stage 3) gets exactly those and maps only the shards of
+//     the tensors the range covers;
 //   - a missing tensor or a wrong shape is a one-line error naming the file and the tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -146,6 +149,45 @@ TEST_F(LlamaLayoutTest, AReaderOfSomeBlocksMapsOnlyTheirShards) {
   for (const LlamaTensor& t : llama_block_tensors(c, 1)) layer1.insert(ck.value()->file_of(t.name));
   const auto opened = ck.value()->opened();
   EXPECT_EQ(std::set<std::string>(opened.begin(), opened.end()), layer1);
+}
+
+TEST_F(LlamaLayoutTest, ARangeOfABlockReadsOnlyItsTensors) {
+  const LlamaConfig c = small(false);
+  const std::string d = path("ckpt");
+  ASSERT_TRUE(write_llama_checkpoint(d, c, DType::kF32, 1, source_of(c)).ok());  // a tensor each
+  const std::vector<LlamaTensor> tensors = llama_block_tensors(c, 1);
+  ASSERT_GE(tensors.size(), 3u);
+  const int64_t n = llama_block_numel(c, 1);
+  // Ranges within one tensor, across tensors' edges, the whole block, empty.
+  const LlamaTensor& q = tensors[1];
+  const std::vector<ElementRange> ranges = {{q.offset + 3, q.offset + 40},
+                                            {q.offset - 5, tensors[2].offset + 7},
+                                            {0, n},
+                                            {n / 3, 2 * n / 3},
+                                            {n - 1, n},
+                                            {7, 7}};
+  for (const ElementRange& r : ranges) {
+    auto ck = SafetensorsCheckpoint::open(d);
+    ASSERT_TRUE(ck.ok());
+    std::vector<float> got(static_cast<size_t>(r.end - r.begin), -1.0f);
+    ASSERT_TRUE(read_llama_elements(*ck.value(), c, 1, r, got.data()).ok());
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      ASSERT_EQ(got[size_t(i - r.begin)], value(1, i)) << "element " << i;
+    }
+    std::set<std::string> covered;
+    for (const LlamaTensor& t : tensors) {
+      if (std::max(r.begin, t.offset) < std::min(r.end, t.offset + t.numel())) {
+        covered.insert(ck.value()->file_of(t.name));
+      }
+    }
+    const auto opened = ck.value()->opened();
+    EXPECT_EQ(std::set<std::string>(opened.begin(), opened.end()), covered)
+        << "[" << r.begin << ", " << r.end << ")";
+  }
+  auto ck = SafetensorsCheckpoint::open(d);
+  ASSERT_TRUE(ck.ok());
+  float one = 0;
+  EXPECT_FALSE(read_llama_elements(*ck.value(), c, 1, {n, n + 1}, &one).ok());
 }
 
 TEST_F(LlamaLayoutTest, MissingTensorsAndWrongShapesAreErrorsNamingThem) {
