@@ -70,6 +70,7 @@ Status BlockModel::allocate(const BlockStorage& storage) {
     STRATA_ASSIGN_OR_RETURN(x_in_[static_cast<size_t>(s)], alloc(n * c * es));
   }
   STRATA_ASSIGN_OR_RETURN(x_final_, alloc(n * c * es));
+  STRATA_ASSIGN_OR_RETURN(dres_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(losses_, alloc(n * 4));
   STRATA_ASSIGN_OR_RETURN(tokens_, alloc(n * 4));
   STRATA_ASSIGN_OR_RETURN(targets_, alloc(n * 4));
@@ -216,7 +217,10 @@ Status BlockModel::set_batch(gpu::Stream& s, const int32_t* tokens, const int32_
 Status BlockModel::layer_forward(gpu::Stream& s, int64_t l, const void* params) {
   STRATA_RETURN_IF_ERROR(check_layer(l));
   STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, true));
-  if (l + 1 == layers_) resident_segment_ = num_segments() - 1;
+  if (l + 1 == layers_) {
+    resident_segment_ = num_segments() - 1;
+    resident_slot_ = slot_;
+  }
   return ok_status();
 }
 
@@ -226,14 +230,17 @@ Status BlockModel::layer_recompute(gpu::Stream& s, int64_t l, const void* params
   const int64_t seg = l / k_;
   STRATA_RETURN_IF_ERROR(forward_layer(s, l, params, l + 1 < segment_end(seg)));
   resident_segment_ = seg;
+  resident_slot_ = slot_;
   return ok_status();
 }
 
 Status BlockModel::layer_backward(gpu::Stream& s, int64_t l, const void* params, void* grads) {
   STRATA_RETURN_IF_ERROR(check_layer(l));
-  if (l / k_ != resident_segment_) {
+  if (l / k_ != resident_segment_ || resident_slot_ != slot_) {
     return make_error(ErrorCode::kConfig, name_, "::layer_backward(", l,
-                      "): its segment's activations are not resident (layer_recompute first)");
+                      "): its segment's activations are not resident",
+                      resident_slot_ != slot_ ? " for this micro-batch slot" : "",
+                      " (layer_recompute first)");
   }
   return backward_layer(s, l, params, grads);
 }
@@ -354,6 +361,89 @@ Status BlockModel::logits_to_host(std::vector<float>& out) {
     convert(staging.data() + static_cast<size_t>(r * vp) * es, dtype_, out.data() + r * vocab_,
             DType::kF32, static_cast<size_t>(vocab_));
   }
+  return ok_status();
+}
+
+size_t BlockModel::MicroState::device_bytes() const {
+  size_t n = 0;
+  for (const gpu::DeviceBuffer* b : {&tokens, &targets, &losses, &x_final, &dres}) {
+    n += b->size_bytes();
+  }
+  for (const gpu::DeviceBuffer& b : checkpoints) n += b.size_bytes();
+  return n;
+}
+
+Result<BlockModel::MicroState> BlockModel::new_micro_state() {
+  const size_t es = dtype_size(dtype_);
+  const auto n = static_cast<size_t>(rows());
+  const size_t act = n * static_cast<size_t>(channels_) * es;
+  MicroState m;
+  STRATA_ASSIGN_OR_RETURN(m.tokens, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(m.targets, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(m.losses, alloc(n * 4));
+  STRATA_ASSIGN_OR_RETURN(m.x_final, alloc(act));
+  STRATA_ASSIGN_OR_RETURN(m.dres, alloc(act));
+  for (const gpu::DeviceBuffer& held : checkpoints_) {
+    gpu::DeviceBuffer x;
+    if (held.data() != nullptr) {
+      STRATA_ASSIGN_OR_RETURN(x, alloc(act));
+    }
+    m.checkpoint_at.push_back(x.data());
+    m.checkpoints.push_back(std::move(x));
+  }
+  STRATA_ASSIGN_OR_RETURN(m.host_losses, cpu::default_pinned_pool().allocate(n * 4));
+  STRATA_ASSIGN_OR_RETURN(m.host_batch, cpu::default_pinned_pool().allocate(n * 8));
+  STRATA_ASSIGN_OR_RETURN(m.batch_copied, device_.create_event());
+  return m;
+}
+
+void BlockModel::exchange(MicroState& m) {
+  std::swap(tokens_, m.tokens);
+  std::swap(targets_, m.targets);
+  std::swap(losses_, m.losses);
+  std::swap(x_final_, m.x_final);
+  std::swap(dres_, m.dres);
+  std::swap(checkpoints_, m.checkpoints);
+  std::swap(checkpoint_at_, m.checkpoint_at);
+  std::swap(host_losses_, m.host_losses);
+  std::swap(host_batch_, m.host_batch);
+  std::swap(batch_copied_, m.batch_copied);
+  std::swap(have_targets_, m.have_targets);
+  std::swap(losses_ready_, m.losses_ready);
+  std::swap(valid_targets_, m.valid_targets);
+}
+
+Status BlockModel::set_micro_slots(int count) {
+  if (count < 1 || count > 1024) {
+    return make_error(ErrorCode::kConfig, name_, "::set_micro_slots(", count,
+                      "): not accepted (1 to 1024 micro-batch slots)");
+  }
+  STRATA_RETURN_IF_ERROR(select_micro(0));
+  if (count == micro_slots()) return ok_status();
+  // Slots beyond `count` may be in use by enqueued work: let it finish before freeing them.
+  STRATA_RETURN_IF_ERROR(stream_->synchronize());
+  if (parked_.empty()) parked_.emplace_back();  // slot 0's entry (its state is the members')
+  while (static_cast<int>(parked_.size()) > count) {
+    device_bytes_ -= parked_.back().device_bytes();
+    parked_.pop_back();
+  }
+  while (static_cast<int>(parked_.size()) < count) {
+    STRATA_ASSIGN_OR_RETURN(MicroState m, new_micro_state());
+    parked_.push_back(std::move(m));
+  }
+  if (count == 1) parked_.clear();
+  return ok_status();
+}
+
+Status BlockModel::select_micro(int slot) {
+  if (slot < 0 || slot >= micro_slots()) {
+    return make_error(ErrorCode::kConfig, name_, "::select_micro(", slot, "): not in [0, ",
+                      micro_slots(), ") (set_micro_slots)");
+  }
+  if (slot == slot_) return ok_status();
+  exchange(parked_[static_cast<size_t>(slot_)]);
+  exchange(parked_[static_cast<size_t>(slot)]);
+  slot_ = slot;
   return ok_status();
 }
 

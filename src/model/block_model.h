@@ -93,6 +93,13 @@ class BlockModel : public Model {
   // set_batch had no targets).
   float mean_loss() const override;
 
+  // Micro-batch slots (model.h). A slot beyond the first holds its batch, losses, last-layer
+  // output and residual gradient (about 2 [B,T,C] tensors and 12 bytes a position), and the
+  // kept inputs the model holds (BlockStorage::checkpoints: every segment's, else the last's).
+  Status set_micro_slots(int count) override;
+  Status select_micro(int slot) override;
+  int micro_slots() const override { return std::max<int>(1, static_cast<int>(parked_.size())); }
+
   // Copies `block_numel(block)` fp32 values into the block's parameters (rounded to the dtype).
   Status upload_params(int64_t block, const float* host) override;
   // Copies a block's parameters / gradients to host fp32.
@@ -163,15 +170,33 @@ class BlockModel : public Model {
   std::vector<void*> checkpoint_at_;               // where each is (the model's or the caller's)
   std::vector<gpu::DeviceBuffer> x_in_;            // K per-set layer inputs (set 0: unused)
   gpu::DeviceBuffer x_final_;                      // the last layer's output [B,T,C]
+  gpu::DeviceBuffer dres_;  // the gradient of the residual stream [B,T,C] between layers
   gpu::DeviceBuffer tokens_, targets_, losses_;
   // Logits [B*T, logits_stride_] (the head writes them; logits_to_host reads V of each row).
   gpu::DeviceBuffer logits_;
   int64_t logits_stride_ = 0;
   int64_t resident_segment_ = -1;  // segment whose layers' activations are in the sets
+  int resident_slot_ = 0;          // and the micro-batch slot they are of
 
  private:
+  // One micro-batch slot's state: the selected slot's is in the members, the others' here.
+  struct MicroState {
+    gpu::DeviceBuffer tokens, targets, losses, x_final, dres;
+    std::vector<gpu::DeviceBuffer> checkpoints;  // the model's kept inputs (empty: the caller's)
+    std::vector<void*> checkpoint_at;
+    cpu::PinnedBuffer host_losses, host_batch;
+    std::unique_ptr<gpu::Event> batch_copied;
+    bool have_targets = false, losses_ready = false;
+    int64_t valid_targets = 0;
+    size_t device_bytes() const;
+  };
+  Result<MicroState> new_micro_state();
+  void exchange(MicroState& m);  // the members' state <-> m's
   Status check_resident(bool grads) const;
   Status copy_block(int64_t block, const gpu::DeviceBuffer& buf, float* host);
+
+  std::vector<MicroState> parked_;  // by slot (empty: one slot); the selected one's is empty
+  int slot_ = 0;
 
   bool have_targets_ = false;
   int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch

@@ -88,7 +88,6 @@ Status GptModel::allocate_family() {
   STRATA_ASSIGN_OR_RETURN(logits_, alloc(n * vp * es));
   logits_stride_ = config_.vp();
   STRATA_ASSIGN_OR_RETURN(tmp_, alloc(n * c * es));
-  STRATA_ASSIGN_OR_RETURN(dres_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dbuf_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dqkv_, alloc(n * 3 * c * es));
   STRATA_ASSIGN_OR_RETURN(d4a_, alloc(n * 4 * c * es));

@@ -104,7 +104,6 @@ Status LlamaModel::allocate_family() {
   STRATA_ASSIGN_OR_RETURN(logits_, alloc(n * static_cast<size_t>(config_.vocab) * es));
   logits_stride_ = config_.vocab;
   STRATA_ASSIGN_OR_RETURN(tmp_, alloc(n * c * es));
-  STRATA_ASSIGN_OR_RETURN(dres_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dbuf_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dqkv_, alloc(n * w * es));
   STRATA_ASSIGN_OR_RETURN(dh_, alloc(n * inter * es));

@@ -76,11 +76,11 @@ class LlamaModel : public BlockModel {
   int64_t in_norm_ = 0, qkv_w_ = 0, o_w_ = 0, post_norm_ = 0, gate_up_w_ = 0, down_w_ = 0;
   int64_t embed_ = 0, norm_ = 0, head_ = 0;
   std::vector<std::unique_ptr<Activations>> sets_;
-  gpu::DeviceBuffer inv_freq_;           // fp32 [HS/2]
-  gpu::DeviceBuffer zero_pos_, dpos_;    // [T, C]: the embedding kernel's (absent) position table
-  gpu::DeviceBuffer lnf_, lnf_rstd_;     // final norm [B*T, C], fp32 [B*T]
-  gpu::DeviceBuffer tmp_, dres_, dbuf_;  // [B*T, C]
-  gpu::DeviceBuffer dqkv_, dh_, dgu_;    // [B*T, width], [B*T, I], [B*T, 2I]
+  gpu::DeviceBuffer inv_freq_;         // fp32 [HS/2]
+  gpu::DeviceBuffer zero_pos_, dpos_;  // [T, C]: the embedding kernel's (absent) position table
+  gpu::DeviceBuffer lnf_, lnf_rstd_;   // final norm [B*T, C], fp32 [B*T]
+  gpu::DeviceBuffer tmp_, dbuf_;       // [B*T, C]
+  gpu::DeviceBuffer dqkv_, dh_, dgu_;  // [B*T, width], [B*T, I], [B*T, 2I]
 };
 
 // Hugging Face's initialisation of block `block` (LlamaModel::init_params), fp32 on the host.

@@ -112,6 +112,18 @@ class Model {
   virtual Status set_checkpoint(int64_t seg, void* at) = 0;
   virtual bool caller_checkpoint(int64_t seg) const = 0;
 
+  // --- Micro-batch slots (the segment-major order of several micro-batches) ---
+  // What one micro-batch carries from one entry point to the next (its batch and losses, the
+  // kept inputs of its segments, the last layer's output, the gradient of the residual stream)
+  // exists once per slot; the entry points below act on the selected slot. The activations of
+  // a segment's layers and the head's logits are shared: run a slot's layers of one segment back
+  // to back (forward, or recompute then backward), and its head_forward then head_backward.
+  // One slot (0) by default. set_micro_slots(n) keeps slot 0's state and selects it; the
+  // caller's kept inputs are set per slot (set_checkpoint acts on the selected one).
+  virtual Status set_micro_slots(int count) = 0;
+  virtual Status select_micro(int slot) = 0;
+  virtual int micro_slots() const = 0;
+
   // --- Per-block entry points (the order above), enqueued on `s` ---
   virtual Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) = 0;
   virtual Status check_batch(const int32_t* tokens, const int32_t* targets) const = 0;
