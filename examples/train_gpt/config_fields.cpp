@@ -40,6 +40,7 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
      "zero_optimization.offload_optimizer.buffer_count"},
     {Field::kLr, "--lr", "optimizer.params.lr"},
     {Field::kGradAccumDtype, "--grad-accum-dtype", "data_types.grad_accum_dtype"},
+    {Field::kMicrobatchOrder, "--microbatch-order", ""},
 }};
 
 constexpr bool in_field_order() {

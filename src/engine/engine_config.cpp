@@ -31,6 +31,7 @@ constexpr std::array<std::string_view, kNumFields> kFieldNames = {
     "nvme_buffer_count",
     "lr",
     "grad_accum_dtype",
+    "microbatch_order",
 };
 
 bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
@@ -142,6 +143,23 @@ Status EngineConfig::validate(bool store_given) const {
   if (grad_accum > 1 && delayed_update()) {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
                       " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
+  }
+  if (layer_major) {
+    const std::string order = ref(Field::kMicrobatchOrder) + " layer";
+    STRATA_RETURN_IF_ERROR(check_planned(*this, true, order, "the serial step runs one order"));
+    if (zero_stage > 1) {
+      return make_error(ErrorCode::kConfig, order, " runs at ", ref(Field::kZeroStage),
+                        " 0 and 1 for now, not ", zero_stage, " (use micro)");
+    }
+    if (offload_activations != Home::kDevice) {
+      return make_error(ErrorCode::kConfig, order, " keeps the checkpoints on the device for now: ",
+                        ref(Field::kOffloadActivations), " ", home_name(offload_activations),
+                        " is not accepted with it (use none, or micro)");
+    }
+    if (delayed_update()) {
+      return make_error(ErrorCode::kConfig, order, " does not go with ", ref(Field::kDelayedUpdate),
+                        " (use one or the other)");
+    }
   }
   if (!fraction(gpu_optimizer_fraction)) {
     return refuse(Field::kGpuOptimizerFraction, gpu_optimizer_fraction, "0..1");

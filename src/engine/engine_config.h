@@ -62,8 +62,9 @@ enum class Field {
   kNvmeBufferCount,
   kLr,
   kGradAccumDtype,
+  kMicrobatchOrder,
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kGradAccumDtype) + 1;
+inline constexpr int kNumFields = static_cast<int>(Field::kMicrobatchOrder) + 1;
 std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);
@@ -89,6 +90,11 @@ struct EngineConfig {
   // reduced gradient shards (kF32, or the precision's own 16-bit type, as DeepSpeed's
   // data_types.grad_accum_dtype). Stages 0-1 add them on the device in the model's precision.
   DType grad_accum_dtype = DType::kF32;
+  // The order of a step's grad_accum micro-batches (zero_step.h): micro-batch by micro-batch
+  // (false), or segment-major (true: every micro-batch through a checkpoint segment before the
+  // next, so a segment's parameters are used once per pass per step). Segment-major: the planned
+  // schedule at stages 0-1 with the checkpoints on the device, for now (issue 31).
+  bool layer_major = false;
   float grad_clip = 1.0f;          // the global norm's bound; 0: off
   LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
   cpu::AdamHyper adam;

@@ -61,6 +61,7 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.prefetch_depth = c.prefetch_depth;
   zo.fp32_grad_accum = c.zero_stage >= 2 && c.grad_accum > 1 && c.grad_accum_dtype == DType::kF32 &&
                        c.precision != DType::kF32;
+  zo.layer_major_micros = c.layer_major ? static_cast<int>(c.grad_accum) : 0;
   zo.staging_slots = c.nvme_buffer_count;
   zo.persistence_threshold = c.persistence_threshold;
   zo.bucket_bytes = c.bucket_bytes;

@@ -3,6 +3,7 @@
 // with its dependencies on updates, gathered copies and checkpoints; then its gradient's chain,
 // zero_plan_grads.cpp).
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "engine/zero_plan_build.h"
@@ -66,6 +67,10 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                    }
                    return ok_status();
                  }});
+  if (options_.layer_major_micros > 1) {
+    plan_segment_major_ops(pb);
+    return;
+  }
   ops.push_back({"set batch", [this](gpu::Stream& s, const TaskContext&) {
                    return model_.set_batch(s, tokens_.data(), targets_.data());
                  }});
@@ -131,6 +136,105 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                  -1,
                  -1,
                  L});
+}
+
+// The segment-major order of K micro-batches (layer_major_micros; stages 0-1, so the blocks are
+// the model's own and their gradients add up in the model): each op acts on its micro-batch's
+// model slot. Forward: every micro-batch's embedding, then segment by segment every micro-batch
+// (from the last to the first, so the first micro-batch's activations of the last segment are
+// resident when the backward starts). Heads in order; the backward segment by segment in reverse,
+// within a segment micro-batch by micro-batch in order (recomputing each but the first one's
+// last segment), so each gradient adds the micro-batches in order, as one replay per
+// micro-batch does; the embeddings' backward last, in order.
+void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
+  model::Model& m = model_;
+  const int micros = options_.layer_major_micros;
+  const int64_t L = pb.layers;
+  const size_t rows = tokens_.size() / static_cast<size_t>(micros);
+  std::vector<PlanBuild::Op>& ops = pb.ops;
+  const model::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
+  using Fn = std::function<Status(gpu::Stream&)>;
+  auto in_slot = [&m](int k, Fn fn) {
+    return [&m, k, fn = std::move(fn)](gpu::Stream& s, const TaskContext&) -> Status {
+      STRATA_RETURN_IF_ERROR(m.select_micro(k));
+      return fn(s);
+    };
+  };
+  auto micro = [](int k) { return " (micro-batch " + std::to_string(k) + ")"; };
+  for (int k = 0; k < micros; ++k) {
+    ops.push_back({"set batch" + micro(k), in_slot(k, [this, k, rows](gpu::Stream& s) {
+                     return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
+                                             targets_.data() + size_t(k) * rows);
+                   })});
+    ops.push_back(
+        {"embedding forward" + micro(k),
+         in_slot(k, [&m, L](gpu::Stream& s) { return m.embedding_forward(s, m.param_block(L)); }),
+         {},
+         L});
+  }
+  for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
+    for (int k = micros - 1; k >= 0; --k) {
+      for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
+        ops.push_back(
+            {"forward " + std::to_string(l) + micro(k),
+             in_slot(k,
+                     [&m, l](gpu::Stream& s) { return m.layer_forward(s, l, m.param_block(l)); }),
+             {},
+             l});
+        ops.back().flops = m.block_cost(l).forward_flops;
+      }
+    }
+  }
+  for (int k = 0; k < micros; ++k) {
+    ops.push_back({"head forward" + micro(k), in_slot(k, [&m, L](gpu::Stream& s) {
+                     return m.head_forward(s, m.param_block(L));
+                   })});
+    ops.back().work = sched::Work::kFlopsHead;
+    ops.back().flops = head.forward_flops;
+    ops.push_back({"head backward" + micro(k), in_slot(k, [&m, L](gpu::Stream& s) {
+                     return m.head_backward(s, m.param_block(L), m.grad_block(L));
+                   })});
+    ops.back().work = sched::Work::kFlopsHead;
+    ops.back().flops = head.backward_flops;
+  }
+  pb.last_read.assign(pb.nb, 0);
+  pb.last_read[size_t(L)] = ops.size() - 1;
+  const int64_t last_seg = m.num_segments() - 1;
+  for (int64_t seg = last_seg; seg >= 0; --seg) {
+    for (int k = 0; k < micros; ++k) {
+      if (seg != last_seg || k != 0) {
+        for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
+          ops.push_back(
+              {"recompute " + std::to_string(l) + micro(k), in_slot(k, [&m, l](gpu::Stream& s) {
+                 return m.layer_recompute(s, l, m.param_block(l));
+               })});
+          ops.back().flops = layer.forward_flops;
+        }
+      }
+      for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
+        ops.push_back({"backward " + std::to_string(l) + micro(k),
+                       in_slot(k,
+                               [&m, l](gpu::Stream& s) {
+                                 return m.layer_backward(s, l, m.param_block(l), m.grad_block(l));
+                               }),
+                       {},
+                       -1,
+                       -1,
+                       k + 1 == micros ? l : -1});
+        ops.back().flops = layer.backward_flops;
+        pb.last_read[size_t(l)] = ops.size() - 1;
+      }
+    }
+  }
+  for (int k = 0; k < micros; ++k) {
+    ops.push_back(
+        {"embedding backward" + micro(k),
+         in_slot(k, [&m, L](gpu::Stream& s) { return m.embedding_backward(s, m.grad_block(L)); }),
+         {},
+         -1,
+         -1,
+         k + 1 == micros ? L : -1});
+  }
 }
 
 // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to

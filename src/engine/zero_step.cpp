@@ -126,8 +126,18 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
     }
   }
   const auto rows = static_cast<size_t>(model.shape().batch * model.shape().seq);
-  s->tokens_.assign(rows, 0);
-  s->targets_.assign(rows, 0);
+  const int slots = std::max(1, options.layer_major_micros);
+  if (slots > 1) {
+    if (options.stage > 1 || options.offload_activations != Home::kDevice ||
+        options.delayed_update_warmup >= 0) {
+      return make_error(ErrorCode::kConfig,
+                        "ZeRO step: the segment-major order runs at stages 0-1 "
+                        "with the checkpoints on the device and no delayed update (for now)");
+    }
+    STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
+  }
+  s->tokens_.assign(rows * static_cast<size_t>(slots), 0);
+  s->targets_.assign(rows * static_cast<size_t>(slots), 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.dtype()));
   const bool delayed = options.delayed_update_warmup >= 0;
@@ -502,7 +512,12 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
                       " micro-batches are not accepted (at least 1; 1 with the delayed update)");
   }
-  const size_t bt = tokens_.size();
+  const int slots = std::max(1, options_.layer_major_micros);
+  if (slots > 1 && micro_batches != slots) {
+    return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
+                      " micro-batches, but the segment-major plan runs ", slots);
+  }
+  const size_t bt = tokens_.size() / static_cast<size_t>(slots);
   for (int k = 0; k < micro_batches; ++k) {
     STRATA_RETURN_IF_ERROR(model_.check_batch(tokens + k * bt, targets + k * bt));
   }
@@ -515,7 +530,8 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   const double accumulated = static_cast<double>(ranks_) * micro_batches;
   Replay replay;
   replay.step = step;
-  replay.micros = micro_batches;
+  // The segment-major plan runs every micro-batch in one replay (as the first and the last).
+  replay.micros = slots > 1 ? 1 : micro_batches;
   int64_t this_update = 0;
   if (rotate_) {  // the previous step's update, if it is to be applied
     this_update = pending_adam_step_;
@@ -534,7 +550,19 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   // One replay per micro-batch: the rotated update with the first, the unrotated one with the
   // last (where the gradients are complete).
   double loss_sum = 0.0;
-  for (int k = 0; k < micro_batches; ++k) {
+  if (slots > 1) {
+    replay.micro = 0;
+    replay.update_step = this_update;
+    std::copy(tokens, tokens + slots * bt, tokens_.begin());
+    std::copy(targets, targets + slots * bt, targets_.begin());
+    STRATA_RETURN_IF_ERROR(executor_->replay(&replay).with_context("step " + std::to_string(step)));
+    for (int k = 0; k < slots; ++k) {
+      STRATA_RETURN_IF_ERROR(model_.select_micro(k));
+      loss_sum += static_cast<double>(model_.mean_loss());
+    }
+    STRATA_RETURN_IF_ERROR(model_.select_micro(0));
+  }
+  for (int k = 0; k < micro_batches && slots == 1; ++k) {
     replay.micro = k;
     replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
     std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());

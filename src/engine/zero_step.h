@@ -93,6 +93,13 @@ struct ZeroStepOptions {
   // Stages 2-3: the micro-batches' reduced gradient shards add up in fp32 on the host (the
   // optimizer then reads fp32 gradients); else in the model's dtype.
   bool fp32_grad_accum = false;
+  // Segment-major order (EngineConfig::layer_major): 0 or 1, one replay of the plan per
+  // micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
+  // micro-batch through a checkpoint segment before the next segment, each in its own model slot
+  // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so
+  // the gradients add up in the order of one replay per micro-batch: the same bits. Stages 0-1,
+  // checkpoints on the device, not with the delayed update (for now).
+  int layer_major_micros = 0;
   uint64_t bucket_bytes = 0;  // stage >= 2: host gradient bytes awaiting reduction
                               // (0: twice the largest block; at least the largest block)
   int staging_slots = 3;      // pinned staging buffers for NVMe partitions (1..64)
@@ -271,6 +278,7 @@ class ZeroStep : public TrainStep {
   // The compute ops and their device buffers (zero_plan_ops.cpp), their gathers
   // (zero_plan_gather.cpp) and offloaded checkpoints (zero_plan_checkpoints.cpp).
   void plan_ops(PlanBuild& pb);
+  void plan_segment_major_ops(PlanBuild& pb);
   void plan_gathers(PlanBuild& pb);
   void plan_checkpoints(PlanBuild& pb);
   // The tasks, in plan order: per op, the gathers ahead of it, its task, its checkpoints' moves,
