@@ -55,6 +55,9 @@ Result<StepResult> SerialStep::run(const int32_t* tokens, const int32_t* targets
     STRATA_RETURN_IF_ERROR(m.backward());
     loss_sum += static_cast<double>(loss);
   }
+  // A tied head's gradient kept apart over the micro-batches joins the embedding's (model.h).
+  STRATA_RETURN_IF_ERROR(m.fold_head_grads(m.stream(), m.grad_block(m.num_layers())));
+  STRATA_RETURN_IF_ERROR(m.stream().synchronize());
   r.loss = static_cast<float>(loss_sum / micro_batches);
   double sum = 0.0;
   bool finite = true;

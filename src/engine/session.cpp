@@ -171,6 +171,10 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
           p, clip_ranges(model.decayed_ranges(blocks[p], config.decay_on), begin, s->numel_[p]));
     }
   }
+  // Several micro-batches at stages 0-1 add up in the model: a tied head's gradient is kept apart
+  // until the last one (Model::set_separate_head_grads), the order both micro-batch orders keep.
+  STRATA_RETURN_IF_ERROR(
+      model.set_separate_head_grads(config.zero_stage <= 1 && config.grad_accum > 1));
   std::optional<StepScaling::State> restored;
   if (!inputs.plan_only) {
     STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(model, *s->optimizer_, s->parts_,

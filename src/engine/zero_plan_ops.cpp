@@ -135,7 +135,25 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                  {},
                  -1,
                  -1,
-                 L});
+                 stage >= 2 ? L : -1});
+  if (stage <= 1) add_fold_op(pb);
+}
+
+// Stages 0-1: after the last micro-batch's embedding backward, a tied head's gradient kept apart
+// over the micro-batches joins the embedding's (Model::fold_head_grads; nothing when it is not
+// kept apart); the shared block's gradient is complete after it.
+void ZeroStep::add_fold_op(PlanBuild& pb) {
+  model::Model& m = model_;
+  const int64_t L = pb.layers;
+  pb.ops.push_back({"fold head gradient",
+                    [&m, L](gpu::Stream& s, const TaskContext& c) -> Status {
+                      if (!c.args<Replay>().last_micro()) return ok_status();
+                      return m.fold_head_grads(s, m.grad_block(L));
+                    },
+                    {},
+                    -1,
+                    -1,
+                    L});
 }
 
 // The segment-major order of K micro-batches (layer_major_micros; stages 0-1, so the blocks are
@@ -145,7 +163,8 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
 // resident when the backward starts). Heads in order; the backward segment by segment in reverse,
 // within a segment micro-batch by micro-batch in order (recomputing each but the first one's
 // last segment), so each gradient adds the micro-batches in order, as one replay per
-// micro-batch does; the embeddings' backward last, in order.
+// micro-batch does; the embeddings' backward last, in order (a tied head's gradient is kept
+// apart until then: Session turns it on with several micro-batches at stages 0-1).
 void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   model::Model& m = model_;
   const int micros = options_.layer_major_micros;
@@ -233,8 +252,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
          {},
          -1,
          -1,
-         k + 1 == micros ? L : -1});
+         -1});
   }
+  add_fold_op(pb);
 }
 
 // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to

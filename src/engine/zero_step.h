@@ -279,6 +279,7 @@ class ZeroStep : public TrainStep {
   // (zero_plan_gather.cpp) and offloaded checkpoints (zero_plan_checkpoints.cpp).
   void plan_ops(PlanBuild& pb);
   void plan_segment_major_ops(PlanBuild& pb);
+  void add_fold_op(PlanBuild& pb);
   void plan_gathers(PlanBuild& pb);
   void plan_checkpoints(PlanBuild& pb);
   // The tasks, in plan order: per op, the gathers ahead of it, its task, its checkpoints' moves,

@@ -447,4 +447,30 @@ Status BlockModel::select_micro(int slot) {
   return ok_status();
 }
 
+void* BlockModel::tied_head_grad(void* shared_grads) const {
+  return head_grads_.data() != nullptr ? head_grads_.data()
+                                       : elem(shared_grads, tied_head_offset(), dtype_);
+}
+
+Status BlockModel::set_separate_head_grads(bool on) {
+  const auto bytes = static_cast<size_t>(tied_head_numel()) * dtype_size(dtype_);
+  if (!on || bytes == 0) {
+    STRATA_RETURN_IF_ERROR(stream_->synchronize());
+    device_bytes_ -= head_grads_.size_bytes();
+    head_grads_ = gpu::DeviceBuffer();
+    return ok_status();
+  }
+  if (head_grads_.data() != nullptr) return ok_status();
+  STRATA_ASSIGN_OR_RETURN(head_grads_, alloc(bytes));
+  STRATA_RETURN_IF_ERROR(stream_->memset(head_grads_.data(), 0, bytes));
+  return stream_->synchronize();
+}
+
+Status BlockModel::fold_head_grads(gpu::Stream& s, void* shared_grads) {
+  if (head_grads_.data() == nullptr) return ok_status();
+  void* at = elem(shared_grads, tied_head_offset(), dtype_);
+  STRATA_RETURN_IF_ERROR(k_ops_.add(s, at, at, head_grads_.data(), tied_head_numel(), dtype_));
+  return s.memset(head_grads_.data(), 0, head_grads_.size_bytes());
+}
+
 }  // namespace strata::model

@@ -99,6 +99,9 @@ class BlockModel : public Model {
   Status set_micro_slots(int count) override;
   Status select_micro(int slot) override;
   int micro_slots() const override { return std::max<int>(1, static_cast<int>(parked_.size())); }
+  // The tied head's gradient apart (model.h): a buffer of the tied matrix's size while on.
+  Status set_separate_head_grads(bool on) override;
+  Status fold_head_grads(gpu::Stream& s, void* shared_grads) override;
 
   // Copies `block_numel(block)` fp32 values into the block's parameters (rounded to the dtype).
   Status upload_params(int64_t block, const float* host) override;
@@ -128,6 +131,12 @@ class BlockModel : public Model {
   Result<gpu::DeviceBuffer> alloc(size_t bytes);
   // The family's saved activations (K sets, one per layer of a segment), head and scratch.
   virtual Status allocate_family() = 0;
+  // The tied head's matrix in the shared block: its offset and elements (0: the head is untied).
+  virtual int64_t tied_head_offset() const = 0;
+  virtual int64_t tied_head_numel() const = 0;
+  // Where the head's backward adds the tied matrix's gradient: the shared block's gradient at the
+  // matrix, or the buffer of its own (set_separate_head_grads).
+  void* tied_head_grad(void* shared_grads) const;
   // Layer l's forward from layer_input(l) into layer_output(l) (unless !write_output: the
   // output is already kept).
   virtual Status forward_layer(gpu::Stream& s, int64_t l, const void* params,
@@ -197,6 +206,7 @@ class BlockModel : public Model {
 
   std::vector<MicroState> parked_;  // by slot (empty: one slot); the selected one's is empty
   int slot_ = 0;
+  gpu::DeviceBuffer head_grads_;  // the tied head's gradient apart (empty: off)
 
   bool have_targets_ = false;
   int64_t valid_targets_ = 0;  // non-ignored targets of the last set_batch

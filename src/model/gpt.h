@@ -93,6 +93,8 @@ class GptModel : public BlockModel {
   struct Activations;  // one layer's saved tensors
   GptModel(gpu::Device& device, const GptConfig& config, const RunShape& shape);
   Status allocate_family() override;
+  int64_t tied_head_offset() const override { return sl_.wte; }
+  int64_t tied_head_numel() const override { return config_.vp() * config_.channels; }
   Status forward_layer(gpu::Stream& s, int64_t l, const void* params, bool write_output) override;
   Status backward_layer(gpu::Stream& s, int64_t l, const void* params, void* grads) override;
   Activations& acts(int64_t l) const;

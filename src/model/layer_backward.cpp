@@ -22,7 +22,7 @@ Status GptModel::head_backward(gpu::Stream& s, const void* shared, void* shared_
   // dwte[Vp,C] += dlogits[n,Vp]^T . lnf[n,C]
   mm.a = logits_.data();
   mm.b = lnf_.data();
-  mm.c = elem(g, sl_.wte, dt);
+  mm.c = tied_head_grad(g);
   mm.m = config_.vp();
   mm.n = c;
   mm.k = n;

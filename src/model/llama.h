@@ -65,6 +65,10 @@ class LlamaModel : public BlockModel {
   struct Activations;
   LlamaModel(gpu::Device& device, const LlamaConfig& config, const RunShape& shape);
   Status allocate_family() override;
+  int64_t tied_head_offset() const override { return embed_; }
+  int64_t tied_head_numel() const override {
+    return config_.tied ? config_.vocab * config_.channels : 0;
+  }
   Status forward_layer(gpu::Stream& s, int64_t l, const void* params, bool write_output) override;
   Status backward_layer(gpu::Stream& s, int64_t l, const void* params, void* grads) override;
   Activations& acts(int64_t l) const;

@@ -128,8 +128,8 @@ Status LlamaModel::head_backward(gpu::Stream& s, const void* shared, void* share
   void* p = const_cast<void*>(shared);
   void* g = shared_grads;
   // logits_ holds dlogits [n, V] (softmax_cross_entropy wrote it).
-  STRATA_RETURN_IF_ERROR(
-      weight_grad(s, elem(g, head_, dt), logits_.data(), lnf_.data(), config_.vocab, c));
+  STRATA_RETURN_IF_ERROR(weight_grad(s, config_.tied ? tied_head_grad(g) : elem(g, head_, dt),
+                                     logits_.data(), lnf_.data(), config_.vocab, c));
   STRATA_RETURN_IF_ERROR(
       input_grad(s, dbuf_.data(), logits_.data(), head_weight(shared), config_.vocab, c));
   STRATA_RETURN_IF_ERROR(s.memset(dres_.data(), 0, dres_.size_bytes()));

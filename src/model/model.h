@@ -123,6 +123,14 @@ class Model {
   virtual Status set_micro_slots(int count) = 0;
   virtual Status select_micro(int slot) = 0;
   virtual int micro_slots() const = 0;
+  // A tied head (its matrix is the embedding's), several micro-batches a step: with this on, the
+  // head's gradient of that matrix adds up over the micro-batches in a buffer of its own, and
+  // fold_head_grads adds it into the embedding's gradient once, after the last micro-batch's
+  // embedding backward, and zeroes it: one order of the sums that every order of the
+  // micro-batches keeps. Off by default (the head adds into the block directly); nothing to do
+  // for an untied head.
+  virtual Status set_separate_head_grads(bool on) = 0;
+  virtual Status fold_head_grads(gpu::Stream& s, void* shared_grads) = 0;
 
   // --- Per-block entry points (the order above), enqueued on `s` ---
   virtual Status set_batch(gpu::Stream& s, const int32_t* tokens, const int32_t* targets) = 0;
