@@ -127,15 +127,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   }
   const auto rows = static_cast<size_t>(model.shape().batch * model.shape().seq);
   const int slots = std::max(1, options.layer_major_micros);
-  if (slots > 1) {
-    if (options.stage > 1 || options.offload_activations != Home::kDevice ||
-        options.delayed_update_warmup >= 0) {
-      return make_error(ErrorCode::kConfig,
-                        "ZeRO step: the segment-major order runs at stages 0-1 "
-                        "with the checkpoints on the device and no delayed update (for now)");
-    }
-    STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
-  }
+  if (slots > 1) STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
   s->tokens_.assign(rows * static_cast<size_t>(slots), 0);
   s->targets_.assign(rows * static_cast<size_t>(slots), 0);
   s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
@@ -550,7 +542,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   // One replay per micro-batch: the rotated update with the first, the unrotated one with the
   // last (where the gradients are complete).
   double loss_sum = 0.0;
-  if (slots > 1) {
+  if (slots > 1) {  // one replay of every micro-batch
     replay.micro = 0;
     replay.update_step = this_update;
     std::copy(tokens, tokens + slots * bt, tokens_.begin());
@@ -561,14 +553,16 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
       loss_sum += static_cast<double>(model_.mean_loss());
     }
     STRATA_RETURN_IF_ERROR(model_.select_micro(0));
-  }
-  for (int k = 0; k < micro_batches && slots == 1; ++k) {
-    replay.micro = k;
-    replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
-    std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());
-    std::copy(targets + k * bt, targets + (k + 1) * bt, targets_.begin());
-    STRATA_RETURN_IF_ERROR(executor_->replay(&replay).with_context("step " + std::to_string(step)));
-    loss_sum += static_cast<double>(model_.mean_loss());
+  } else {
+    for (int k = 0; k < micro_batches; ++k) {
+      replay.micro = k;
+      replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
+      std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());
+      std::copy(targets + k * bt, targets + (k + 1) * bt, targets_.begin());
+      STRATA_RETURN_IF_ERROR(
+          executor_->replay(&replay).with_context("step " + std::to_string(step)));
+      loss_sum += static_cast<double>(model_.mean_loss());
+    }
   }
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
   const float local = static_cast<float>(loss_sum / micro_batches);

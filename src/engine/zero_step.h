@@ -98,7 +98,8 @@ struct ZeroStepOptions {
   // micro-batch through a checkpoint segment before the next segment, each in its own model slot
   // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so
   // the gradients add up in the order of one replay per micro-batch: the same bits. Stages 0-1,
-  // checkpoints on the device, not with the delayed update (for now).
+  // checkpoints on the device, not with the delayed update, for now (EngineConfig::validate
+  // refuses the rest).
   int layer_major_micros = 0;
   uint64_t bucket_bytes = 0;  // stage >= 2: host gradient bytes awaiting reduction
                               // (0: twice the largest block; at least the largest block)

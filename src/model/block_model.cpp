@@ -455,6 +455,7 @@ void* BlockModel::tied_head_grad(void* shared_grads) const {
 Status BlockModel::set_separate_head_grads(bool on) {
   const auto bytes = static_cast<size_t>(tied_head_numel()) * dtype_size(dtype_);
   if (!on || bytes == 0) {
+    if (head_grads_.data() == nullptr) return ok_status();
     STRATA_RETURN_IF_ERROR(stream_->synchronize());
     device_bytes_ -= head_grads_.size_bytes();
     head_grads_ = gpu::DeviceBuffer();

@@ -16,30 +16,11 @@ Status GptModel::head_backward(gpu::Stream& s, const void* shared, void* shared_
   void* p = const_cast<void*>(shared);
   void* g = shared_grads;
   // logits_ holds dlogits [n,Vp] (softmax_cross_entropy wrote it).
-  gpu::MatmulArgs mm;
-  mm.dtype_ab = dt;
-  mm.dtype_c = dt;
-  // dwte[Vp,C] += dlogits[n,Vp]^T . lnf[n,C]
-  mm.a = logits_.data();
-  mm.b = lnf_.data();
-  mm.c = tied_head_grad(g);
-  mm.m = config_.vp();
-  mm.n = c;
-  mm.k = n;
-  mm.trans_a = true;
-  mm.beta = 1.0f;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
-  // dlnf[n,C] = dlogits[n,Vp] . wte[Vp,C]
-  mm = gpu::MatmulArgs{};
-  mm.dtype_ab = dt;
-  mm.dtype_c = dt;
-  mm.a = logits_.data();
-  mm.b = elem(p, sl_.wte, dt);
-  mm.c = dbuf_.data();
-  mm.m = n;
-  mm.n = c;
-  mm.k = config_.vp();
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  // dwte[Vp,C] += dlogits[n,Vp]^T . lnf[n,C]; dlnf[n,C] = dlogits[n,Vp] . wte[Vp,C]
+  STRATA_RETURN_IF_ERROR(
+      weight_grad(s, tied_head_grad(g), logits_.data(), lnf_.data(), config_.vp(), c));
+  STRATA_RETURN_IF_ERROR(
+      input_grad(s, dbuf_.data(), logits_.data(), elem(p, sl_.wte, dt), config_.vp(), c));
   STRATA_RETURN_IF_ERROR(s.memset(dres_.data(), 0, dres_.size_bytes()));
   return k_ops_.layernorm_backward(s, dres_.data(), elem(g, sl_.lnfw, dt), elem(g, sl_.lnfb, dt),
                                    dbuf_.data(), x_final_.data(), elem(p, sl_.lnfw, dt),

@@ -28,52 +28,27 @@ Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bo
   STRATA_RETURN_IF_ERROR(k_ops_.layernorm_forward(s, a.ln1.data(), a.ln1_mean.as<float>(),
                                                   a.ln1_rstd.as<float>(), x, elem(p, ll_.ln1w, dt),
                                                   elem(p, ll_.ln1b, dt), n, c, kLayerNormEps, dt));
-  gpu::MatmulArgs mm;
-  mm.dtype_ab = dt;
-  mm.dtype_c = dt;
   // qkv[n,3C] = ln1[n,C] . qkvw[3C,C]^T + qkvb
-  mm.a = a.ln1.data();
-  mm.b = elem(p, ll_.qkvw, dt);
-  mm.bias = elem(p, ll_.qkvb, dt);
-  mm.c = a.qkv.data();
-  mm.m = n;
-  mm.n = 3 * c;
-  mm.k = c;
-  mm.trans_b = true;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(linear(s, a.qkv.data(), a.ln1.data(), elem(p, ll_.qkvw, dt),
+                                elem(p, ll_.qkvb, dt), 3 * c, c));
   STRATA_RETURN_IF_ERROR(k_ops_.attention_forward(s, a.atty.data(), a.lse.as<float>(), a.qkv.data(),
                                                   shape_.batch, shape_.seq, c, config_.heads,
                                                   config_.heads, dt));
   // tmp[n,C] = atty[n,C] . attprojw[C,C]^T + attprojb; res2 = x + tmp
-  mm.a = a.atty.data();
-  mm.b = elem(p, ll_.attprojw, dt);
-  mm.bias = elem(p, ll_.attprojb, dt);
-  mm.c = tmp_.data();
-  mm.n = c;
-  mm.k = c;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(linear(s, tmp_.data(), a.atty.data(), elem(p, ll_.attprojw, dt),
+                                elem(p, ll_.attprojb, dt), c, c));
   STRATA_RETURN_IF_ERROR(k_ops_.add(s, a.res2.data(), x, tmp_.data(), n * c, dt));
   STRATA_RETURN_IF_ERROR(k_ops_.layernorm_forward(
       s, a.ln2.data(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.res2.data(),
       elem(p, ll_.ln2w, dt), elem(p, ll_.ln2b, dt), n, c, kLayerNormEps, dt));
   // fch[n,4C] = ln2[n,C] . fcw[4C,C]^T + fcb; fch_gelu = gelu(fch)
-  mm.a = a.ln2.data();
-  mm.b = elem(p, ll_.fcw, dt);
-  mm.bias = elem(p, ll_.fcb, dt);
-  mm.c = a.fch.data();
-  mm.n = 4 * c;
-  mm.k = c;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(
+      linear(s, a.fch.data(), a.ln2.data(), elem(p, ll_.fcw, dt), elem(p, ll_.fcb, dt), 4 * c, c));
   STRATA_RETURN_IF_ERROR(k_ops_.gelu_forward(s, a.fch_gelu.data(), a.fch.data(), n * 4 * c, dt));
   if (!write_output) return ok_status();
   // tmp[n,C] = fch_gelu[n,4C] . fcprojw[C,4C]^T + fcprojb; out = res2 + tmp
-  mm.a = a.fch_gelu.data();
-  mm.b = elem(p, ll_.fcprojw, dt);
-  mm.bias = elem(p, ll_.fcprojb, dt);
-  mm.c = tmp_.data();
-  mm.n = c;
-  mm.k = 4 * c;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(linear(s, tmp_.data(), a.fch_gelu.data(), elem(p, ll_.fcprojw, dt),
+                                elem(p, ll_.fcprojb, dt), c, 4 * c));
   return k_ops_.add(s, layer_output(l), a.res2.data(), tmp_.data(), n * c, dt);
 }
 
@@ -86,17 +61,8 @@ Status GptModel::head_forward(gpu::Stream& s, const void* shared) {
       s, lnf_.data(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), x_final_.data(),
       elem(p, sl_.lnfw, dt), elem(p, sl_.lnfb, dt), n, c, kLayerNormEps, dt));
   // logits[n,Vp] = lnf[n,C] . wte[Vp,C]^T (tied embedding)
-  gpu::MatmulArgs mm;
-  mm.dtype_ab = dt;
-  mm.dtype_c = dt;
-  mm.a = lnf_.data();
-  mm.b = elem(p, sl_.wte, dt);
-  mm.c = logits_.data();
-  mm.m = n;
-  mm.n = config_.vp();
-  mm.k = c;
-  mm.trans_b = true;
-  STRATA_RETURN_IF_ERROR(k_ops_.matmul(s, mm));
+  STRATA_RETURN_IF_ERROR(
+      linear(s, logits_.data(), lnf_.data(), elem(p, sl_.wte, dt), nullptr, config_.vp(), c));
   if (!have_targets()) return ok_status();
   STRATA_RETURN_IF_ERROR(k_ops_.softmax_cross_entropy(s, losses_.as<float>(), logits_.data(),
                                                       targets_.as<int32_t>(), n, config_.vocab,
