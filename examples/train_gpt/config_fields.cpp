@@ -101,6 +101,7 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.persistence_threshold = f.persistence_threshold;
   c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
   c.grad_accum = f.grad_accum;
+  c.layer_major = f.microbatch_order == "layer";
   c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
                        : f.grad_accum_dtype == "fp16" ? DType::kF16
                        : f.grad_accum_dtype == "bf16" ? DType::kBF16

@@ -369,6 +369,14 @@ void add_flags(CLI::App& app, Flags& f) {
                  "(DeepSpeed's gradient_accumulation_steps)")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
+  app.add_option("--microbatch-order", f.microbatch_order,
+                 "micro|layer: with --grad-accum K > 1, run each micro-batch through the whole "
+                 "model in turn (micro), or every micro-batch through a checkpoint segment before "
+                 "the next segment (layer: at stage 3 each layer is gathered once per pass "
+                 "instead of K times; the same results bit for bit; the checkpoints of every "
+                 "micro-batch stay on the device)")
+      ->check(CLI::IsMember({"micro", "layer"}))
+      ->capture_default_str();
   app.add_option("--lr-decay-steps", f.lr_decay_steps,
                  "steps over which cosine/linear decay to --lr-min, then held (0: --steps)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

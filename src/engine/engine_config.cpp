@@ -147,10 +147,6 @@ Status EngineConfig::validate(bool store_given) const {
   if (layer_major) {
     const std::string order = ref(Field::kMicrobatchOrder) + " layer";
     STRATA_RETURN_IF_ERROR(check_planned(*this, true, order, "the serial step runs one order"));
-    if (zero_stage > 1) {
-      return make_error(ErrorCode::kConfig, order, " runs at ", ref(Field::kZeroStage),
-                        " 0 and 1 for now, not ", zero_stage, " (use micro)");
-    }
     if (offload_activations != Home::kDevice) {
       return make_error(ErrorCode::kConfig, order, " keeps the checkpoints on the device for now: ",
                         ref(Field::kOffloadActivations), " ", home_name(offload_activations),

@@ -19,6 +19,7 @@ ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
       acc(step.options_.stage >= 2 && step.options_.fp32_grad_accum ? DType::kF32 : dt),
       acc_es(dtype_size(acc)),
       nb(step.blocks_.size()),
+      slots(step.options_.stage >= 2 ? std::max(1, step.options_.layer_major_micros) : 1),
       rank(step.rank_),
       ranks(step.ranks_),
       delayed(step.options_.delayed_update_warmup >= 0),
@@ -59,7 +60,7 @@ void ZeroStep::plan_host_buffers(PlanBuild& pb) {
   using sched::Tier;
   const size_t nb = pb.nb;
   const int stage = pb.stage;
-  pb.gfull.assign(nb, -1);
+  pb.gfull.assign(size_t(pb.slots) * nb, -1);
   pb.gshard.assign(nb, -1);
   pbuf_.assign(nb, -1);
   dshard_.assign(nb, -1);
@@ -98,6 +99,14 @@ void ZeroStep::plan_host_buffers(PlanBuild& pb) {
                              /*initially_valid=*/sharded);
     pb.pinned += round_page(sharded ? pb.shard_bytes(bb) : pb.padded_bytes(bb));
   }
+  // The other slots' gradients (segment-major at stages 2-3), after every block's first.
+  for (int slot = 1; slot < pb.slots; ++slot) {
+    for (size_t b = 0; b < nb; ++b) {
+      pb.gfull[pb.at(slot, int64_t(b))] =
+          pb.add_buffer(Kind::kGradBucket, "grad " + pb.name(int64_t(b)) + pb.slot_name(slot),
+                        Tier::kPinnedHost, pb.padded_bytes(int64_t(b)));
+    }
+  }
   if (stage >= 2) {
     const uint64_t bucket = options_.bucket_bytes == 0 ? 2 * pb.largest : options_.bucket_bytes;
     pb.in_flight += std::max<uint64_t>(bucket, round_page(pb.largest));
@@ -106,7 +115,9 @@ void ZeroStep::plan_host_buffers(PlanBuild& pb) {
 
 // Budgets: the whole-step buffers, plus the working set. Pinned: the NVMe staging slots, the
 // gradients awaiting reduction (the bucket) and depth + 2 gathered blocks. Device (stages 2-3):
-// the gradients of three blocks (the shared one is held through the backward) and, at stage 3,
+// the gradients of three blocks (the shared one is held through the backward; in the
+// segment-major order one per micro-batch, from its head to its embedding backward) and, at
+// stage 3,
 // the gathered copies of depth + K + 2 blocks (a checkpointed segment of K layers stays gathered
 // from its recompute to its backward).
 sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
@@ -134,7 +145,7 @@ sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
     const uint64_t k = static_cast<uint64_t>(model_.checkpoint_interval());
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
         (pb.nseg == 0 ? 0 : 3 * round_device(pb.cb)) + pb.device_homes +
-        (pb.stage >= 2 ? 3 * largest_dev : 0) +
+        (pb.stage >= 2 ? uint64_t(2 + pb.slots) * largest_dev : 0) +
         (pb.gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * pb.largest_opt;
   }
   return budgets;

@@ -35,6 +35,16 @@ struct ZeroStep::PlanBuild {
   DType acc = DType::kF32;
   size_t acc_es = 0;
   size_t nb = 0;  // blocks (and partitions)
+  // Gradient slots: at stages 2-3 in the segment-major order, each micro-batch's gradient of a
+  // block has its own device buffer, pinned buffer and reduction (slot = its micro-batch), so
+  // the reduced shards add up in micro-batch order as with one replay per micro-batch; else 1.
+  int slots = 1;
+  // The index of block b's slot-`slot` gradient buffer in dgrad and gfull.
+  size_t at(int slot, int64_t b) const { return static_cast<size_t>(slot) * nb + size_t(b); }
+  // The suffix that names a slot's buffers and tasks ("" with one slot).
+  std::string slot_name(int slot) const {
+    return slots > 1 ? " (micro-batch " + std::to_string(slot) + ")" : std::string();
+  }
   int rank = 0, ranks = 1;
   bool delayed = false;  // --delayed-update
   size_t depth = 0;      // prefetch_depth
@@ -68,8 +78,9 @@ struct ZeroStep::PlanBuild {
 
   // Pinned host buffers. gfull: a block's whole gradient (padded), kept for the step at stages
   // 0-1 (the next run's update reads it), held from its transfer to its reduction at 2-3, where
-  // gshard keeps the reduced shard. pbuf: the new parameters (padded; the rank's shard is
-  // written by Adam, then all-gathered), or at stage 3 the rank's parameter shard itself.
+  // gshard keeps the reduced shard (gfull by at(slot, block)). pbuf: the new parameters (padded;
+  // the rank's shard is written by Adam, then all-gathered), or at stage 3 the rank's parameter
+  // shard itself.
   std::vector<sched::BufferId> gfull, gshard;
   uint64_t pinned = 0, in_flight = 0, device_homes = 0;
   size_t largest = 0;
@@ -102,13 +113,20 @@ struct ZeroStep::PlanBuild {
     int64_t first_use_of = -1;                  // a resident block whose update it must see
     int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
     int64_t grad_done = -1;                     // the block's gradient is complete after it
+    int slot = 0;                               // the gradient slot of zero_grad and grad_done
     sched::Work work = sched::Work::kFlops;     // its compute, for the cost model
     double flops = 0.0;
   };
   std::vector<Op> ops;
   // Device buffers: gathered copies (stage 3) and per-block gradients (stages 2-3).
   std::array<std::vector<sched::BufferId>, 2> gathered_dev, gathered_host;
-  std::vector<sched::BufferId> dgrad;
+  std::vector<sched::BufferId> dgrad;  // by at(slot, block)
+  // The pointers an op passes the model: block b's parameters for phase ph (the gathered copy,
+  // the device shard or the model's block) and its gradient of a slot (stages 2-3: dgrad).
+  std::function<const void*(int64_t b, int ph, const sched::TaskContext&)> params;
+  std::function<void*(int64_t b, int slot, const sched::TaskContext&)> grads;
+  // The gathered copies an op of block b in phase ph uses (none when the block is not sharded).
+  std::function<std::vector<std::pair<int64_t, int>>(int64_t b, int ph)> use;
   std::vector<size_t> last_read;  // by block: the op that reads its parameters last
   // The index of the op named `op_name` (it must exist).
   size_t op_index(const std::string& op_name) const;

@@ -35,19 +35,24 @@ void write_inf(void* at, DType dt) {
 }
 }  // namespace
 
-// The gradient of block gb is complete after task t: down, reduce, check.
-void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
+// The gradient of block gb (its slot `slot`) is complete after task t: down, reduce, and after
+// the last slot's reduction the check.
+void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, TaskId t) {
   model::Model& m = model_;
   sched::Plan& plan = pb.plan;
   const int stage = pb.stage;
   const DType dt = pb.dt;
   const size_t es = pb.es;
   const int rank = pb.rank;
-  const BufferId gf = pb.gfull[size_t(gb)];
+  const BufferId gf = pb.gfull[pb.at(slot, gb)];
   const size_t bytes = static_cast<size_t>(pb.numel(gb)) * es;
-  const BufferId dg = pb.dgrad[size_t(gb)];
+  const BufferId dg = pb.dgrad[pb.at(slot, gb)];
+  const std::string what = pb.name(gb) + pb.slot_name(slot);
+  // Which micro-batch's gradient this is: the slot's (segment-major, one replay), else the
+  // replay's.
+  const int fixed = pb.slots > 1 ? slot : -1;
   const TaskId down =
-      plan.add("grads down " + pb.name(gb), Lane::kD2H,
+      plan.add("grads down " + what, Lane::kD2H,
                [this, &m, gb, gf, dg, bytes, stage](const TaskContext& c) -> Status {
                  if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
                    return ok_status();
@@ -69,9 +74,9 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
   const size_t c16 = static_cast<size_t>(pb.shard(gb));
   const size_t real = static_cast<size_t>(pb.numel(gb));
   const TaskId reduce =
-      plan.add("reduce " + pb.name(gb), Lane::kComm,
-               [this, gf, gs, gb, c16, real, dt, acc = pb.acc, es, stage,
-                rank](const TaskContext& c) -> Status {
+      plan.add("reduce " + what, Lane::kComm,
+               [this, gf, gs, gb, c16, real, dt, acc = pb.acc, es, stage, rank,
+                fixed](const TaskContext& c) -> Status {
                  if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
                    return ok_status();
                  auto* full = static_cast<std::byte*>(c.buffer(gf));
@@ -85,7 +90,8 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
                  std::byte* own = full + static_cast<size_t>(rank) * c16 * es;
                  // A later micro-batch's shard goes to its place in `full`, then into gs (as
                  // the first one does when gs is of another dtype: fp32 accumulation).
-                 const bool add = gs >= 0 && c.args<Replay>().micro > 0;
+                 const int micro = fixed >= 0 ? fixed : c.args<Replay>().micro;
+                 const bool add = gs >= 0 && micro > 0;
                  const bool convert = gs >= 0 && !add && acc != dt;
                  call.recv = gs >= 0 && !add && !convert ? c.buffer(gs) : own;
                  call.count = c16;
@@ -112,6 +118,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, TaskId t) {
     plan.writes(reduce, gs);
     plan.release(reduce, gf);
   }
+  if (slot + 1 < pb.slots) return;  // the last slot's reduction completes the shard
   // The check: the sums of squares of the reduced shards this rank holds.
   const size_t nbk = pb.nb;
   const BufferId src = gs >= 0 ? gs : gf;

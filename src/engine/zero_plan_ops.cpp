@@ -24,7 +24,7 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
        {&pb.gathered_dev[0], &pb.gathered_dev[1], &pb.gathered_host[0], &pb.gathered_host[1]}) {
     v->assign(nb, -1);
   }
-  pb.dgrad.assign(nb, -1);
+  pb.dgrad.assign(size_t(pb.slots) * nb, -1);
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
     if (stage >= 2) {
@@ -41,19 +41,30 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                         Tier::kDevice, static_cast<size_t>(pb.numel(bb)) * pb.es);
     }
   }
-  // Parameter and gradient pointers of block b for an op.
-  auto params = [this, &m, gathered_dev = pb.gathered_dev](int64_t b, int ph,
-                                                           const TaskContext& c) -> const void* {
+  for (int slot = 1; slot < pb.slots; ++slot) {  // the other micro-batches' (segment-major)
+    for (size_t b = 0; b < nb; ++b) {
+      const int64_t bb = int64_t(b);
+      pb.dgrad[pb.at(slot, bb)] =
+          pb.add_buffer(Kind::kGradBucket, "grad " + pb.name(bb) + pb.slot_name(slot) + " (device)",
+                        Tier::kDevice, static_cast<size_t>(pb.numel(bb)) * pb.es);
+    }
+  }
+  pb.params = [this, &m, gathered_dev = pb.gathered_dev](int64_t b, int ph,
+                                                         const TaskContext& c) -> const void* {
     if (gathered(b)) return c.buffer(gathered_dev[ph][size_t(b)]);
     return sharded_params(b) ? c.buffer(dshard_[size_t(b)]) : m.param_block(b);
   };
-  auto grads = [&m, dgrad = pb.dgrad](int64_t b, const TaskContext& c) -> void* {
-    return dgrad[size_t(b)] >= 0 ? c.buffer(dgrad[size_t(b)]) : m.grad_block(b);
+  pb.grads = [&m, dgrad = pb.dgrad, nb](int64_t b, int slot, const TaskContext& c) -> void* {
+    const sched::BufferId g = dgrad[static_cast<size_t>(slot) * nb + size_t(b)];
+    return g >= 0 ? c.buffer(g) : m.grad_block(b);
   };
-  auto use = [this](int64_t b, int ph) {
+  pb.use = [this](int64_t b, int ph) {
     return sharded_params(b) ? std::vector<std::pair<int64_t, int>>{{b, ph}}
                              : std::vector<std::pair<int64_t, int>>{};
   };
+  const auto& params = pb.params;
+  const auto& use = pb.use;
+  auto grads = [g = pb.grads](int64_t b, const TaskContext& c) { return g(b, 0, c); };
   const int64_t L = pb.layers;
   std::vector<PlanBuild::Op>& ops = pb.ops;
   // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the others
@@ -156,63 +167,85 @@ void ZeroStep::add_fold_op(PlanBuild& pb) {
                     L});
 }
 
-// The segment-major order of K micro-batches (layer_major_micros; stages 0-1, so the blocks are
-// the model's own and their gradients add up in the model): each op acts on its micro-batch's
-// model slot. Forward: every micro-batch's embedding, then segment by segment every micro-batch
-// (from the last to the first, so the first micro-batch's activations of the last segment are
-// resident when the backward starts). Heads in order; the backward segment by segment in reverse,
-// within a segment micro-batch by micro-batch in order (recomputing each but the first one's
-// last segment), so each gradient adds the micro-batches in order, as one replay per
-// micro-batch does; the embeddings' backward last, in order (a tied head's gradient is kept
-// apart until then: Session turns it on with several micro-batches at stages 0-1).
+// The segment-major order of K micro-batches (layer_major_micros): each op acts on its
+// micro-batch's model slot. Forward: every micro-batch's embedding, then segment by segment every
+// micro-batch (from the last to the first, so the first micro-batch's activations of the last
+// segment are resident when the backward starts). Heads in order; the backward segment by segment
+// in reverse, within a segment micro-batch by micro-batch in order (recomputing each but the
+// first one's last segment); the embeddings' backward last, in order. At stage 3 a layer is
+// gathered once per pass: its forward copy serves every micro-batch's forward of it, its
+// backward copy every recompute and backward (the gathers span their first to last use).
+// Gradients: at stages 0-1 they add up in the model's blocks, micro-batch by micro-batch in order
+// as one replay per micro-batch adds them (a tied head's gradient is kept apart until the last
+// embedding backward: Session turns it on with several micro-batches at stages 0-1). At stages
+// 2-3 each micro-batch's gradient of a block is a slot of its own, zeroed by its first writer and
+// reduced after its last, into the rank's shard in micro-batch order (the shared block's slot of
+// micro-batch k lives on the device from its head backward to its embedding backward).
 void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   model::Model& m = model_;
   const int micros = options_.layer_major_micros;
+  const int stage = pb.stage;
   const int64_t L = pb.layers;
   const size_t rows = tokens_.size() / static_cast<size_t>(micros);
   std::vector<PlanBuild::Op>& ops = pb.ops;
   const model::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
-  using Fn = std::function<Status(gpu::Stream&)>;
+  const auto& params = pb.params;
+  const auto& grads = pb.grads;
+  const auto& use = pb.use;
+  // An op of micro-batch k: selects its slot, then runs.
+  using Fn = std::function<Status(gpu::Stream&, const TaskContext&)>;
   auto in_slot = [&m](int k, Fn fn) {
-    return [&m, k, fn = std::move(fn)](gpu::Stream& s, const TaskContext&) -> Status {
+    return [&m, k, fn = std::move(fn)](gpu::Stream& s, const TaskContext& c) -> Status {
       STRATA_RETURN_IF_ERROR(m.select_micro(k));
-      return fn(s);
+      return fn(s, c);
     };
   };
+  // The gradient slot of micro-batch k at stages 2-3 (the model's blocks, slot 0, at 0-1).
+  auto gslot = [stage](int k) { return stage >= 2 ? k : 0; };
   auto micro = [](int k) { return " (micro-batch " + std::to_string(k) + ")"; };
   for (int k = 0; k < micros; ++k) {
-    ops.push_back({"set batch" + micro(k), in_slot(k, [this, k, rows](gpu::Stream& s) {
-                     return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
-                                             targets_.data() + size_t(k) * rows);
-                   })});
     ops.push_back(
-        {"embedding forward" + micro(k),
-         in_slot(k, [&m, L](gpu::Stream& s) { return m.embedding_forward(s, m.param_block(L)); }),
-         {},
-         L});
+        {"set batch" + micro(k), in_slot(k, [this, k, rows](gpu::Stream& s, const TaskContext&) {
+           return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
+                                   targets_.data() + size_t(k) * rows);
+         })});
+    ops.push_back({"embedding forward" + micro(k),
+                   in_slot(k,
+                           [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                             return m.embedding_forward(s, params(L, 0, c));
+                           }),
+                   use(L, 0), L});
   }
   for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
     for (int k = micros - 1; k >= 0; --k) {
       for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
-        ops.push_back(
-            {"forward " + std::to_string(l) + micro(k),
-             in_slot(k,
-                     [&m, l](gpu::Stream& s) { return m.layer_forward(s, l, m.param_block(l)); }),
-             {},
-             l});
+        ops.push_back({"forward " + std::to_string(l) + micro(k),
+                       in_slot(k,
+                               [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                                 return m.layer_forward(s, l, params(l, 0, c));
+                               }),
+                       use(l, 0), l});
         ops.back().flops = m.block_cost(l).forward_flops;
       }
     }
   }
   for (int k = 0; k < micros; ++k) {
-    ops.push_back({"head forward" + micro(k), in_slot(k, [&m, L](gpu::Stream& s) {
-                     return m.head_forward(s, m.param_block(L));
-                   })});
+    ops.push_back({"head forward" + micro(k),
+                   in_slot(k,
+                           [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                             return m.head_forward(s, params(L, 0, c));
+                           }),
+                   use(L, 0)});
     ops.back().work = sched::Work::kFlopsHead;
     ops.back().flops = head.forward_flops;
-    ops.push_back({"head backward" + micro(k), in_slot(k, [&m, L](gpu::Stream& s) {
-                     return m.head_backward(s, m.param_block(L), m.grad_block(L));
-                   })});
+    const int g = gslot(k);
+    ops.push_back({"head backward" + micro(k),
+                   in_slot(k,
+                           [&m, params, grads, L, g](gpu::Stream& s, const TaskContext& c) {
+                             return m.head_backward(s, params(L, 0, c), grads(L, g, c));
+                           }),
+                   use(L, 0), -1, stage >= 2 ? L : -1});
+    ops.back().slot = g;
     ops.back().work = sched::Work::kFlopsHead;
     ops.back().flops = head.backward_flops;
   }
@@ -223,38 +256,43 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
     for (int k = 0; k < micros; ++k) {
       if (seg != last_seg || k != 0) {
         for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
-          ops.push_back(
-              {"recompute " + std::to_string(l) + micro(k), in_slot(k, [&m, l](gpu::Stream& s) {
-                 return m.layer_recompute(s, l, m.param_block(l));
-               })});
+          ops.push_back({"recompute " + std::to_string(l) + micro(k),
+                         in_slot(k,
+                                 [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                                   return m.layer_recompute(s, l, params(l, 1, c));
+                                 }),
+                         use(l, 1)});
           ops.back().flops = layer.forward_flops;
         }
       }
+      const int g = gslot(k);
       for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
         ops.push_back({"backward " + std::to_string(l) + micro(k),
                        in_slot(k,
-                               [&m, l](gpu::Stream& s) {
-                                 return m.layer_backward(s, l, m.param_block(l), m.grad_block(l));
+                               [&m, params, grads, l, g](gpu::Stream& s, const TaskContext& c) {
+                                 return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
                                }),
-                       {},
-                       -1,
-                       -1,
-                       k + 1 == micros ? l : -1});
+                       use(l, 1), -1, stage >= 2 ? l : -1, stage >= 2 || k + 1 == micros ? l : -1});
+        ops.back().slot = g;
         ops.back().flops = layer.backward_flops;
         pb.last_read[size_t(l)] = ops.size() - 1;
       }
     }
   }
   for (int k = 0; k < micros; ++k) {
-    ops.push_back(
-        {"embedding backward" + micro(k),
-         in_slot(k, [&m, L](gpu::Stream& s) { return m.embedding_backward(s, m.grad_block(L)); }),
-         {},
-         -1,
-         -1,
-         -1});
+    const int g = gslot(k);
+    ops.push_back({"embedding backward" + micro(k),
+                   in_slot(k,
+                           [&m, grads, L, g](gpu::Stream& s, const TaskContext& c) {
+                             return m.embedding_backward(s, grads(L, g, c));
+                           }),
+                   {},
+                   -1,
+                   -1,
+                   stage >= 2 ? L : -1});
+    ops.back().slot = g;
   }
-  add_fold_op(pb);
+  if (stage <= 1) add_fold_op(pb);
 }
 
 // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to
@@ -275,7 +313,7 @@ void ZeroStep::emit_ops(PlanBuild& pb) {
     emit_checkpoint_moves(pb, i, t);
     order_op(pb, i, t);
     // The gradient of block grad_done is complete: down, reduce, check.
-    if (op.grad_done >= 0) emit_grad_chain(pb, op.grad_done, t);
+    if (op.grad_done >= 0) emit_grad_chain(pb, op.grad_done, op.slot, t);
   }
 }
 
@@ -285,10 +323,10 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   sched::Plan& plan = pb.plan;
   const PlanBuild::Op& op = pb.ops[i];
   if (op.zero_grad >= 0) {
-    const BufferId dg = pb.dgrad[size_t(op.zero_grad)];
+    const BufferId dg = pb.dgrad[pb.at(op.slot, op.zero_grad)];
     const size_t bytes = static_cast<size_t>(pb.numel(op.zero_grad)) * pb.es;
-    const TaskId z = plan.add("zero grad " + pb.name(op.zero_grad), Lane::kCompute,
-                              [this, dg, bytes](const TaskContext& c) -> Status {
+    const TaskId z = plan.add("zero grad " + pb.name(op.zero_grad) + pb.slot_name(op.slot),
+                              Lane::kCompute, [this, dg, bytes](const TaskContext& c) -> Status {
                                 if (c.args<Replay>().flushing) return ok_status();
                                 return c.stream->memset(c.buffer(dg), 0, bytes);
                               });
@@ -352,10 +390,10 @@ void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
   }
   const int64_t gb = op.grad_done;
   if (pb.stage >= 2) {
-    if (op.zero_grad >= 0) plan.writes(t, pb.dgrad[size_t(op.zero_grad)]);
-    if (gb >= 0 && gb != op.zero_grad) plan.writes(t, pb.dgrad[size_t(gb)]);
+    if (op.zero_grad >= 0) plan.writes(t, pb.dgrad[pb.at(op.slot, op.zero_grad)]);
+    if (gb >= 0 && gb != op.zero_grad) plan.writes(t, pb.dgrad[pb.at(op.slot, gb)]);
     // The shared block's gradient is also written between head and embedding backward.
-    if (gb == pb.layers) plan.reads(t, pb.dgrad[size_t(pb.layers)]);
+    if (gb == pb.layers) plan.reads(t, pb.dgrad[pb.at(op.slot, pb.layers)]);
   }
 }
 

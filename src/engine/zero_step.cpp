@@ -460,7 +460,7 @@ ZeroMemory ZeroStep::memory() const {
 
 Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro_batches) const {
   STRATA_ASSIGN_OR_RETURN(sched::Prediction p, sched::simulate(plan(), rates));
-  const double k = std::max(1, micro_batches);
+  const double k = options_.layer_major_micros > 1 ? 1 : std::max(1, micro_batches);
   p.step_s *= k;
   p.exposed_s *= k;
   for (double& b : p.busy_s) b *= k;
@@ -468,20 +468,24 @@ Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro
   return p;
 }
 
-ZeroTraffic ZeroStep::expected_traffic() const {
+ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   ZeroTraffic t;
   const uint64_t n = static_cast<uint64_t>(ranks_);
   const uint64_t es = dtype_size(model_.dtype());
+  const auto k = static_cast<uint64_t>(std::max(1, micro_batches));
+  const uint64_t reductions = options_.stage >= 2 ? k : 1;
+  const uint64_t gathers = options_.layer_major_micros > 1 ? 1 : k;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
     const BlockPartition& bp = parts_.block(b);
     const uint64_t shard_bytes = static_cast<uint64_t>(bp.shard_numel) * es;
     const uint64_t one = (n - 1) * shard_bytes;  // a ring reduce-scatter or all-gather
-    t.grad_reduce_scatter += one;
+    t.grad_reduce_scatter += reductions * one;
     if (options_.stage == 0) t.grad_all_gather += one;
-    if (options_.stage >= 1) t.param_all_gather += one;
     // Stage 3: gathers for the forward and the backward instead of one after the update; the
     // shared block is gathered once (its forward copy serves the head backward too).
-    if (sharded_params(int64_t(b)) && int64_t(b) != model_.num_layers()) {
+    if (sharded_params(int64_t(b))) {
+      t.param_all_gather += gathers * (int64_t(b) != model_.num_layers() ? 2 : 1) * one;
+    } else if (options_.stage >= 1) {
       t.param_all_gather += one;
     }
   }
@@ -519,6 +523,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     STRATA_RETURN_IF_ERROR(flush());
   }
   step_ = step;
+  last_micros_ = micro_batches;
   const double accumulated = static_cast<double>(ranks_) * micro_batches;
   Replay replay;
   replay.step = step;

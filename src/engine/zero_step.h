@@ -222,7 +222,7 @@ class ZeroStep : public TrainStep {
   // The plan the executor replays (plan_only: the one it would).
   const sched::Plan& plan() const { return executor_ ? executor_->plan() : *plan_; }
   // The step time the cost model predicts for plan() (sched::simulate); with K micro-batches,
-  // K replays of the plan, taken as K times one.
+  // K replays of the plan, taken as K times one (the segment-major plan runs all K in one).
   Result<sched::Prediction> predict(const sched::Rates& rates, int micro_batches = 1) const;
   const sched::Executor* executor() const override { return executor_.get(); }
   // Whether the next steps record a trace (sched::Executor::set_trace): only traced steps pay
@@ -247,8 +247,12 @@ class ZeroStep : public TrainStep {
     return options_.offload_activations == Home::kNvme ? offloaded_segments() : 0;
   }
   size_t checkpoint_bytes() const { return model_.checkpoint_bytes(); }
-  // The traffic theory for one step (the figures above, from the partitioning).
-  ZeroTraffic expected_traffic() const;
+  // The traffic theory for one step of K micro-batches (the figures above, from the
+  // partitioning): the gradients' reduce-scatter once per micro-batch at stages 2-3 (once per
+  // step at 0-1), the stage-3 gathers once per micro-batch in the micro-batch-major order and
+  // once per step in the segment-major one, the rest once per step. Without K: the last run()'s.
+  ZeroTraffic expected_traffic(int micro_batches) const;
+  ZeroTraffic expected_traffic() const { return expected_traffic(last_micros_); }
 
  private:
   ZeroStep(model::Model& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
@@ -290,7 +294,7 @@ class ZeroStep : public TrainStep {
   sched::TaskId add_op_task(PlanBuild& pb, size_t i);
   void emit_checkpoint_moves(PlanBuild& pb, size_t i, sched::TaskId t);
   void order_op(PlanBuild& pb, size_t i, sched::TaskId t);
-  void emit_grad_chain(PlanBuild& pb, int64_t gb, sched::TaskId t);
+  void emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, sched::TaskId t);
   void emit_norm(PlanBuild& pb);
   // The budgets and the staging-slot bounds (zero_plan.cpp).
   sched::Budgets plan_budgets(const PlanBuild& pb) const;
@@ -341,6 +345,7 @@ class ZeroStep : public TrainStep {
   // Transfer bytes counted by the lanes' tasks during a replay: h2d, d2h, nvme read, write.
   std::array<std::atomic<uint64_t>, 4> lane_counting_{};
   ZeroLaneBytes lane_bytes_;
+  int last_micros_ = 1;         // the micro-batches of the last run()
   cpu::PinnedBuffer shard_io_;  // load_shard/store_shard staging
   std::unique_ptr<sched::Executor> executor_;
   std::optional<sched::Plan> plan_;  // plan_only

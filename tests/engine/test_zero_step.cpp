@@ -263,7 +263,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   TrainStep& train_step = session.step();
   if (zero != nullptr) {
     dump_plan_if_asked(*zero);
-    run.expected = zero->expected_traffic();
+    run.expected = zero->expected_traffic(c.micro);
     run.memory = zero->memory();
     run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
     for (int64_t b = 0; b < m.num_blocks(); ++b) run.homes.push_back(zero->param_home(b));
@@ -735,6 +735,9 @@ TEST(ZeroStep, OffloadedActivationsLeaveTheDevice) {
 //   NVMe read:  g c e (shard on NVMe; (g-1) c e with the update rotated: the forward gathers
 //               the new shard from the update's staging) + 12 k (optimizer state on NVMe)
 //   NVMe write: c e (shard on NVMe) + 12 k (optimizer state on NVMe)
+// With K micro-batches the gradient terms (n e down) count K times at stages 2-3, once at 0-1;
+// the gathers' terms (g n e up, g c e down or read; less one read rotated) and the offloaded
+// checkpoints' K times in the micro-batch-major order and once in the segment-major one.
 // One rank at stage 0 with the optimizer on the device updates the model's blocks in place (no
 // gradient up, no new params); one rank's device shard is used in place (no gather, no upload).
 TEST(ZeroStep, LaneBytesMatchTheFormula) {
@@ -743,11 +746,11 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
   Store store = open_store();
   ASSERT_TRUE(store.store);
   std::vector<ZCase> cases;
-  for (int k = 0; k < 7; ++k) {
+  for (int k = 0; k < 13; ++k) {
     ZCase c;
     c.steps = 3;
-    c.grad_clip = k % 2 == 0 ? 0.5f : 0.0f;
-    c.stage = k < 2 ? k : 3;
+    c.grad_clip = k % 2 == 0 && k != 12 ? 0.5f : 0.0f;
+    c.stage = k < 2 ? k : k == 10 ? 2 : k == 11 ? 0 : 3;
     c.nvme_fraction = k == 1 || k == 3 || k == 5 ? 0.5 : 0.0;
     c.device_optimizer = k == 0;
     c.gpu_fraction = k == 4 ? 0.3 : 0.0;
@@ -758,10 +761,20 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     c.param_gpu_fraction = k >= 3 && k != 6 ? 0.5 : 0.0;
     c.offload_activations = k == 1 || k == 4 ? Home::kNvme : k == 2 ? Home::kPinned : Home::kDevice;
     c.checkpoint = 1;
+    // K micro-batches: stage 3 with the parameters on NVMe (rotated and not) and in pinned
+    // memory, both orders; stages 0 and 2 segment-major.
+    if (k >= 7) {
+      c.micro = 3;
+      c.layer_major = k != 7;
+      c.offload_activations = k == 7 ? Home::kPinned : Home::kDevice;
+      c.offload_param = c.stage == 3 && k != 9 ? Home::kNvme : Home::kPinned;
+      c.param_gpu_fraction = 0.0;
+    }
     cases.push_back(c);
   }
   for (const ZCase& c : cases) {
-    SCOPED_TRACE(describe(c));
+    SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches" +
+                 (c.layer_major ? " segment-major" : ""));
     const ZRun r = train(comm, c, store.store.get());
     ASSERT_EQ(r.homes.size(), r.params.size());
     const auto parts = Partitioning::create(model::GptModel::block_numels([&] {
@@ -780,6 +793,10 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     ZeroLaneBytes want;
     const size_t nb = r.params.size();
     const bool rotated = c.grad_clip > 0 || c.device_optimizer || c.gpu_fraction > 0;
+    // K micro-batches: gradients down once per micro-batch at stages 2-3 (once at 0-1); each
+    // gather (and checkpoint) once per micro-batch, or once per step segment-major.
+    const uint64_t K = uint64_t(c.micro), grads = c.stage >= 2 ? K : 1;
+    const uint64_t R = c.layer_major ? 1 : K;
     std::vector<size_t> part_of(nb);
     for (size_t p = 0; p < nb; ++p) part_of[size_t(r.part_blocks[p])] = p;
     for (size_t b = 0; b < nb; ++b) {
@@ -788,11 +805,12 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const uint64_t g = b + 1 == nb ? 1 : 2;
       const bool sharded = c.stage == 3;
       const bool in_place_shard = sharded && r.homes[b] == Home::kDevice && n_ranks == 1;
-      want.d2h += n * e;
-      if (sharded && !in_place_shard) want.h2d += g * n * e;
-      if (sharded && r.homes[b] == Home::kDevice && n_ranks > 1) want.d2h += g * sh * e;
-      // Rotated, the forward gathers the update's new shard from its staging: no read for it.
-      const uint64_t reads = rotated ? g - 1 : g;
+      want.d2h += grads * n * e;
+      if (sharded && !in_place_shard) want.h2d += R * g * n * e;
+      if (sharded && r.homes[b] == Home::kDevice && n_ranks > 1) want.d2h += R * g * sh * e;
+      // Rotated, the first forward gathers the update's new shard from its staging: no read
+      // for it.
+      const uint64_t reads = R * g - (rotated ? 1 : 0);
       if (sharded && r.homes[b] == Home::kNvme) want.nvme_read += reads * sh * e;
       if (sharded && r.homes[b] == Home::kNvme) want.nvme_write += sh * e;
       if (sharded && r.homes[b] == Home::kDevice) want.h2d += sh * e;
@@ -810,7 +828,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     // Offloaded checkpoints: every segment's kept input but the last's, down and up once, and
     // through NVMe when they live there.
     if (c.offload_activations != Home::kDevice) {
-      const uint64_t moved = uint64_t(r.segments - 1) * uint64_t(r.checkpoint_bytes);
+      const uint64_t moved = R * uint64_t(r.segments - 1) * uint64_t(r.checkpoint_bytes);
       want.d2h += moved;
       want.h2d += moved;
       if (c.offload_activations == Home::kNvme) {
@@ -978,29 +996,38 @@ TEST(ZeroStep, GradientAccumulationAgreesWithOneLargerBatch) {
 // refusals of what it does not run yet.
 TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
   comm::Communicator& comm = world();
-  for (int k = 0; k < 8; ++k) {
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (int k = 0; k < 16; ++k) {
     ZCase c;
-    c.stage = k % 2;
-    c.micro = k < 4 ? 2 : 3;
+    c.stage = k % 4;
+    c.micro = k < 8 ? 2 : 3;
     c.steps = 6;
-    c.dtype = k % 4 == 3 ? DType::kF32 : DType::kBF16;
+    c.dtype = k % 5 == 3 ? DType::kF32 : DType::kBF16;
     c.checkpoint = k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 0;
-    c.grad_clip = k == 2 || k == 5 ? 0.0f : 0.5f;
-    c.llama = k >= 6;
-    const ZRun ref = train(comm, c, nullptr);
+    c.grad_clip = k == 2 || k == 5 || k == 11 ? 0.0f : 0.5f;
+    c.llama = k % 7 >= 5 || k == 11;
+    // Stage 3's parameters at every home, the optimizer's state on NVMe, the reduced
+    // gradients added in the model's dtype.
+    if (c.stage == 3)
+      c.offload_param = k == 3 ? Home::kPinned : k == 7 ? Home::kNvme : Home::kDevice;
+    if (k == 11 || k == 14) c.nvme_fraction = 0.5;
+    if (k == 10) c.grad_accum_dtype = DType::kBF16;
+    if (k == 15) c.persistence = 20000;  // the layers whole, the shared block sharded
+    const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme;
+    const ZRun ref = train(comm, c, nvme ? store.store.get() : nullptr);
     c.layer_major = true;
     SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches segment-major");
-    expect_same_bits(ref, train(comm, c, nullptr));
+    expect_same_bits(ref, train(comm, c, nvme ? store.store.get() : nullptr));
   }
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 2; ++k) {
     ZCase c;
     c.micro = 2;
     c.steps = 1;
     c.layer_major = true;
     c.expect_error = true;
-    if (k == 0) c.stage = 2;
-    if (k == 1) c.offload_activations = Home::kPinned;
-    if (k == 2) c.serial = true;
+    if (k == 0) c.offload_activations = Home::kPinned;
+    if (k == 1) c.serial = true;
     const ZRun r = train(comm, c, nullptr);
     EXPECT_NE(r.error.find("--microbatch-order layer"), std::string::npos) << r.error;
   }
@@ -1034,17 +1061,22 @@ TEST(ZeroStep, Fp32GradientAccumulationGivesTheSameBitsOnEveryOptimizerHome) {
 
 // Bytes per step: each collective kind as the engine's theory says (the comm layer counts the
 // textbook bytes of the calls really made), and the totals within 1% of ZeRO's 2Ψ(N-1)/N and
-// 3Ψ(N-1)/N for Ψ real (unpadded) 16-bit elements.
+// 3Ψ(N-1)/N for Ψ real (unpadded) 16-bit elements; with K micro-batches (docs/zero.md), the
+// reduce-scatter K times at stages 2-3, and at stage 3 the gathers K times in the
+// micro-batch-major order and once in the segment-major one.
 TEST(ZeroStep, BytesPerStepMatchTheTheory) {
   comm::Communicator& comm = world();
   const uint64_t n = static_cast<uint64_t>(comm.size());
   for (int stage = 0; stage <= 3; ++stage) {
-    for (int64_t checkpoint : {2, 0}) {
+    for (int v = 0; v < 4; ++v) {
       ZCase c;
       c.stage = stage;
-      c.checkpoint = checkpoint;
+      c.checkpoint = v == 1 ? 0 : 2;
+      c.micro = v >= 2 ? 3 : 1;
+      c.layer_major = v == 3;
       c.steps = 3;
-      SCOPED_TRACE(describe(c));
+      SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches" +
+                   (c.layer_major ? " segment-major" : ""));
       const ZRun z = train(comm, c, nullptr);
       ASSERT_EQ(z.traffic.size(), comm::kNumCollectiveKinds);
       auto sent = [&](comm::CollectiveKind k) { return z.traffic[size_t(k)].bytes_sent; };
@@ -1056,11 +1088,14 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
                 e.grad_all_gather + e.param_all_gather + (e.stats - loss_bytes));
       // ZeRO's figures: 2 bytes per element, Ψ elements, (N-1)/N per pass; 2 passes at stages
       // 0-2 (reduce-scatter + all-gather) and 3 at stage 3, less one for the shared block,
-      // whose backward reads no parameter (one gather serves the embedding and the head).
+      // whose backward reads no parameter (one gather serves the embedding and the head). K
+      // micro-batches: K reduce-scatters at stages 2-3, K gathers of each use at stage 3 (1
+      // segment-major).
       double psi = 0;
       for (const auto& p : z.params) psi += static_cast<double>(p.size());
       const double shared = static_cast<double>(z.params.back().size());
-      const double passes = stage == 3 ? 3.0 * psi - shared : 2.0 * psi;
+      const double k = stage >= 2 ? c.micro : 1, g = c.layer_major ? 1 : c.micro;
+      const double passes = stage == 3 ? k * psi + g * (2.0 * psi - shared) : (k + 1.0) * psi;
       const double theory = passes * 2.0 * double(n - 1) / double(n);
       const double moved =
           static_cast<double>(e.grad_reduce_scatter + e.grad_all_gather + e.param_all_gather);
