@@ -23,6 +23,7 @@
 // exposed-transfer figure is the trace's, as on the CpuDevice.
 // Prints a table, then one JSON line (rank 0).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -36,50 +37,22 @@
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "gpu/device.h"
+#include "microbatch_order.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/synthetic_task.h"
 #include "nvme/swap_store.h"
+#include "zero_stack.h"
 
 using namespace strata;
 using bench::Clock;
 using bench::median;
 using bench::seconds_since;
+using namespace strata::bench_zero;
 
 namespace {
 
 STRATA_BENCH_CHECKS("bench_zero")
-
-struct Shape {
-  // 12 layers (GPT-2 small's depth): with clipping the update is rotated into the next step and
-  // the first layer's update and upload cannot overlap anything, one layer's transfer per step
-  // whose share falls as 1/L (at L = 4 it alone is 5-8% of the step).
-  int64_t layers = 12, channels = 128, heads = 4, batch = 16, seq = 64;
-  int prefetch_depth = 2;
-};
-
-// One rank's model, optimizer and ZeRO step.
-struct Stack {
-  std::unique_ptr<gpu::Device> dev;
-  std::unique_ptr<model::GptModel> model;
-  std::unique_ptr<engine::Session> session;
-  engine::ZeroStep* step = nullptr;  // the session's
-};
-
-// The device of a stack: a CpuDevice with one thread behind the modelled link, or (cuda_gib > 0)
-// this rank's GPU with a pool of cuda_gib GiB.
-std::unique_ptr<gpu::Device> make_device(double link, double cuda_gib, comm::Communicator& world) {
-  gpu::DeviceOptions o;
-  if (cuda_gib > 0) {
-    o.ordinal = world.local_rank() % std::max(1, gpu::cuda_device_count());
-    o.memory_limit_bytes = static_cast<size_t>(cuda_gib * double(size_t{1} << 30));
-    return check(gpu::create_device(gpu::DeviceKind::kCuda, o));
-  }
-  o.threads = 1;
-  o.memory_limit_bytes = size_t{2} << 30;
-  o.link_bytes_per_s = link;
-  return check(gpu::create_cpu_device(o));
-}
 
 // Host->device and device->host rates of pinned copies of 256 MiB (median of three).
 std::pair<double, double> measure_link(gpu::Device& dev) {
@@ -101,58 +74,6 @@ std::pair<double, double> measure_link(gpu::Device& dev) {
   return {median(h2d), median(d2h)};
 }
 
-// nvme_dir: the directory of the stack's own swap store (with nvme_fraction > 0).
-Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::string& nvme_dir,
-                 double link, comm::Communicator& world,
-                 engine::Home offload_param = engine::Home::kPinned, double cuda_gib = 0) {
-  Stack st;
-  st.dev = make_device(link, cuda_gib, world);
-  model::GptConfig cfg;
-  cfg.vocab = model::AdditionTask::kVocab;
-  cfg.max_seq = s.seq;
-  cfg.layers = s.layers;
-  cfg.heads = s.heads;
-  cfg.channels = s.channels;
-  cfg.dtype = DType::kBF16;
-  engine::EngineConfig config;
-  config.zero_stage = stage;
-  config.precision = cfg.dtype;
-  config.prefetch_depth = s.prefetch_depth;
-  config.grad_clip = 1.0f;
-  config.adam.lr = 1e-4f;
-  if (nvme_fraction > 0) {
-    config.offload_optimizer = engine::Home::kNvme;
-    config.optimizer_nvme_fraction = nvme_fraction;
-    config.nvme_paths = {nvme_dir};
-  }
-  if (stage == 3) config.offload_param = offload_param;
-  // The model holds on the device only what the stage keeps there (as train_gpt does).
-  auto parts =
-      check(engine::Session::partition(config, model::GptModel::block_numels(cfg), world.size()));
-  st.model = check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, 0},
-                                           engine::Session::block_storage(config, parts)));
-  check(st.model->init_params(5));
-  engine::SessionInputs inputs;
-  inputs.host_threads = 1;
-  inputs.init = engine::slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
-  st.session = check(engine::Session::create(config, *st.dev, world, *st.model, inputs));
-  st.step = st.session->zero();
-  return st;
-}
-
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-  explicit Batch(const Shape& s)
-      : tokens(static_cast<size_t>(s.batch * s.seq)), targets(tokens.size()) {}
-  void make(int64_t step, int rank) {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const size_t k = i * 7 + static_cast<size_t>(step) + static_cast<size_t>(rank) * 3;
-      tokens[i] = static_cast<int32_t>(k % 13);
-      targets[i] = static_cast<int32_t>((k + 7) % 13);
-    }
-  }
-};
-
 struct Timed {
   double step_s = 0, exposed_fraction = 0;
   std::string metrics;
@@ -173,6 +94,13 @@ int main(int argc, char** argv) {
   Shape s;
   std::string nvme_path = ".";
   app.add_flag("--quick", quick, "fewer repeats");
+  int micros = 8;
+  bool order_only = false;
+  app.add_option("--micro-batches", micros,
+                 "the micro-batch order case: K micro-batches of --batch/K rows a step")
+      ->check(CLI::Range(2, 64))
+      ->capture_default_str();
+  app.add_flag("--order-only", order_only, "only the micro-batch order case");
   app.add_option("--layers", s.layers, "L")->capture_default_str();
   app.add_option("--channels", s.channels, "C")->capture_default_str();
   app.add_option("--heads", s.heads, "NH")->capture_default_str();
@@ -297,7 +225,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json out{{"bench", "step"}, {"stage", 3}, {"ranks", n}, {"device", device}};
   const double tokens = static_cast<double>(s.batch * s.seq * static_cast<int64_t>(n));
-  for (int kase = 0; kase < 3; ++kase) {
+  for (int kase = 0; kase < (order_only ? 0 : 3); ++kase) {
     const double frac = kase == 0 ? 0.0 : 0.5;
     const bool param_nvme = kase == 2;
     Stack z0 = make_stack(s, 0, frac, dir, link, world, engine::Home::kPinned, cuda_gib);
@@ -402,6 +330,27 @@ int main(int argc, char** argv) {
     out[name] = c;
     if (frac == 0.0) {
       for (const auto& [k, v] : c.items()) out[k] = v;
+    }
+  }
+  // The micro-batch order (issue 31): stage 3, the parameter shards on NVMe, then in pinned
+  // memory, K micro-batches of the same tokens a step as the cases above.
+  for (const engine::Home home : {engine::Home::kNvme, engine::Home::kPinned}) {
+    OrderCase oc;
+    oc.shape = s;
+    oc.shape.micros = micros;
+    oc.shape.batch = std::max<int64_t>(1, s.batch / micros);
+    oc.param_home = home;
+    oc.nvme_dir = dir;
+    oc.link = link;
+    oc.cuda_gib = cuda_gib;
+    oc.repeats = repeats;
+    const nlohmann::json c = run_order_case(oc, world);
+    if (home == engine::Home::kNvme) {
+      out["microbatch_order_nvme"] = c;
+      out["layer_major_param_read_bytes_ratio"] = c["layer_major_param_read_bytes_ratio"];
+      out["layer_major_speedup"] = c["layer_major_speedup"];
+    } else {
+      out["microbatch_order_cpu"] = c;
     }
   }
   store.reset();
