@@ -26,11 +26,16 @@ nlohmann::json lanes_json(const engine::ZeroLaneBytes& l) {
 nlohmann::json run_order_case(const OrderCase& oc, comm::Communicator& world) {
   const bool lead = world.rank() == 0;
   const int micros = oc.shape.micros;
-  std::array<Stack, 2> stacks;  // [0] micro-batch-major, [1] segment-major
-  for (int o = 0; o < 2; ++o) {
+  // [0] micro-batch-major, [1] segment-major reducing each micro-batch's gradient, [2]
+  // segment-major summing them on the device (--device-grad-sum).
+  constexpr int kOrders = 3;
+  const char* names[kOrders] = {"micro", "layer", "layer+sum"};
+  std::array<Stack, kOrders> stacks;
+  for (int o = 0; o < kOrders; ++o) {
     Shape s = oc.shape;
     s.checkpoint = 1;
-    s.layer_major = o == 1;
+    s.layer_major = o >= 1;
+    s.device_grad_sum = o == 2;
     stacks[size_t(o)] =
         make_stack(s, 3, 0.0, oc.nvme_dir, oc.link, world, oc.param_home, oc.cuda_gib);
   }
@@ -48,51 +53,55 @@ nlohmann::json run_order_case(const OrderCase& oc, comm::Communicator& world) {
     }
     return r;
   };
-  run(0, 1);  // warm-up
-  run(1, 1);
-  std::array<std::vector<double>, 2> times;
-  std::array<OrderStep, 2> last;
+  for (int o = 0; o < kOrders; ++o) run(o, 1);  // warm-up
+  std::array<std::vector<double>, kOrders> times;
+  std::array<OrderStep, kOrders> last;
   for (int r = 0; r < oc.repeats; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      const int o = (k + r) % 2;  // ABBA
+    for (int k = 0; k < kOrders; ++k) {
+      const int o = r % 2 == 0 ? k : kOrders - 1 - k;  // forwards, then backwards
       last[size_t(o)] = run(o, 2 + r);
       times[size_t(o)].push_back(last[size_t(o)].step_s);
     }
   }
-  const double ms[2] = {1e3 * bench::median(times[0]), 1e3 * bench::median(times[1])};
+  std::array<double, kOrders> ms{};
+  for (int o = 0; o < kOrders; ++o) ms[size_t(o)] = 1e3 * bench::median(times[size_t(o)]);
   const bool nvme = oc.param_home == engine::Home::kNvme;
   auto param_read = [&](const OrderStep& s) {
     return double(nvme ? s.lanes.nvme_read : s.lanes.h2d);
   };
-  const double ratio = param_read(last[1]) / param_read(last[0]);
-  const double speedup = ms[0] / ms[1];
+  const double ratio = param_read(last[2]) / param_read(last[0]);
   const char* home = nvme ? "nvme" : "cpu";
   if (lead) {
     std::printf(
         "micro-batch order: stage 3, parameter shards on %s, %d micro-batches of B=%lld, "
         "checkpoint interval 1\n",
         home, micros, static_cast<long long>(oc.shape.batch));
-    std::printf("  %-6s %10s %10s %10s %12s %12s %10s\n", "order", "step ms", "h2d MB", "d2h MB",
-                "nvme rd MB", "nvme wr MB", "comm MB");
-    for (int o = 0; o < 2; ++o) {
+    std::printf("  %-9s %10s %8s %10s %10s %12s %12s %10s\n", "order", "step ms", "speedup",
+                "h2d MB", "d2h MB", "nvme rd MB", "nvme wr MB", "comm MB");
+    for (int o = 0; o < kOrders; ++o) {
       const engine::ZeroLaneBytes& l = last[size_t(o)].lanes;
-      std::printf("  %-6s %10.1f %10.2f %10.2f %12.2f %12.2f %10.2f\n", o == 0 ? "micro" : "layer",
-                  ms[o], double(l.h2d) * 1e-6, double(l.d2h) * 1e-6, double(l.nvme_read) * 1e-6,
-                  double(l.nvme_write) * 1e-6, double(last[size_t(o)].sent) * 1e-6);
+      std::printf("  %-9s %10.1f %7.2fx %10.2f %10.2f %12.2f %12.2f %10.2f\n", names[o],
+                  ms[size_t(o)], ms[0] / ms[size_t(o)], double(l.h2d) * 1e-6, double(l.d2h) * 1e-6,
+                  double(l.nvme_read) * 1e-6, double(l.nvme_write) * 1e-6,
+                  double(last[size_t(o)].sent) * 1e-6);
     }
-    std::printf("  layer: parameter %s bytes %.4fx of micro's, step %.2fx faster\n",
-                nvme ? "NVMe read" : "upload", ratio, speedup);
+    std::printf("  segment-major: parameter %s bytes %.4fx of micro-batch-major's\n",
+                nvme ? "NVMe read" : "upload", ratio);
   }
   return {{"offload_param", home},
           {"micro_batches", micros},
           {"micro_step_ms", ms[0]},
           {"layer_step_ms", ms[1]},
+          {"layer_device_sum_step_ms", ms[2]},
           {"micro_lane_bytes", lanes_json(last[0].lanes)},
           {"layer_lane_bytes", lanes_json(last[1].lanes)},
+          {"layer_device_sum_lane_bytes", lanes_json(last[2].lanes)},
           {"micro_comm_bytes", last[0].sent},
           {"layer_comm_bytes", last[1].sent},
+          {"layer_device_sum_comm_bytes", last[2].sent},
           {"layer_major_param_read_bytes_ratio", ratio},
-          {"layer_major_speedup", speedup}};
+          {"layer_major_speedup", ms[0] / ms[2]},
+          {"layer_major_reduce_each_speedup", ms[0] / ms[1]}};
 }
 
 }  // namespace strata::bench_zero

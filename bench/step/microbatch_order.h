@@ -17,12 +17,14 @@ struct OrderCase {
   int repeats = 7;
 };
 
-// Runs both orders (checkpoint interval 1 for both, so each layer is a segment), alternating
-// which goes first every repeat, after a warm-up step each; prints a table on rank 0 and returns
-// the case's JSON: the medians of the step times, the lane bytes per step of each order, and
-// layer_major_speedup (micro-batch-major's step over segment-major's) and
-// layer_major_param_read_bytes_ratio (segment-major's parameter read bytes over
-// micro-batch-major's: NVMe reads with the shards on NVMe, uploads otherwise).
+// Runs micro-batch-major, segment-major reducing each micro-batch's gradients, and segment-major
+// summing them on the device (checkpoint interval 1 for all, so each layer is a segment), in
+// turn, forwards then backwards every other repeat, after a warm-up step each; prints a table on
+// rank 0 and returns the case's JSON: the medians of the step times, the lane bytes per step of
+// each, layer_major_speedup (micro-batch-major's step over segment-major's with the device sum;
+// layer_major_reduce_each_speedup without it) and layer_major_param_read_bytes_ratio
+// (segment-major's parameter read bytes over micro-batch-major's: NVMe reads with the shards on
+// NVMe, uploads otherwise).
 nlohmann::json run_order_case(const OrderCase& oc, comm::Communicator& world);
 
 }  // namespace strata::bench_zero

@@ -53,6 +53,7 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   if (stage == 3 && offload_param == engine::Home::kNvme) config.nvme_paths = {nvme_dir};
   config.grad_accum = s.micros;
   config.layer_major = s.layer_major;
+  config.device_grad_sum = s.device_grad_sum;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
   auto parts =
       check(engine::Session::partition(config, model::GptModel::block_numels(cfg), world.size()));

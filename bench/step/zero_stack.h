@@ -20,9 +20,10 @@ struct Shape {
   // whose share falls as 1/L (at L = 4 it alone is 5-8% of the step).
   int64_t layers = 12, channels = 128, heads = 4, batch = 16, seq = 64;
   int prefetch_depth = 2;
-  int64_t checkpoint = 0;    // the checkpoint interval (0: every activation kept)
-  int micros = 1;            // micro-batches of `batch` rows per step (--grad-accum)
-  bool layer_major = false;  // their segment-major order (--microbatch-order layer)
+  int64_t checkpoint = 0;        // the checkpoint interval (0: every activation kept)
+  int micros = 1;                // micro-batches of `batch` rows per step (--grad-accum)
+  bool layer_major = false;      // their segment-major order (--microbatch-order layer)
+  bool device_grad_sum = false;  // stages 2-3, segment-major: --device-grad-sum
 };
 
 // One rank's model, optimizer and ZeRO step.

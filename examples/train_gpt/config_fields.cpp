@@ -41,6 +41,7 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
     {Field::kLr, "--lr", "optimizer.params.lr"},
     {Field::kGradAccumDtype, "--grad-accum-dtype", "data_types.grad_accum_dtype"},
     {Field::kMicrobatchOrder, "--microbatch-order", ""},
+    {Field::kDeviceGradSum, "--device-grad-sum", ""},
 }};
 
 constexpr bool in_field_order() {
@@ -102,6 +103,7 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
   c.grad_accum = f.grad_accum;
   c.layer_major = f.microbatch_order == "layer";
+  c.device_grad_sum = f.device_grad_sum;
   c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
                        : f.grad_accum_dtype == "fp16" ? DType::kF16
                        : f.grad_accum_dtype == "bf16" ? DType::kBF16

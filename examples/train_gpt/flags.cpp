@@ -377,6 +377,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "micro-batch stay on the device)")
       ->check(CLI::IsMember({"micro", "layer"}))
       ->capture_default_str();
+  app.add_flag("--device-grad-sum", f.device_grad_sum,
+               "stages 2-3 with --microbatch-order layer: add a layer's gradients of the "
+               "micro-batches on the device and reduce the sum once per step (gradient traffic "
+               "once per step, not --grad-accum times; the results of stages 0-1 bit for bit "
+               "instead of those of --microbatch-order micro at the same stage)");
   app.add_option("--lr-decay-steps", f.lr_decay_steps,
                  "steps over which cosine/linear decay to --lr-min, then held (0: --steps)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

@@ -24,6 +24,7 @@ void visit_fields(Config& c, Visit&& v) {
   v("grad_accum", c.grad_accum);
   v("grad_accum_dtype", c.grad_accum_dtype);
   v("layer_major", c.layer_major);
+  v("device_grad_sum", c.device_grad_sum);
   v("grad_clip", c.grad_clip);
   v("loss_scale", c.loss_scaling.loss_scale);
   v("initial_scale_power", c.loss_scaling.initial_scale_power);

@@ -32,6 +32,7 @@ constexpr std::array<std::string_view, kNumFields> kFieldNames = {
     "lr",
     "grad_accum_dtype",
     "microbatch_order",
+    "device_grad_sum",
 };
 
 bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
@@ -143,6 +144,12 @@ Status EngineConfig::validate(bool store_given) const {
   if (grad_accum > 1 && delayed_update()) {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
                       " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
+  }
+  if (device_grad_sum && (!layer_major || zero_stage < 2 || grad_accum < 2)) {
+    return make_error(ErrorCode::kConfig, ref(Field::kDeviceGradSum), " needs ",
+                      ref(Field::kMicrobatchOrder), " layer, ", ref(Field::kGradAccum),
+                      " 2 or more and ", ref(Field::kZeroStage),
+                      " 2 or 3 (stages 0-1 add the gradients on the device anyway)");
   }
   if (layer_major) {
     const std::string order = ref(Field::kMicrobatchOrder) + " layer";

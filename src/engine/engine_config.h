@@ -63,8 +63,9 @@ enum class Field {
   kLr,
   kGradAccumDtype,
   kMicrobatchOrder,
+  kDeviceGradSum,
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kMicrobatchOrder) + 1;
+inline constexpr int kNumFields = static_cast<int>(Field::kDeviceGradSum) + 1;
 std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);
@@ -93,8 +94,14 @@ struct EngineConfig {
   // The order of a step's grad_accum micro-batches (zero_step.h): micro-batch by micro-batch
   // (false), or segment-major (true: every micro-batch through a checkpoint segment before the
   // next, so a segment's parameters are used once per pass per step). Segment-major: the planned
-  // schedule at stages 0-1 with the checkpoints on the device, for now (issue 31).
+  // schedule with the checkpoints on the device, for now (issue 31).
   bool layer_major = false;
+  // Segment-major at stages 2-3: a block's gradients of the micro-batches add up on the device
+  // and their sum is reduced once per step (the gradient traffic, reductions and host adds once
+  // per step, not grad_accum times; the bits of stages 0-1, which add them on the device too),
+  // instead of each micro-batch's being reduced and the reduced shards added on the host (the
+  // bits of the micro-batch-major order at the same stage).
+  bool device_grad_sum = false;
   float grad_clip = 1.0f;          // the global norm's bound; 0: off
   LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
   cpu::AdamHyper adam;

@@ -62,6 +62,7 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.fp32_grad_accum = c.zero_stage >= 2 && c.grad_accum > 1 && c.grad_accum_dtype == DType::kF32 &&
                        c.precision != DType::kF32;
   zo.layer_major_micros = c.layer_major ? static_cast<int>(c.grad_accum) : 0;
+  zo.device_grad_sum = c.device_grad_sum;
   zo.staging_slots = c.nvme_buffer_count;
   zo.persistence_threshold = c.persistence_threshold;
   zo.bucket_bytes = c.bucket_bytes;
@@ -171,10 +172,11 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
           p, clip_ranges(model.decayed_ranges(blocks[p], config.decay_on), begin, s->numel_[p]));
     }
   }
-  // Several micro-batches at stages 0-1 add up in the model: a tied head's gradient is kept apart
-  // until the last one (Model::set_separate_head_grads), the order both micro-batch orders keep.
-  STRATA_RETURN_IF_ERROR(
-      model.set_separate_head_grads(config.zero_stage <= 1 && config.grad_accum > 1));
+  // Several micro-batches that add up on the device (stages 0-1, or device_grad_sum): a tied
+  // head's gradient is kept apart until the last one (Model::set_separate_head_grads), the order
+  // both micro-batch orders keep.
+  STRATA_RETURN_IF_ERROR(model.set_separate_head_grads(
+      (config.zero_stage <= 1 || config.device_grad_sum) && config.grad_accum > 1));
   std::optional<StepScaling::State> restored;
   if (!inputs.plan_only) {
     STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(model, *s->optimizer_, s->parts_,

@@ -12,6 +12,7 @@ namespace strata::engine {
 ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
     : parts(step.parts_),
       buffer_kind(step.buffer_kind_),
+      task_when(step.task_when_),
       stage(step.options_.stage),
       layers(step.model_.num_layers()),
       dt(step.model_.dtype()),
@@ -19,7 +20,9 @@ ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
       acc(step.options_.stage >= 2 && step.options_.fp32_grad_accum ? DType::kF32 : dt),
       acc_es(dtype_size(acc)),
       nb(step.blocks_.size()),
-      slots(step.options_.stage >= 2 ? std::max(1, step.options_.layer_major_micros) : 1),
+      slots(step.options_.stage >= 2 && !step.options_.device_grad_sum
+                ? std::max(1, step.options_.layer_major_micros)
+                : 1),
       rank(step.rank_),
       ranks(step.ranks_),
       delayed(step.options_.delayed_update_warmup >= 0),
@@ -31,6 +34,7 @@ void ZeroStep::count_traffic(const comm::CollectiveCall& call, uint64_t ZeroTraf
 
 Result<sched::Plan> ZeroStep::build_plan() {
   buffer_kind_.clear();
+  task_when_.clear();
   PlanBuild pb(*this);
   plan_host_buffers(pb);
   // The update of the previous step (rotated), in forward order: NVMe reads from the start of
@@ -38,9 +42,11 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // uploaded. first_use[b] waits for `ready[b]`.
   plan_state_reads(pb);
   if (device_opt_ && !(pb.ranks == 1 && pb.stage == 0)) {
+    const sched::TaskId first = pb.next_task();
     for (size_t p : pb.visit) {
       if (device_opt_->on_device(p)) add_grad_up(pb, p, {});
     }
+    pb.runs_when(first, RunsWhen::kUpdate);
   }
   if (rotate_) {
     for (size_t p : pb.visit) pb.ready[size_t(blocks_[p])] = add_update(pb, p, {});
@@ -53,6 +59,7 @@ Result<sched::Plan> ZeroStep::build_plan() {
   const sched::Budgets budgets = plan_budgets(pb);
   bound_staging(pb);
   STRATA_RETURN_IF_ERROR(pb.plan.finalize(budgets).with_context("planning the ZeRO step"));
+  task_when_.resize(pb.plan.num_tasks(), RunsWhen::kEvery);
   return std::move(pb.plan);
 }
 
@@ -116,8 +123,9 @@ void ZeroStep::plan_host_buffers(PlanBuild& pb) {
 // Budgets: the whole-step buffers, plus the working set. Pinned: the NVMe staging slots, the
 // gradients awaiting reduction (the bucket) and depth + 2 gathered blocks. Device (stages 2-3):
 // the gradients of three blocks (the shared one is held through the backward; in the
-// segment-major order one per micro-batch, from its head to its embedding backward) and, at
-// stage 3,
+// segment-major order one per micro-batch, from its head to its embedding backward, or with the
+// device sum a checkpoint segment's layers', from the first micro-batch's backward to the
+// last's) and, at stage 3,
 // the gathered copies of depth + K + 2 blocks (a checkpointed segment of K layers stays gathered
 // from its recompute to its backward).
 sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
@@ -143,9 +151,13 @@ sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
   // The device optimizer's gradient and new-parameter buffers: two of each in flight.
   if (pb.stage >= 2 || pb.largest_opt > 0) {
     const uint64_t k = static_cast<uint64_t>(model_.checkpoint_interval());
+    const uint64_t segment = k == 0 ? uint64_t(pb.layers) : k;
+    const uint64_t grads = options_.layer_major_micros <= 1 ? 3
+                           : pb.slots > 1                   ? 2 + uint64_t(pb.slots)
+                                                            : 2 + segment;
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
         (pb.nseg == 0 ? 0 : 3 * round_device(pb.cb)) + pb.device_homes +
-        (pb.stage >= 2 ? uint64_t(2 + pb.slots) * largest_dev : 0) +
+        (pb.stage >= 2 ? grads * largest_dev : 0) +
         (pb.gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * pb.largest_opt;
   }
   return budgets;

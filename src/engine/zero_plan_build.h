@@ -25,7 +25,18 @@ struct ZeroStep::PlanBuild {
   explicit PlanBuild(ZeroStep& step);
 
   const Partitioning& parts;
-  std::vector<Kind>& buffer_kind;  // ZeroStep::buffer_kind_: one per buffer of the plan
+  std::vector<Kind>& buffer_kind;    // ZeroStep::buffer_kind_: one per buffer of the plan
+  std::vector<RunsWhen>& task_when;  // ZeroStep::task_when_: by task (kEvery unless set)
+  // The tasks added since `first` run only in replays of `w`.
+  void runs_when(sched::TaskId first, RunsWhen w) {
+    task_when.resize(plan.num_tasks(), RunsWhen::kEvery);
+    for (size_t t = size_t(first); t < task_when.size(); ++t) task_when[t] = w;
+  }
+  void task_runs_when(sched::TaskId t, RunsWhen w) {
+    task_when.resize(plan.num_tasks(), RunsWhen::kEvery);
+    task_when[size_t(t)] = w;
+  }
+  sched::TaskId next_task() const { return sched::TaskId(plan.num_tasks()); }
   int stage = 0;
   int64_t layers = 0;
   DType dt = DType::kF32;
@@ -114,7 +125,8 @@ struct ZeroStep::PlanBuild {
     int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
     int64_t grad_done = -1;                     // the block's gradient is complete after it
     int slot = 0;                               // the gradient slot of zero_grad and grad_done
-    sched::Work work = sched::Work::kFlops;     // its compute, for the cost model
+    int64_t adds_grad = -1;  // stage >= 2: adds into block's grad, neither zeroing nor completing
+    sched::Work work = sched::Work::kFlops;  // its compute, for the cost model
     double flops = 0.0;
   };
   std::vector<Op> ops;

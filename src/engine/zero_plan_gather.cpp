@@ -84,8 +84,10 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
           return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
         },
         deps);
-    // In steady state a gather from staging reads the new shard there, not from NVMe.
-    if (!from_staging) pb.work(fetch, sched::Work::kNvmeReadBytes, double(sbytes));
+    // A gather from staging reads the new shard there, not from NVMe, in a replay that applies
+    // the update (predict(): the others read it).
+    pb.work(fetch, sched::Work::kNvmeReadBytes, double(sbytes));
+    if (from_staging) pb.task_runs_when(fetch, RunsWhen::kNoUpdate);
     plan.acquire(fetch, sh);
     plan.writes(fetch, sh);
   } else if (home == Home::kDevice) {

@@ -62,6 +62,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, TaskId t) {
                },
                {t});
   pb.work(down, sched::Work::kD2HBytes, double(bytes));
+  if (stage <= 1) pb.task_runs_when(down, RunsWhen::kLastMicro);
   // Delayed, the previous step's update may still be reading this block's gradient buffers.
   if (pb.delayed && pb.grad_reader[size_t(gb)] >= 0) plan.depend(down, pb.grad_reader[size_t(gb)]);
   if (stage >= 2) {
@@ -110,6 +111,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, TaskId t) {
                },
                {down});
   pb.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16);
+  if (stage <= 1) pb.task_runs_when(reduce, RunsWhen::kLastMicro);
   if (stage == 0) pb.collective_work(reduce, comm::CollectiveKind::kAllGather, c16);
   plan.reads(reduce, gf);
   plan.writes(reduce, gf);
@@ -145,6 +147,7 @@ void ZeroStep::emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, TaskId t) {
                  return ok_status();
                },
                {reduce});
+  pb.task_runs_when(pb.checks[size_t(gb)], RunsWhen::kLastMicro);
   pb.work(pb.checks[size_t(gb)], sched::Work::kHostBytes,
           double(c16 * (gs >= 0 ? pb.acc_es : es) * size_t(stage == 0 ? ranks_ : 1)));
   plan.reads(pb.checks[size_t(gb)], src);
@@ -174,8 +177,10 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
           return comm_.start(call).wait();
         },
         pb.checks);
+    pb.task_runs_when(exchange, RunsWhen::kLastMicro);
     norm_deps = {exchange};
   }
+  const TaskId first = pb.next_task();
   plan.add(
       "norm", Lane::kCpu,
       [this, nbk = pb.nb](const TaskContext& c) {
@@ -194,6 +199,7 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
         return ok_status();
       },
       norm_deps);
+  pb.runs_when(first, RunsWhen::kLastMicro);
 }
 
 }  // namespace strata::engine

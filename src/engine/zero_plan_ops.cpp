@@ -150,16 +150,17 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
   if (stage <= 1) add_fold_op(pb);
 }
 
-// Stages 0-1: after the last micro-batch's embedding backward, a tied head's gradient kept apart
-// over the micro-batches joins the embedding's (Model::fold_head_grads; nothing when it is not
-// kept apart); the shared block's gradient is complete after it.
+// Where the micro-batches' gradients add up on the device (stages 0-1, or device_grad_sum): after
+// the last micro-batch's embedding backward, a tied head's gradient kept apart over the
+// micro-batches joins the embedding's (Model::fold_head_grads; nothing when it is not kept
+// apart); the shared block's gradient is complete after it.
 void ZeroStep::add_fold_op(PlanBuild& pb) {
   model::Model& m = model_;
   const int64_t L = pb.layers;
   pb.ops.push_back({"fold head gradient",
-                    [&m, L](gpu::Stream& s, const TaskContext& c) -> Status {
+                    [&m, L, grads = pb.grads](gpu::Stream& s, const TaskContext& c) -> Status {
                       if (!c.args<Replay>().last_micro()) return ok_status();
-                      return m.fold_head_grads(s, m.grad_block(L));
+                      return m.fold_head_grads(s, grads(L, 0, c));
                     },
                     {},
                     -1,
@@ -175,12 +176,14 @@ void ZeroStep::add_fold_op(PlanBuild& pb) {
 // first one's last segment); the embeddings' backward last, in order. At stage 3 a layer is
 // gathered once per pass: its forward copy serves every micro-batch's forward of it, its
 // backward copy every recompute and backward (the gathers span their first to last use).
-// Gradients: at stages 0-1 they add up in the model's blocks, micro-batch by micro-batch in order
-// as one replay per micro-batch adds them (a tied head's gradient is kept apart until the last
-// embedding backward: Session turns it on with several micro-batches at stages 0-1). At stages
-// 2-3 each micro-batch's gradient of a block is a slot of its own, zeroed by its first writer and
-// reduced after its last, into the rank's shard in micro-batch order (the shared block's slot of
-// micro-batch k lives on the device from its head backward to its embedding backward).
+// Gradients, summed on the device (stages 0-1 in the model's blocks; device_grad_sum at 2-3 in
+// the plan's one buffer per block, zeroed by micro-batch 0's first writer and reduced after
+// micro-batch K-1's last): micro-batch by micro-batch in order as one replay per micro-batch adds
+// them at stages 0-1 (a tied head's gradient is kept apart until the last embedding backward:
+// Session turns it on). Otherwise at stages 2-3 each micro-batch's gradient of a block is a slot
+// of its own, zeroed by its first writer and reduced after its last, into the rank's shard in
+// micro-batch order (the shared block's slot of micro-batch k lives on the device from its head
+// backward to its embedding backward).
 void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   model::Model& m = model_;
   const int micros = options_.layer_major_micros;
@@ -200,8 +203,13 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
       return fn(s, c);
     };
   };
-  // The gradient slot of micro-batch k at stages 2-3 (the model's blocks, slot 0, at 0-1).
-  auto gslot = [stage](int k) { return stage >= 2 ? k : 0; };
+  // Whether the micro-batches' gradients add up on the device; the gradient slot of micro-batch
+  // k (one per micro-batch when they do not), and whether its op zeroes (stages 2-3) and
+  // completes a block's gradient.
+  const bool summed = pb.slots == 1;
+  auto gslot = [summed](int k) { return summed ? 0 : k; };
+  auto zeroes = [stage, summed](int k) { return stage >= 2 && (!summed || k == 0); };
+  auto completes = [micros, summed](int k) { return !summed || k + 1 == micros; };
   auto micro = [](int k) { return " (micro-batch " + std::to_string(k) + ")"; };
   for (int k = 0; k < micros; ++k) {
     ops.push_back(
@@ -244,8 +252,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                            [&m, params, grads, L, g](gpu::Stream& s, const TaskContext& c) {
                              return m.head_backward(s, params(L, 0, c), grads(L, g, c));
                            }),
-                   use(L, 0), -1, stage >= 2 ? L : -1});
+                   use(L, 0), -1, zeroes(k) ? L : -1});
     ops.back().slot = g;
+    if (stage >= 2 && !zeroes(k)) ops.back().adds_grad = L;
     ops.back().work = sched::Work::kFlopsHead;
     ops.back().flops = head.backward_flops;
   }
@@ -272,8 +281,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                                [&m, params, grads, l, g](gpu::Stream& s, const TaskContext& c) {
                                  return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
                                }),
-                       use(l, 1), -1, stage >= 2 ? l : -1, stage >= 2 || k + 1 == micros ? l : -1});
+                       use(l, 1), -1, zeroes(k) ? l : -1, completes(k) ? l : -1});
         ops.back().slot = g;
+        if (stage >= 2 && !zeroes(k) && !completes(k)) ops.back().adds_grad = l;
         ops.back().flops = layer.backward_flops;
         pb.last_read[size_t(l)] = ops.size() - 1;
       }
@@ -289,10 +299,11 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                    {},
                    -1,
                    -1,
-                   stage >= 2 ? L : -1});
+                   summed ? -1 : L});
     ops.back().slot = g;
+    if (stage >= 2 && summed) ops.back().adds_grad = L;
   }
-  if (stage <= 1) add_fold_op(pb);
+  if (summed) add_fold_op(pb);
 }
 
 // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to
@@ -392,6 +403,7 @@ void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
   if (pb.stage >= 2) {
     if (op.zero_grad >= 0) plan.writes(t, pb.dgrad[pb.at(op.slot, op.zero_grad)]);
     if (gb >= 0 && gb != op.zero_grad) plan.writes(t, pb.dgrad[pb.at(op.slot, gb)]);
+    if (op.adds_grad >= 0) plan.writes(t, pb.dgrad[pb.at(op.slot, op.adds_grad)]);
     // The shared block's gradient is also written between head and embedding backward.
     if (gb == pb.layers) plan.reads(t, pb.dgrad[pb.at(op.slot, pb.layers)]);
   }

@@ -17,6 +17,7 @@ using sched::TaskId;
 using sched::Tier;
 
 void ZeroStep::plan_state_reads(PlanBuild& pb) {
+  const sched::TaskId first = pb.next_task();
   const size_t nb = pb.nb;
   pb.ready.assign(nb, -1);
   pb.grad_reader.assign(nb, -1);
@@ -48,6 +49,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
     pb.plan.writes(pb.read[p], buf);
     pb.slot_bytes = std::max(pb.slot_bytes, round_page(opt_.state_bytes(p)));
   }
+  pb.runs_when(first, RunsWhen::kUpdate);
 }
 
 // The new parameters of a block kept whole on the device: after `after` wrote the rank's part
@@ -156,8 +158,15 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
 }
 
 // The update of partition p after `deps`; returns the task after which block b's new
-// parameters are where its next use reads them.
+// parameters are where its next use reads them. Its tasks run only in a replay with an update.
 TaskId ZeroStep::add_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
+  const TaskId first = pb.next_task();
+  const TaskId t = add_update_tasks(pb, p, std::move(deps));
+  pb.runs_when(first, RunsWhen::kUpdate);
+  return t;
+}
+
+TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
   const int64_t b = blocks_[p];

@@ -458,14 +458,39 @@ ZeroMemory ZeroStep::memory() const {
   return z;
 }
 
+std::vector<bool> ZeroStep::active_tasks(int micro, int micros, bool update) const {
+  std::vector<bool> on(task_when_.size(), true);
+  for (size_t t = 0; t < on.size(); ++t) {
+    switch (task_when_[t]) {
+      case RunsWhen::kEvery: break;
+      case RunsWhen::kUpdate: on[t] = update; break;
+      case RunsWhen::kNoUpdate: on[t] = !update; break;
+      case RunsWhen::kLastMicro: on[t] = micro + 1 == micros; break;
+    }
+  }
+  return on;
+}
+
 Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro_batches) const {
-  STRATA_ASSIGN_OR_RETURN(sched::Prediction p, sched::simulate(plan(), rates));
-  const double k = options_.layer_major_micros > 1 ? 1 : std::max(1, micro_batches);
-  p.step_s *= k;
-  p.exposed_s *= k;
-  for (double& b : p.busy_s) b *= k;
-  for (double& w : p.work) w *= k;
-  return p;
+  // The replays of a step in steady state (an update applied): one (the segment-major plan runs
+  // every micro-batch in it), or one per micro-batch, the update with the first (rotated) or the
+  // last, the middle ones alike.
+  const int k = options_.layer_major_micros > 1 ? 1 : std::max(1, micro_batches);
+  sched::Prediction sum;
+  auto add = [&](int micro, double times) -> Status {
+    const bool update = rotate_ ? micro == 0 : micro + 1 == k;
+    const std::vector<bool> on = active_tasks(micro, k, update);
+    STRATA_ASSIGN_OR_RETURN(const sched::Prediction p, sched::simulate(plan(), rates, &on));
+    sum.step_s += times * p.step_s;
+    sum.exposed_s += times * p.exposed_s;
+    for (int l = 0; l < sched::kNumLanes; ++l) sum.busy_s[l] += times * p.busy_s[l];
+    for (int w = 0; w < sched::kNumWorkKinds; ++w) sum.work[w] += times * p.work[w];
+    return ok_status();
+  };
+  STRATA_RETURN_IF_ERROR(add(0, 1.0));
+  if (k > 2) STRATA_RETURN_IF_ERROR(add(1, double(k - 2)));
+  if (k > 1) STRATA_RETURN_IF_ERROR(add(k - 1, 1.0));
+  return sum;
 }
 
 ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
@@ -473,7 +498,7 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   const uint64_t n = static_cast<uint64_t>(ranks_);
   const uint64_t es = dtype_size(model_.dtype());
   const auto k = static_cast<uint64_t>(std::max(1, micro_batches));
-  const uint64_t reductions = options_.stage >= 2 ? k : 1;
+  const uint64_t reductions = options_.stage >= 2 && !options_.device_grad_sum ? k : 1;
   const uint64_t gathers = options_.layer_major_micros > 1 ? 1 : k;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
     const BlockPartition& bp = parts_.block(b);

@@ -101,6 +101,10 @@ struct ZeroStepOptions {
   // checkpoints on the device, not with the delayed update, for now (EngineConfig::validate
   // refuses the rest).
   int layer_major_micros = 0;
+  // Segment-major at stages 2-3 (EngineConfig::device_grad_sum): a block's gradients of the K
+  // micro-batches add up in one device buffer (a tied head's part kept apart until the last
+  // embedding backward, as at stages 0-1) and go down and are reduced once per step.
+  bool device_grad_sum = false;
   uint64_t bucket_bytes = 0;  // stage >= 2: host gradient bytes awaiting reduction
                               // (0: twice the largest block; at least the largest block)
   int staging_slots = 3;      // pinned staging buffers for NVMe partitions (1..64)
@@ -221,8 +225,10 @@ class ZeroStep : public TrainStep {
   const Status& fit() const { return fit_; }
   // The plan the executor replays (plan_only: the one it would).
   const sched::Plan& plan() const { return executor_ ? executor_->plan() : *plan_; }
-  // The step time the cost model predicts for plan() (sched::simulate); with K micro-batches,
-  // K replays of the plan, taken as K times one (the segment-major plan runs all K in one).
+  // The step time the cost model predicts for plan() (sched::simulate) in steady state (an
+  // update applied); with K micro-batches the sum of K replays, each without the tasks that have
+  // nothing to do in it (the update but in one, the reductions at stages 0-1, the checks and the
+  // norm but in the last; the segment-major plan runs all K in one).
   Result<sched::Prediction> predict(const sched::Rates& rates, int micro_batches = 1) const;
   const sched::Executor* executor() const override { return executor_.get(); }
   // Whether the next steps record a trace (sched::Executor::set_trace): only traced steps pay
@@ -271,12 +277,18 @@ class ZeroStep : public TrainStep {
     float update_grad_scale = 1.0f;  // and its gradient multiplier
     bool last_micro() const { return micro + 1 == micros; }
   };
+  // When a task of the plan does its work (the replays predict() adds up): every replay, those
+  // that apply an update, those that do not, or the last micro-batch's.
+  enum class RunsWhen : uint8_t { kEvery, kUpdate, kNoUpdate, kLastMicro };
+  // The tasks active in a replay of micro-batch `micro` of `micros`, with an update or not.
+  std::vector<bool> active_tasks(int micro, int micros, bool update) const;
   Result<sched::Plan> build_plan();
   void plan_host_buffers(PlanBuild& pb);  // zero_plan.cpp
   // The update (zero_plan_update.cpp): NVMe state reads, the update of a partition and its steps.
   void plan_state_reads(PlanBuild& pb);
   void add_grad_up(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
   sched::TaskId add_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
+  sched::TaskId add_update_tasks(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
   sched::TaskId add_device_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
   sched::TaskId add_params_up(PlanBuild& pb, int64_t b, sched::TaskId after);
   sched::TaskId finish_shard(PlanBuild& pb, int64_t b, sched::TaskId after);
@@ -376,9 +388,10 @@ class ZeroStep : public TrainStep {
     kOptimizerIo,
     kCheckpoint,
   };
-  std::vector<Kind> buffer_kind_;   // by BufferId
-  gpu::DeviceBuffer scratch_;       // forward_inference: one gathered block
-  gpu::DeviceBuffer ckpt_scratch_;  // forward_inference: two offloaded checkpoints
+  std::vector<Kind> buffer_kind_;    // by BufferId
+  std::vector<RunsWhen> task_when_;  // by TaskId
+  gpu::DeviceBuffer scratch_;        // forward_inference: one gathered block
+  gpu::DeviceBuffer ckpt_scratch_;   // forward_inference: two offloaded checkpoints
   std::vector<std::byte> host_scratch_;
 };
 

@@ -22,7 +22,7 @@ std::string Prediction::describe() const {
   return os.str();
 }
 
-Result<Prediction> simulate(const Plan& plan, const Rates& rates) {
+Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vector<bool>* active) {
   if (!plan.finalized()) {
     return make_error(ErrorCode::kConfig, "cost model: the plan is not finalized");
   }
@@ -32,6 +32,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates) {
   for (size_t i = 0; i < n; ++i) {
     const Plan::Task& t = plan.task(TaskId(i));
     duration[i] = rates.task_overhead_s;
+    if (active != nullptr && i < active->size() && !(*active)[i]) continue;
     for (int k = 0; k < kNumWorkKinds; ++k) {
       if (t.work[k] == 0.0) continue;
       const double r = rates.per_second[k];

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "scheduler/plan.h"
@@ -43,6 +44,9 @@ struct Prediction {
 
 // Fails (kConfig) when the plan is not finalized, or when a task has work of a kind whose rate is
 // not positive (naming the kind and the task).
-Result<Prediction> simulate(const Plan& plan, const Rates& rates);
+// `active` (by TaskId, when given): the tasks that do their work in the replay simulated; the
+// others cost only the overhead of dispatching them (a task whose replay has nothing for it).
+Result<Prediction> simulate(const Plan& plan, const Rates& rates,
+                            const std::vector<bool>* active = nullptr);
 
 }  // namespace strata::sched

@@ -165,6 +165,7 @@ EngineConfig unusual() {
   c.delayed_update_warmup = -1;
   c.grad_accum = 7;
   c.layer_major = true;
+  c.device_grad_sum = true;
   c.grad_clip = 0.3f;
   c.loss_scaling.loss_scale = 0.0;
   c.loss_scaling.initial_scale_power = 12;

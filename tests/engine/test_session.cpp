@@ -287,7 +287,7 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
   for (int64_t n : model::GptModel::block_numels(cfg)) psi += n;
   sched::Rates rates;
   for (double& r : rates.per_second) r = 1e9;
-  std::vector<double> step_s;
+  std::vector<sched::Prediction> pred;
   for (int64_t k : {1, 3}) {
     EngineConfig config;  // stage 0, the optimizer in host RAM, planned
     config.grad_accum = k;
@@ -300,9 +300,17 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
     auto p = s->predict(rates);
     ASSERT_TRUE(p.ok()) << p.status().message();
     EXPECT_GT(p->step_s, 0.0);
-    step_s.push_back(p->step_s);
+    pred.push_back(*p);
   }
-  EXPECT_DOUBLE_EQ(step_s[1], 3.0 * step_s[0]);
+  // Three micro-batches: three replays of the compute, one update (and at stage 0 one
+  // reduction and check, after the last), so less than three single steps.
+  using sched::Work;
+  EXPECT_DOUBLE_EQ(pred[1].work[int(Work::kFlops)], 3.0 * pred[0].work[int(Work::kFlops)]);
+  EXPECT_GT(pred[0].work[int(Work::kAdamElements)], 0.0);
+  EXPECT_DOUBLE_EQ(pred[1].work[int(Work::kAdamElements)], pred[0].work[int(Work::kAdamElements)]);
+  EXPECT_DOUBLE_EQ(pred[1].work[int(Work::kNetBytes)], pred[0].work[int(Work::kNetBytes)]);
+  EXPECT_GT(pred[1].step_s, 2.0 * pred[0].step_s);
+  EXPECT_LT(pred[1].step_s, 3.0 * pred[0].step_s);
   EngineConfig serial;
   serial.schedule = Schedule::kSerial;
   auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();

@@ -105,9 +105,10 @@ struct ZCase {
   DType grad_accum_dtype = DType::kF32;  // stages 2-3 with micro > 1
   int64_t layers = 3, channels = 32;
   int staging_slots = 2;
-  int micro = 1;             // micro-batches of `batch` rows per step (gradient accumulation)
-  bool layer_major = false;  // the segment-major order of the micro-batches (one replay)
-  bool llama = false;        // a LlamaModel (GQA, untied head) instead of a GptModel
+  int micro = 1;                 // micro-batches of `batch` rows per step (gradient accumulation)
+  bool layer_major = false;      // the segment-major order of the micro-batches (one replay)
+  bool device_grad_sum = false;  // with it at stages 2-3: the gradients summed on the device
+  bool llama = false;            // a LlamaModel (GQA, untied head) instead of a GptModel
   // Called before each step; then a failing step ends the run with ZRun::error (no failure).
   std::function<void(int64_t step)> before_step;
 };
@@ -210,6 +211,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.grad_clip = c.grad_clip;
   config.grad_accum = c.micro;
   config.layer_major = c.layer_major;
+  config.device_grad_sum = c.device_grad_sum;
   config.grad_accum_dtype = c.grad_accum_dtype;
   config.loss_scaling = c.loss_scaling;
   if (c.nvme_fraction > 0.0) {
@@ -746,7 +748,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
   Store store = open_store();
   ASSERT_TRUE(store.store);
   std::vector<ZCase> cases;
-  for (int k = 0; k < 13; ++k) {
+  for (int k = 0; k < 14; ++k) {
     ZCase c;
     c.steps = 3;
     c.grad_clip = k % 2 == 0 && k != 12 ? 0.5f : 0.0f;
@@ -769,6 +771,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       c.offload_activations = k == 7 ? Home::kPinned : Home::kDevice;
       c.offload_param = c.stage == 3 && k != 9 ? Home::kNvme : Home::kPinned;
       c.param_gpu_fraction = 0.0;
+      c.device_grad_sum = k == 13;  // the gradients down once per step
     }
     cases.push_back(c);
   }
@@ -795,7 +798,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     const bool rotated = c.grad_clip > 0 || c.device_optimizer || c.gpu_fraction > 0;
     // K micro-batches: gradients down once per micro-batch at stages 2-3 (once at 0-1); each
     // gather (and checkpoint) once per micro-batch, or once per step segment-major.
-    const uint64_t K = uint64_t(c.micro), grads = c.stage >= 2 ? K : 1;
+    const uint64_t K = uint64_t(c.micro), grads = c.stage >= 2 && !c.device_grad_sum ? K : 1;
     const uint64_t R = c.layer_major ? 1 : K;
     std::vector<size_t> part_of(nb);
     for (size_t p = 0; p < nb; ++p) part_of[size_t(r.part_blocks[p])] = p;
@@ -1020,7 +1023,7 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
     SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches segment-major");
     expect_same_bits(ref, train(comm, c, nvme ? store.store.get() : nullptr));
   }
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 5; ++k) {
     ZCase c;
     c.micro = 2;
     c.steps = 1;
@@ -1028,8 +1031,48 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
     c.expect_error = true;
     if (k == 0) c.offload_activations = Home::kPinned;
     if (k == 1) c.serial = true;
+    // The device sum: at stages 2-3, segment-major, several micro-batches only.
+    c.device_grad_sum = k >= 2;
+    c.stage = k == 2 ? 1 : k >= 3 ? 2 : 0;
+    if (k == 3) c.layer_major = false;
+    if (k == 4) c.micro = 1;
     const ZRun r = train(comm, c, nullptr);
-    EXPECT_NE(r.error.find("--microbatch-order layer"), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find(k < 2 ? "--microbatch-order layer" : "--device-grad-sum needs"),
+              std::string::npos)
+        << r.error;
+  }
+}
+
+// The segment-major order with the micro-batches' gradients summed on the device at stages 2-3
+// (device_grad_sum) gives the bits of stage 0 with the same micro-batches (which sums them on
+// the device too, in the same order; a tied head's part kept apart until the last embedding
+// backward in both): losses, norms, parameters and optimizer state, at every parameter home, and
+// the gradient traffic once per step.
+TEST(ZeroStep, DeviceGradientSumGivesTheBitsOfStageZero) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (int k = 0; k < 6; ++k) {
+    ZCase c;
+    c.micro = k < 3 ? 2 : 3;
+    c.steps = 6;
+    c.dtype = k == 4 ? DType::kF32 : DType::kBF16;
+    c.checkpoint = k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 0;
+    c.grad_clip = k == 1 ? 0.0f : 0.5f;
+    c.llama = k == 2 || k == 5;
+    const ZRun ref = train(comm, c, nullptr);  // stage 0, micro-batch-major
+    c.stage = k % 2 == 0 ? 3 : 2;
+    c.layer_major = true;
+    c.device_grad_sum = true;
+    if (c.stage == 3)
+      c.offload_param = k == 0 ? Home::kNvme : k == 2 ? Home::kPinned : Home::kDevice;
+    if (k == 3) c.nvme_fraction = 0.5;
+    const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme;
+    SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) +
+                 " micro-batches segment-major, summed on the device");
+    const ZRun r = train(comm, c, nvme ? store.store.get() : nullptr);
+    expect_same_bits(ref, r);
+    EXPECT_EQ(r.expected.grad_reduce_scatter, ref.expected.grad_reduce_scatter);
   }
 }
 
@@ -1068,12 +1111,13 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
   comm::Communicator& comm = world();
   const uint64_t n = static_cast<uint64_t>(comm.size());
   for (int stage = 0; stage <= 3; ++stage) {
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < (stage >= 2 ? 5 : 4); ++v) {
       ZCase c;
       c.stage = stage;
       c.checkpoint = v == 1 ? 0 : 2;
       c.micro = v >= 2 ? 3 : 1;
-      c.layer_major = v == 3;
+      c.layer_major = v >= 3;
+      c.device_grad_sum = v == 4;  // one reduce-scatter per step
       c.steps = 3;
       SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches" +
                    (c.layer_major ? " segment-major" : ""));
@@ -1094,7 +1138,8 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
       double psi = 0;
       for (const auto& p : z.params) psi += static_cast<double>(p.size());
       const double shared = static_cast<double>(z.params.back().size());
-      const double k = stage >= 2 ? c.micro : 1, g = c.layer_major ? 1 : c.micro;
+      const double k = stage >= 2 && !c.device_grad_sum ? c.micro : 1;
+      const double g = c.layer_major ? 1 : c.micro;
       const double passes = stage == 3 ? k * psi + g * (2.0 * psi - shared) : (k + 1.0) * psi;
       const double theory = passes * 2.0 * double(n - 1) / double(n);
       const double moved =
