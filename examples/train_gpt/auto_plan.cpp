@@ -28,6 +28,8 @@ std::string AutoSettings::flags() const {
   os << " --offload-activations " << home_name(config.offload_activations)
      << " --checkpoint-interval " << checkpoint_interval << " --prefetch-depth "
      << config.prefetch_depth;
+  if (config.grad_accum > 1)
+    os << " --microbatch-order " << (config.layer_major ? "layer" : "micro");
   return os.str();
 }
 
@@ -41,6 +43,12 @@ void AutoSettings::apply(Flags& f) const {
   f.offload_activations = home_name(config.offload_activations);
   f.checkpoint_interval = checkpoint_interval;
   f.prefetch_depth = config.prefetch_depth;
+  f.microbatch_order = config.layer_major ? "layer" : "micro";
+}
+
+bool layer_order_possible(const engine::EngineConfig& c) {
+  return c.grad_accum > 1 && c.planned() && c.offload_activations == engine::Home::kDevice &&
+         !c.delayed_update();
 }
 
 namespace {
@@ -82,7 +90,14 @@ std::vector<AutoSettings> candidates(const engine::EngineConfig& base, bool nvme
               s.config.offload_activations = act;
               s.config.prefetch_depth = depth;
               s.checkpoint_interval = k;
-              out.push_back(s);
+              // The micro-batches' order, where both are possible (the same results); with
+              // --device-grad-sum only the segment-major one.
+              s.config.layer_major = base.device_grad_sum;
+              if (!base.device_grad_sum) out.push_back(s);
+              if (layer_order_possible(s.config)) {
+                s.config.layer_major = true;
+                out.push_back(s);
+              }
             }
           }
         }
@@ -91,6 +106,8 @@ std::vector<AutoSettings> candidates(const engine::EngineConfig& base, bool nvme
   }
   return out;
 }
+
+}  // namespace
 
 // One candidate, planned only: its budget check and its predicted step.
 Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
@@ -126,8 +143,6 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
   STRATA_ASSIGN_OR_RETURN(c.prediction, session->predict(rates));
   return c;
 }
-
-}  // namespace
 
 Result<AutoResult> choose_auto(const Flags& f, gpu::Device& real, const ModelSpec& spec,
                                const model::RunShape& shape, comm::Communicator& comm, bool nvme,

@@ -7,7 +7,9 @@
 // Candidates: --offload-param cpu (and nvme with --nvme-path), --param-gpu-fraction 0, 0.5, 1,
 // --gpu-optimizer-fraction 0, 0.5, --optimizer-nvme-fraction 0 (and 0.5, 1 with --nvme-path),
 // --offload-activations none with --checkpoint-interval 0 or about √L, cpu (and nvme) with √L,
-// --prefetch-depth 1, 2 (only where parameters are offloaded).
+// --prefetch-depth 1, 2 (only where parameters are offloaded); with --grad-accum > 1 each with
+// --microbatch-order micro and, where it is possible (the checkpoints on the device), layer (the
+// same results; with --device-grad-sum only layer). --auto never changes the results.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,16 @@ struct AutoResult {
   // The choice, the runner-up and why (the lanes whose busy or waiting time differ most).
   std::string explain() const;
 };
+
+// Whether the segment-major order of the micro-batches is possible with `c` (several
+// micro-batches, the planned schedule, the checkpoints on the device, no delayed update).
+bool layer_order_possible(const engine::EngineConfig& c);
+
+// One candidate, planned only (nothing allocated): its budget check, peaks and predicted step.
+Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
+                                     const ModelSpec& spec, model::RunShape shape,
+                                     comm::Communicator& comm, uint64_t nvme_free, int host_threads,
+                                     const sched::Rates& rates);
 
 // Every rank searches the same candidates (none collective); rank 0's rates decide, so the caller
 // broadcasts its choice.

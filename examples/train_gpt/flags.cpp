@@ -370,12 +370,13 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
   app.add_option("--microbatch-order", f.microbatch_order,
-                 "micro|layer: with --grad-accum K > 1, run each micro-batch through the whole "
-                 "model in turn (micro), or every micro-batch through a checkpoint segment before "
-                 "the next segment (layer: at stage 3 each layer is gathered once per pass "
-                 "instead of K times; the same results bit for bit; the checkpoints of every "
-                 "micro-batch stay on the device)")
-      ->check(CLI::IsMember({"micro", "layer"}))
+                 "auto|micro|layer: with --grad-accum K > 1, run each micro-batch through the "
+                 "whole model in turn (micro), or every micro-batch through a checkpoint segment "
+                 "before the next segment (layer: at stage 3 each layer is gathered once per "
+                 "pass instead of K times; the same results bit for bit; the checkpoints of "
+                 "every micro-batch stay on the device); auto: the planner's choice, layer where "
+                 "it is possible, fits and is predicted faster")
+      ->check(CLI::IsMember({"auto", "micro", "layer"}))
       ->capture_default_str();
   app.add_flag("--device-grad-sum", f.device_grad_sum,
                "stages 2-3 with --microbatch-order layer: add a layer's gradients of the "

@@ -25,7 +25,7 @@ struct Flags {
   uint64_t gpu_memory_limit = 0;
   uint64_t host_memory_limit = 0;
   bool delayed_update = false;
-  std::string microbatch_order = "micro";  // --microbatch-order
+  std::string microbatch_order = "auto";  // --microbatch-order
   bool device_grad_sum = false;
   int64_t delayed_update_warmup = 40;
   std::string nvme_path;

@@ -38,6 +38,7 @@
 #include "mfu.h"
 #include "model/gpt.h"
 #include "model_setup.h"
+#include "order_choice.h"
 #include "planning.h"
 #include "progress.h"
 #include "resume_check.h"
@@ -155,6 +156,10 @@ int main(int argc, char** argv) {
         !st.ok()) {
       return die(st);
     }
+  } else if (Status st = train_gpt::choose_microbatch_order(f, *devices->real, spec, setup.shape,
+                                                            world, *nvme_dirs, host_threads);
+             !st.ok()) {
+    return die(st);
   }
   // The engine's settings (accepted by check_flags), the model holding on the device only what
   // the ZeRO stage keeps there, and the engine's session (engine/session.h).

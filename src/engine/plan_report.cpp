@@ -67,9 +67,7 @@ PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& opti
   return r;
 }
 
-namespace {
-// 812.0 KiB, 12.3 MiB, 1.25 GiB.
-std::string human(uint64_t bytes) {
+std::string human_bytes(uint64_t bytes) {
   char out[32];
   const double b = static_cast<double>(bytes);
   if (b < double(1 << 20)) {
@@ -81,7 +79,6 @@ std::string human(uint64_t bytes) {
   }
   return out;
 }
-}  // namespace
 
 std::string PlanReport::table() const {
   static constexpr const char* kTier[kNumReportTiers] = {"device", "pinned host", "pageable host",
@@ -94,24 +91,25 @@ std::string PlanReport::table() const {
     for (const Row& row : rows) {
       if (int(row.tier) != t) continue;
       std::snprintf(line, sizeof(line), "%-14s %-46s %14s\n", kTier[t], row.kind.c_str(),
-                    human(row.bytes).c_str());
+                    human_bytes(row.bytes).c_str());
       os << line;
     }
     if (peak[t] == 0) continue;
     const std::string against = budget[t] == 0 ? std::string("no budget")
-                                               : "budget " + human(budget[t]) +
+                                               : "budget " + human_bytes(budget[t]) +
                                                      (peak[t] <= budget[t] ? ", fits" : ", OVER");
     std::snprintf(line, sizeof(line), "%-14s %-46s %14s  (%s)\n", kTier[t], "peak",
-                  human(peak[t]).c_str(), against.c_str());
+                  human_bytes(peak[t]).c_str(), against.c_str());
     os << line;
   }
   if (prediction) {
     const sched::Prediction& p = *prediction;
     using sched::Work;
     auto w = [&](Work k) { return static_cast<uint64_t>(p.work[static_cast<int>(k)]); };
-    os << "per step: h2d " << human(w(Work::kH2DBytes)) << ", d2h " << human(w(Work::kD2HBytes))
-       << ", NVMe read " << human(w(Work::kNvmeReadBytes)) << ", NVMe write "
-       << human(w(Work::kNvmeWriteBytes)) << ", network sent " << human(w(Work::kNetBytes)) << "\n";
+    os << "per step: h2d " << human_bytes(w(Work::kH2DBytes)) << ", d2h "
+       << human_bytes(w(Work::kD2HBytes)) << ", NVMe read " << human_bytes(w(Work::kNvmeReadBytes))
+       << ", NVMe write " << human_bytes(w(Work::kNvmeWriteBytes)) << ", network sent "
+       << human_bytes(w(Work::kNetBytes)) << "\n";
     os << p.describe() << "\n";
   }
   os << (fit.ok() ? std::string("fits: yes") : "fits: no: " + fit.message()) << "\n";

@@ -51,6 +51,9 @@ struct PlanBudgets {
   uint64_t nvme_extent = 0;     // the store's extent: each object takes whole extents (0: exact)
 };
 
+// Bytes for people: 812.0 KiB, 12.3 MiB, 1.25 GiB.
+std::string human_bytes(uint64_t bytes);
+
 PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& optimizer,
                             const gpu::Device& device, const PlanBudgets& budgets);
 
