@@ -12,6 +12,8 @@
 #   5. the validation loss on token data is sharded over the ranks (llm.c's validation): at 2
 #      ranks of --batch 2 it equals the 1-rank figure of --batch 4 on the same weights (--lr 0),
 #      at stages 0 and 3.
+#   6. the micro-batch orders (micro, layer, the planner's auto) print the same lines at stage 3,
+#      and --device-grad-sum at stage 2 those of stage 0.
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -122,3 +124,31 @@ for stage in 0 3; do
   fi
 done
 echo "train_gpt: the validation loss at 2 ranks equals 1 rank's (stages 0 and 3): $(cat "$scratch/val1-0.txt")"
+
+# 6. The order of the micro-batches (4 of them, a checkpoint every layer): at stage 3 the
+#    segment-major order, the planner's choice (which prints both predictions) and the
+#    micro-batch-major one print the same lines; with --device-grad-sum the lines of stage 0.
+acc=(--steps 30 --eval-every 15 --target-accuracy 1.0 --layers 2 --channels 32 --batch 4
+     --grad-accum 4 --checkpoint-interval 1)
+for order in micro layer auto; do
+  run2 "${acc[@]}" --zero-stage 3 --offload-param nvme --nvme-path "$scratch" \
+    --microbatch-order "$order" >"$scratch/order-$order.log"
+  strip <"$scratch/order-$order.log" >"$scratch/order-$order.txt"
+done
+run2 "${acc[@]}" --zero-stage 0 --microbatch-order micro | strip >"$scratch/order-stage0.txt"
+run2 "${acc[@]}" --zero-stage 2 --microbatch-order layer --device-grad-sum |
+  strip >"$scratch/order-sum.txt"
+if [ "$(wc -l <"$scratch/order-micro.txt")" -lt 5 ] ||
+  ! diff -u "$scratch/order-micro.txt" "$scratch/order-layer.txt" ||
+  ! diff -u "$scratch/order-micro.txt" "$scratch/order-auto.txt" ||
+  ! diff -u "$scratch/order-stage0.txt" "$scratch/order-sum.txt"; then
+  echo "train_gpt: the micro-batch orders differ (see the diff above)" >&2
+  exit 1
+fi
+if ! grep -qE "^plan: micro-batch order (micro|layer) \(the planner's choice.*micro: predicted .* layer: predicted" \
+  "$scratch/order-auto.log"; then
+  grep "^plan" "$scratch/order-auto.log" >&2 || true
+  echo "train_gpt: --microbatch-order auto did not say its choice and both predictions" >&2
+  exit 1
+fi
+echo "train_gpt: micro-batch orders alike over 2 ranks; $(grep -m1 '^plan: micro-batch order' "$scratch/order-auto.log")"
