@@ -47,8 +47,7 @@ void AutoSettings::apply(Flags& f) const {
 }
 
 bool layer_order_possible(const engine::EngineConfig& c) {
-  return c.grad_accum > 1 && c.planned() && c.offload_activations == engine::Home::kDevice &&
-         !c.delayed_update();
+  return c.grad_accum > 1 && c.planned() && !c.delayed_update();
 }
 
 namespace {

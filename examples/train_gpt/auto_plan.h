@@ -8,8 +8,8 @@
 // --gpu-optimizer-fraction 0, 0.5, --optimizer-nvme-fraction 0 (and 0.5, 1 with --nvme-path),
 // --offload-activations none with --checkpoint-interval 0 or about √L, cpu (and nvme) with √L,
 // --prefetch-depth 1, 2 (only where parameters are offloaded); with --grad-accum > 1 each with
-// --microbatch-order micro and, where it is possible (the checkpoints on the device), layer (the
-// same results; with --device-grad-sum only layer). --auto never changes the results.
+// --microbatch-order micro and, where it is possible (the planned schedule, no delayed update),
+// layer (the same results; with --device-grad-sum only layer). --auto never changes the results.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ struct AutoResult {
 };
 
 // Whether the segment-major order of the micro-batches is possible with `c` (several
-// micro-batches, the planned schedule, the checkpoints on the device, no delayed update).
+// micro-batches, the planned schedule, no delayed update).
 bool layer_order_possible(const engine::EngineConfig& c);
 
 // One candidate, planned only (nothing allocated): its budget check, peaks and predicted step.

@@ -1,7 +1,7 @@
 // --microbatch-order auto (the default): with several micro-batches, the planner's choice of
 // their order (docs/zero.md#the-order-of-the-micro-batches): both orders planned as --auto plans
 // a candidate (nothing allocated), the segment-major one taken when it is possible (the
-// checkpoints on the device, the planned schedule, no delayed update), fits the budgets and is
+// planned schedule, no delayed update), fits the budgets and is
 // predicted faster. Both give the same results, so the choice changes only the speed and the
 // memory. --plan prints both predictions whatever the flag says.
 #pragma once

@@ -12,8 +12,9 @@
 #   5. the validation loss on token data is sharded over the ranks (llm.c's validation): at 2
 #      ranks of --batch 2 it equals the 1-rank figure of --batch 4 on the same weights (--lr 0),
 #      at stages 0 and 3.
-#   6. the micro-batch orders (micro, layer, the planner's auto) print the same lines at stage 3,
-#      and --device-grad-sum at stage 2 those of stage 0.
+#   6. the micro-batch orders (micro, layer with the checkpoints on the device and on NVMe, the
+#      planner's auto) print the same lines at stage 3, and --device-grad-sum at stage 2 those
+#      of stage 0.
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -135,12 +136,15 @@ for order in micro layer auto; do
     --microbatch-order "$order" >"$scratch/order-$order.log"
   strip <"$scratch/order-$order.log" >"$scratch/order-$order.txt"
 done
+run2 "${acc[@]}" --zero-stage 3 --offload-param nvme --nvme-path "$scratch" \
+  --microbatch-order layer --offload-activations nvme | strip >"$scratch/order-layer-acts.txt"
 run2 "${acc[@]}" --zero-stage 0 --microbatch-order micro | strip >"$scratch/order-stage0.txt"
 run2 "${acc[@]}" --zero-stage 2 --microbatch-order layer --device-grad-sum |
   strip >"$scratch/order-sum.txt"
 if [ "$(wc -l <"$scratch/order-micro.txt")" -lt 5 ] ||
   ! diff -u "$scratch/order-micro.txt" "$scratch/order-layer.txt" ||
   ! diff -u "$scratch/order-micro.txt" "$scratch/order-auto.txt" ||
+  ! diff -u "$scratch/order-micro.txt" "$scratch/order-layer-acts.txt" ||
   ! diff -u "$scratch/order-stage0.txt" "$scratch/order-sum.txt"; then
   echo "train_gpt: the micro-batch orders differ (see the diff above)" >&2
   exit 1

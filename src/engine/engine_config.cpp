@@ -154,11 +154,6 @@ Status EngineConfig::validate(bool store_given) const {
   if (layer_major) {
     const std::string order = ref(Field::kMicrobatchOrder) + " layer";
     STRATA_RETURN_IF_ERROR(check_planned(*this, true, order, "the serial step runs one order"));
-    if (offload_activations != Home::kDevice) {
-      return make_error(ErrorCode::kConfig, order, " keeps the checkpoints on the device for now: ",
-                        ref(Field::kOffloadActivations), " ", home_name(offload_activations),
-                        " is not accepted with it (use none, or micro)");
-    }
     if (delayed_update()) {
       return make_error(ErrorCode::kConfig, order, " does not go with ", ref(Field::kDelayedUpdate),
                         " (use one or the other)");

@@ -94,7 +94,7 @@ struct EngineConfig {
   // The order of a step's grad_accum micro-batches (zero_step.h): micro-batch by micro-batch
   // (false), or segment-major (true: every micro-batch through a checkpoint segment before the
   // next, so a segment's parameters are used once per pass per step). Segment-major: the planned
-  // schedule with the checkpoints on the device, for now (issue 31).
+  // schedule, not with the delayed update.
   bool layer_major = false;
   // Segment-major at stages 2-3: a block's gradients of the micro-batches add up on the device
   // and their sum is reduced once per step (the gradient traffic, reductions and host adds once

@@ -140,10 +140,14 @@ sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
   // Shards homed off pinned memory: staging_slots new shards on their way home, and the NVMe
   // reads of depth + 2 gathers.
   // Offloaded checkpoints: all of them held in pinned memory (cpu), or four in staging (nvme);
-  // three on the device.
-  const uint64_t ck_pinned = pb.nseg == 0                   ? 0
-                             : pb.act_home == Home::kPinned ? uint64_t(pb.nseg) * round_page(pb.cb)
-                                                            : 4 * round_page(pb.cb);
+  // three on the device. Segment-major with K micro-batches: a segment's K come up together, so
+  // 2 + 2K in staging and 2 + K on the device.
+  const uint64_t ck_count = pb.ckf.size();  // (segment, micro-batch) pairs
+  const uint64_t ck_micros = pb.nseg == 0 ? 0 : ck_count / uint64_t(pb.nseg);
+  const uint64_t ck_pinned = pb.nseg == 0 ? 0
+                             : pb.act_home == Home::kPinned
+                                 ? ck_count * round_page(pb.cb)
+                                 : (2 + 2 * ck_micros) * round_page(pb.cb);
   budgets.bytes[static_cast<int>(Tier::kPinnedHost)] =
       ck_pinned + pb.pinned + pb.in_flight +
       static_cast<uint64_t>(options_.staging_slots) * (pb.slot_bytes + pb.largest_moving) +
@@ -156,7 +160,7 @@ sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
                            : pb.slots > 1                   ? 2 + uint64_t(pb.slots)
                                                             : 2 + segment;
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
-        (pb.nseg == 0 ? 0 : 3 * round_device(pb.cb)) + pb.device_homes +
+        (pb.nseg == 0 ? 0 : (2 + ck_micros) * round_device(pb.cb)) + pb.device_homes +
         (pb.stage >= 2 ? grads * largest_dev : 0) +
         (pb.gathers.empty() ? 0 : (depth + k + 2) * largest_dev) + 4 * pb.largest_opt;
   }

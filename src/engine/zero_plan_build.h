@@ -125,6 +125,7 @@ struct ZeroStep::PlanBuild {
     int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
     int64_t grad_done = -1;                     // the block's gradient is complete after it
     int slot = 0;                               // the gradient slot of zero_grad and grad_done
+    int micro = -1;          // segment-major: the micro-batch (model slot) it acts on
     int64_t adds_grad = -1;  // stage >= 2: adds into block's grad, neither zeroing nor completing
     sched::Work work = sched::Work::kFlops;  // its compute, for the cost model
     double flops = 0.0;
@@ -162,13 +163,17 @@ struct ZeroStep::PlanBuild {
   Home act_home = Home::kDevice;
   size_t cb = 0;  // the model's checkpoint_bytes()
   struct CkUse {
-    int64_t seg;
+    int64_t seg;  // the model's segment
+    int64_t ck;   // the checkpoint (k * nseg + seg, micro-batch k)
     sched::BufferId buf;
     bool write, release;  // the writer acquires
   };
   std::vector<std::vector<CkUse>> ck_uses;
   std::vector<std::vector<int64_t>> ck_down_after, ck_up_after;
+  // By checkpoint: its buffers, name ("checkpoint 2", "checkpoint 2 (micro-batch 1)"), segment.
   std::vector<sched::BufferId> ckf, ckb, ckh, ckr;
+  std::vector<std::string> ck_name;
+  std::vector<int64_t> ck_seg;
   std::vector<size_t> ck_writer;
   std::vector<sched::TaskId> ck_up, ck_stored;
 

@@ -217,12 +217,14 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
            return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
                                    targets_.data() + size_t(k) * rows);
          })});
+    ops.back().micro = k;
     ops.push_back({"embedding forward" + micro(k),
                    in_slot(k,
                            [&m, params, L](gpu::Stream& s, const TaskContext& c) {
                              return m.embedding_forward(s, params(L, 0, c));
                            }),
                    use(L, 0), L});
+    ops.back().micro = k;
   }
   for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
     for (int k = micros - 1; k >= 0; --k) {
@@ -233,6 +235,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                                  return m.layer_forward(s, l, params(l, 0, c));
                                }),
                        use(l, 0), l});
+        ops.back().micro = k;
         ops.back().flops = m.block_cost(l).forward_flops;
       }
     }
@@ -244,6 +247,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                              return m.head_forward(s, params(L, 0, c));
                            }),
                    use(L, 0)});
+    ops.back().micro = k;
     ops.back().work = sched::Work::kFlopsHead;
     ops.back().flops = head.forward_flops;
     const int g = gslot(k);
@@ -253,6 +257,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                              return m.head_backward(s, params(L, 0, c), grads(L, g, c));
                            }),
                    use(L, 0), -1, zeroes(k) ? L : -1});
+    ops.back().micro = k;
     ops.back().slot = g;
     if (stage >= 2 && !zeroes(k)) ops.back().adds_grad = L;
     ops.back().work = sched::Work::kFlopsHead;
@@ -271,6 +276,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                                    return m.layer_recompute(s, l, params(l, 1, c));
                                  }),
                          use(l, 1)});
+          ops.back().micro = k;
           ops.back().flops = layer.forward_flops;
         }
       }
@@ -282,6 +288,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                                  return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
                                }),
                        use(l, 1), -1, zeroes(k) ? l : -1, completes(k) ? l : -1});
+        ops.back().micro = k;
         ops.back().slot = g;
         if (stage >= 2 && !zeroes(k) && !completes(k)) ops.back().adds_grad = l;
         ops.back().flops = layer.backward_flops;
@@ -300,6 +307,7 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
                    -1,
                    -1,
                    summed ? -1 : L});
+    ops.back().micro = k;
     ops.back().slot = g;
     if (stage >= 2 && summed) ops.back().adds_grad = L;
   }
@@ -347,9 +355,12 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   auto fn = op.fn;
   std::vector<std::pair<int64_t, BufferId>> cks;  // the offloaded checkpoints it touches
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) cks.emplace_back(u.seg, u.buf);
+  const int micro = op.micro;
   const TaskId t =
-      plan.add(op.name, Lane::kCompute, [this, &m, fn, cks](const TaskContext& c) -> Status {
+      plan.add(op.name, Lane::kCompute, [this, &m, fn, cks, micro](const TaskContext& c) -> Status {
         if (c.args<Replay>().flushing) return ok_status();
+        // The checkpoints are the micro-batch's (a slot's kept inputs).
+        if (micro >= 0 && !cks.empty()) STRATA_RETURN_IF_ERROR(m.select_micro(micro));
         for (const auto& [seg, buf] : cks)
           STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
         return fn(*c.stream, c);
@@ -362,8 +373,8 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
       plan.writes(t, u.buf);
     } else {
       plan.reads(t, u.buf);
-      if (pb.ck_up[size_t(u.seg)] >= 0 && u.buf == pb.ckb[size_t(u.seg)]) {
-        plan.depend(t, pb.ck_up[size_t(u.seg)]);
+      if (pb.ck_up[size_t(u.ck)] >= 0 && u.buf == pb.ckb[size_t(u.ck)]) {
+        plan.depend(t, pb.ck_up[size_t(u.ck)]);
       }
     }
     if (u.release) plan.release(t, u.buf);

@@ -231,7 +231,7 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
     if (home_[b] == Home::kDevice) dn.param_shards += shard;
   }
   if (options_.offload_activations == Home::kPinned) {
-    pn.checkpoints = uint64_t(offloaded_segments()) * model_.checkpoint_bytes();
+    pn.checkpoints = uint64_t(offloaded_checkpoints()) * model_.checkpoint_bytes();
   }
   if (options_.offload_activations == Home::kDevice) {
     dn.activations = uint64_t(model_.num_segments() - 1) * model_.checkpoint_bytes();
@@ -453,7 +453,7 @@ ZeroMemory ZeroStep::memory() const {
   z.device_checkpoints = peak(Kind::kCheckpoint, Tier::kDevice);
   z.pinned_checkpoints = peak(Kind::kCheckpoint, Tier::kPinnedHost);
   if (options_.offload_activations == Home::kNvme) {
-    z.nvme_checkpoints = offloaded_segments() * static_cast<int64_t>(model_.checkpoint_bytes());
+    z.nvme_checkpoints = offloaded_checkpoints() * static_cast<int64_t>(model_.checkpoint_bytes());
   }
   return z;
 }

@@ -97,9 +97,10 @@ struct ZeroStepOptions {
   // micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
   // micro-batch through a checkpoint segment before the next segment, each in its own model slot
   // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so
-  // the gradients add up in the order of one replay per micro-batch: the same bits. Stages 0-1,
-  // checkpoints on the device, not with the delayed update, for now (EngineConfig::validate
-  // refuses the rest).
+  // the gradients add up in the order of one replay per micro-batch: the same bits. Every stage
+  // (at 2-3 each micro-batch's gradient is reduced by itself, or summed on the device with
+  // device_grad_sum) and checkpoint home (one offloaded checkpoint per segment and micro-batch);
+  // not with the delayed update (EngineConfig::validate refuses it).
   int layer_major_micros = 0;
   // Segment-major at stages 2-3 (EngineConfig::device_grad_sum): a block's gradients of the K
   // micro-batches add up in one device buffer (a tied head's part kept apart until the last
@@ -250,7 +251,7 @@ class ZeroStep : public TrainStep {
   // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
   size_t dtype_bytes() const { return dtype_size(model_.dtype()); }
   int64_t checkpoints_on_nvme() const {
-    return options_.offload_activations == Home::kNvme ? offloaded_segments() : 0;
+    return options_.offload_activations == Home::kNvme ? offloaded_checkpoints() : 0;
   }
   size_t checkpoint_bytes() const { return model_.checkpoint_bytes(); }
   // The traffic theory for one step of K micro-batches (the figures above, from the
@@ -337,6 +338,10 @@ class ZeroStep : public TrainStep {
     return options_.checkpoint_key_base + uint64_t(seg);
   }
   // Segments whose checkpoint the engine moves (all but the last, when offloaded).
+  // The offloaded checkpoints of a step: one per offloaded segment and micro-batch slot.
+  int64_t offloaded_checkpoints() const {
+    return offloaded_segments() * std::max(1, options_.layer_major_micros);
+  }
   int64_t offloaded_segments() const {
     return options_.offload_activations == Home::kDevice ? 0 : model_.num_segments() - 1;
   }

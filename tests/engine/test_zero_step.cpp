@@ -768,7 +768,9 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     if (k >= 7) {
       c.micro = 3;
       c.layer_major = k != 7;
-      c.offload_activations = k == 7 ? Home::kPinned : Home::kDevice;
+      c.offload_activations = k == 7 || k == 8 ? Home::kPinned
+                              : k == 12        ? Home::kNvme
+                                               : Home::kDevice;
       c.offload_param = c.stage == 3 && k != 9 ? Home::kNvme : Home::kPinned;
       c.param_gpu_fraction = 0.0;
       c.device_grad_sum = k == 13;  // the gradients down once per step
@@ -831,7 +833,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
     // Offloaded checkpoints: every segment's kept input but the last's, down and up once, and
     // through NVMe when they live there.
     if (c.offload_activations != Home::kDevice) {
-      const uint64_t moved = R * uint64_t(r.segments - 1) * uint64_t(r.checkpoint_bytes);
+      const uint64_t moved = K * uint64_t(r.segments - 1) * uint64_t(r.checkpoint_bytes);
       want.d2h += moved;
       want.h2d += moved;
       if (c.offload_activations == Home::kNvme) {
@@ -1017,19 +1019,22 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
     if (k == 11 || k == 14) c.nvme_fraction = 0.5;
     if (k == 10) c.grad_accum_dtype = DType::kBF16;
     if (k == 15) c.persistence = 20000;  // the layers whole, the shared block sharded
-    const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme;
+    // The checkpoints of every (segment, micro-batch) offloaded.
+    if (k == 1 || k == 6 || k == 9) c.offload_activations = Home::kPinned;
+    if (k == 7 || k == 12) c.offload_activations = Home::kNvme;
+    const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme ||
+                      c.offload_activations == Home::kNvme;
     const ZRun ref = train(comm, c, nvme ? store.store.get() : nullptr);
     c.layer_major = true;
     SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches segment-major");
     expect_same_bits(ref, train(comm, c, nvme ? store.store.get() : nullptr));
   }
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 1; k < 5; ++k) {
     ZCase c;
     c.micro = 2;
     c.steps = 1;
     c.layer_major = true;
     c.expect_error = true;
-    if (k == 0) c.offload_activations = Home::kPinned;
     if (k == 1) c.serial = true;
     // The device sum: at stages 2-3, segment-major, several micro-batches only.
     c.device_grad_sum = k >= 2;
