@@ -1003,7 +1003,7 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
   comm::Communicator& comm = world();
   Store store = open_store();
   ASSERT_TRUE(store.store);
-  for (int k = 0; k < 16; ++k) {
+  for (int k = 0; k < 18; ++k) {
     ZCase c;
     c.stage = k % 4;
     c.micro = k < 8 ? 2 : 3;
@@ -1022,6 +1022,16 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
     // The checkpoints of every (segment, micro-batch) offloaded.
     if (k == 1 || k == 6 || k == 9) c.offload_activations = Home::kPinned;
     if (k == 7 || k == 12) c.offload_activations = Home::kNvme;
+    // 8 micro-batches over 20 steps: stage 3 with the shards and the checkpoints on NVMe, and
+    // stage 2 with them in pinned memory.
+    if (k >= 16) {
+      c.stage = k == 16 ? 3 : 2;
+      c.micro = 8;
+      c.steps = 20;
+      c.checkpoint = 1;
+      c.offload_activations = k == 16 ? Home::kNvme : Home::kPinned;
+      c.offload_param = k == 16 ? Home::kNvme : Home::kPinned;
+    }
     const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme ||
                       c.offload_activations == Home::kNvme;
     const ZRun ref = train(comm, c, nvme ? store.store.get() : nullptr);
