@@ -21,6 +21,9 @@
 // of pool per stack, two stacks at once), with the real link instead of the model: the H2D and
 // D2H rates for the lane table are measured first (pinned, 256 MiB, median of three), and the
 // exposed-transfer figure is the trace's, as on the CpuDevice.
+// Then (or alone, --order-only) the micro-batch order case (microbatch_order.h): stage 3 with the
+// shards on NVMe and in pinned memory, --micro-batches K a step, micro-batch-major against
+// segment-major (each micro-batch's gradient reduced, or summed on the device).
 // Prints a table, then one JSON line (rank 0).
 #include <CLI/CLI.hpp>
 #include <algorithm>
