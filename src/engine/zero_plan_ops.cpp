@@ -195,14 +195,6 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   const auto& params = pb.params;
   const auto& grads = pb.grads;
   const auto& use = pb.use;
-  // An op of micro-batch k: selects its slot, then runs.
-  using Fn = std::function<Status(gpu::Stream&, const TaskContext&)>;
-  auto in_slot = [&m](int k, Fn fn) {
-    return [&m, k, fn = std::move(fn)](gpu::Stream& s, const TaskContext& c) -> Status {
-      STRATA_RETURN_IF_ERROR(m.select_micro(k));
-      return fn(s, c);
-    };
-  };
   // Whether the micro-batches' gradients add up on the device; the gradient slot of micro-batch
   // k (one per micro-batch when they do not), and whether its op zeroes (stages 2-3) and
   // completes a block's gradient.
@@ -212,17 +204,15 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   auto completes = [micros, summed](int k) { return !summed || k + 1 == micros; };
   auto micro = [](int k) { return " (micro-batch " + std::to_string(k) + ")"; };
   for (int k = 0; k < micros; ++k) {
-    ops.push_back(
-        {"set batch" + micro(k), in_slot(k, [this, k, rows](gpu::Stream& s, const TaskContext&) {
-           return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
-                                   targets_.data() + size_t(k) * rows);
-         })});
+    ops.push_back({"set batch" + micro(k), [this, k, rows](gpu::Stream& s, const TaskContext&) {
+                     return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
+                                             targets_.data() + size_t(k) * rows);
+                   }});
     ops.back().micro = k;
     ops.push_back({"embedding forward" + micro(k),
-                   in_slot(k,
-                           [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                             return m.embedding_forward(s, params(L, 0, c));
-                           }),
+                   [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                     return m.embedding_forward(s, params(L, 0, c));
+                   },
                    use(L, 0), L});
     ops.back().micro = k;
   }
@@ -230,10 +220,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
     for (int k = micros - 1; k >= 0; --k) {
       for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
         ops.push_back({"forward " + std::to_string(l) + micro(k),
-                       in_slot(k,
-                               [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                                 return m.layer_forward(s, l, params(l, 0, c));
-                               }),
+                       [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                         return m.layer_forward(s, l, params(l, 0, c));
+                       },
                        use(l, 0), l});
         ops.back().micro = k;
         ops.back().flops = m.block_cost(l).forward_flops;
@@ -242,20 +231,18 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   }
   for (int k = 0; k < micros; ++k) {
     ops.push_back({"head forward" + micro(k),
-                   in_slot(k,
-                           [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                             return m.head_forward(s, params(L, 0, c));
-                           }),
+                   [&m, params, L](gpu::Stream& s, const TaskContext& c) {
+                     return m.head_forward(s, params(L, 0, c));
+                   },
                    use(L, 0)});
     ops.back().micro = k;
     ops.back().work = sched::Work::kFlopsHead;
     ops.back().flops = head.forward_flops;
     const int g = gslot(k);
     ops.push_back({"head backward" + micro(k),
-                   in_slot(k,
-                           [&m, params, grads, L, g](gpu::Stream& s, const TaskContext& c) {
-                             return m.head_backward(s, params(L, 0, c), grads(L, g, c));
-                           }),
+                   [&m, params, grads, L, g](gpu::Stream& s, const TaskContext& c) {
+                     return m.head_backward(s, params(L, 0, c), grads(L, g, c));
+                   },
                    use(L, 0), -1, zeroes(k) ? L : -1});
     ops.back().micro = k;
     ops.back().slot = g;
@@ -271,10 +258,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
       if (seg != last_seg || k != 0) {
         for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
           ops.push_back({"recompute " + std::to_string(l) + micro(k),
-                         in_slot(k,
-                                 [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                                   return m.layer_recompute(s, l, params(l, 1, c));
-                                 }),
+                         [&m, params, l](gpu::Stream& s, const TaskContext& c) {
+                           return m.layer_recompute(s, l, params(l, 1, c));
+                         },
                          use(l, 1)});
           ops.back().micro = k;
           ops.back().flops = layer.forward_flops;
@@ -283,10 +269,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
       const int g = gslot(k);
       for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
         ops.push_back({"backward " + std::to_string(l) + micro(k),
-                       in_slot(k,
-                               [&m, params, grads, l, g](gpu::Stream& s, const TaskContext& c) {
-                                 return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
-                               }),
+                       [&m, params, grads, l, g](gpu::Stream& s, const TaskContext& c) {
+                         return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
+                       },
                        use(l, 1), -1, zeroes(k) ? l : -1, completes(k) ? l : -1});
         ops.back().micro = k;
         ops.back().slot = g;
@@ -299,10 +284,9 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
   for (int k = 0; k < micros; ++k) {
     const int g = gslot(k);
     ops.push_back({"embedding backward" + micro(k),
-                   in_slot(k,
-                           [&m, grads, L, g](gpu::Stream& s, const TaskContext& c) {
-                             return m.embedding_backward(s, grads(L, g, c));
-                           }),
+                   [&m, grads, L, g](gpu::Stream& s, const TaskContext& c) {
+                     return m.embedding_backward(s, grads(L, g, c));
+                   },
                    {},
                    -1,
                    -1,
@@ -359,8 +343,9 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   const TaskId t =
       plan.add(op.name, Lane::kCompute, [this, &m, fn, cks, micro](const TaskContext& c) -> Status {
         if (c.args<Replay>().flushing) return ok_status();
-        // The checkpoints are the micro-batch's (a slot's kept inputs).
-        if (micro >= 0 && !cks.empty()) STRATA_RETURN_IF_ERROR(m.select_micro(micro));
+        // Segment-major: the op's micro-batch's model slot, before its checkpoints (a slot's
+        // kept inputs are its own).
+        if (micro >= 0) STRATA_RETURN_IF_ERROR(m.select_micro(micro));
         for (const auto& [seg, buf] : cks)
           STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
         return fn(*c.stream, c);
