@@ -17,7 +17,8 @@
 //                 device's Adam kernel over 4M elements (kDeviceAdamElements);
 //   disk          (with NVMe directories) 4 objects of 32 MiB written, then read, at once
 //                 through a swap store of 136 MiB opened for it in those directories, as the
-//                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes);
+//                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes), and a request's latency:
+//                 a 4 KiB write and read, alone, 9 times (kNvmeOps; each NVMe task is one);
 //   network       (more than one rank; collective, so measured every time, not cached):
 //                 all-gathers of 8 MiB per rank (kNetBytes);
 //   overhead      a plan of 64 empty tasks on the compute and cpu lanes replayed by the executor

@@ -73,6 +73,11 @@ struct ZeroStep::PlanBuild {
   // by a collective of `kind` over `count` elements per rank: the bytes this rank sends, and the
   // bytes its host passes over (copies and, for a reduction, the sums).
   void work(sched::TaskId t, sched::Work w, double amount) { plan.add_work(t, w, amount); }
+  // A task of `bytes` on the NVMe lane: its bytes, and one request's latency.
+  void nvme_work(sched::TaskId t, sched::Work w, double bytes) {
+    work(t, w, bytes);
+    work(t, sched::Work::kNvmeOps, 1.0);
+  }
   void collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count) {
     comm::CollectiveCall call;
     call.kind = kind;

@@ -113,7 +113,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                    return options_.swap_store->write(checkpoint_key(ck), c.buffer(h), cb).wait();
                  },
                  {down});
-    pb.work(pb.ck_stored[us], sched::Work::kNvmeWriteBytes, double(cb));
+    pb.nvme_work(pb.ck_stored[us], sched::Work::kNvmeWriteBytes, double(cb));
     plan.reads(pb.ck_stored[us], h);
     plan.release(pb.ck_stored[us], h);
   }
@@ -131,7 +131,7 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
                      return options_.swap_store->read(checkpoint_key(ck), c.buffer(src), cb).wait();
                    },
                    {prev, t});
-      pb.work(prev, sched::Work::kNvmeReadBytes, double(cb));
+      pb.nvme_work(prev, sched::Work::kNvmeReadBytes, double(cb));
       plan.acquire(prev, src);
       plan.writes(prev, src);
     }

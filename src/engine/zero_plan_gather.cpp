@@ -86,7 +86,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
         deps);
     // A gather from staging reads the new shard there, not from NVMe, in a replay that applies
     // the update (predict(): the others read it).
-    pb.work(fetch, sched::Work::kNvmeReadBytes, double(sbytes));
+    pb.nvme_work(fetch, sched::Work::kNvmeReadBytes, double(sbytes));
     if (from_staging) pb.task_runs_when(fetch, RunsWhen::kNoUpdate);
     plan.acquire(fetch, sh);
     plan.writes(fetch, sh);

@@ -44,7 +44,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
       moved(kNvmeRead, opt_.state_bytes(p));
       return opt_.read_partition(p, c.buffer(buf)).wait();
     });
-    pb.work(pb.read[p], sched::Work::kNvmeReadBytes, double(opt_.state_bytes(p)));
+    pb.nvme_work(pb.read[p], sched::Work::kNvmeReadBytes, double(opt_.state_bytes(p)));
     pb.plan.acquire(pb.read[p], buf);
     pb.plan.writes(pb.read[p], buf);
     pb.slot_bytes = std::max(pb.slot_bytes, round_page(opt_.state_bytes(p)));
@@ -149,8 +149,11 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
                   return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
                 },
                 {after});
-  pb.work(t, home == Home::kDevice ? sched::Work::kH2DBytes : sched::Work::kNvmeWriteBytes,
-          double(bytes));
+  if (home == Home::kDevice) {
+    pb.work(t, sched::Work::kH2DBytes, double(bytes));
+  } else {
+    pb.nvme_work(t, sched::Work::kNvmeWriteBytes, double(bytes));
+  }
   pb.plan.reads(t, u);
   pb.plan.release(t, u);
   if (d >= 0) pb.plan.writes(t, d);
@@ -217,7 +220,7 @@ TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> d
                                     return opt_.write_partition(p, c.buffer(st)).wait();
                                   },
                                   {adam});
-    pb.work(write, sched::Work::kNvmeWriteBytes, double(opt_.state_bytes(p)));
+    pb.nvme_work(write, sched::Work::kNvmeWriteBytes, double(opt_.state_bytes(p)));
     plan.reads(write, st);
     plan.release(write, st);
     pb.state_written[p] = write;

@@ -34,7 +34,7 @@ std::string_view work_name(Work work) {
       "flops",         "head flops",      "h2d bytes",
       "d2h bytes",     "nvme read bytes", "nvme write bytes",
       "network bytes", "adam elements",   "device adam elements",
-      "host bytes"};
+      "host bytes",    "nvme ops"};
   return kNames[static_cast<int>(work)];
 }
 

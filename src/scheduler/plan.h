@@ -80,8 +80,9 @@ enum class Work : uint8_t {
   kAdamElements,        // CPU Adam updates
   kDeviceAdamElements,  // Adam updates on the device
   kHostBytes,           // memory-bound host passes (checks, casts, sums, copies): bytes read
+  kNvmeOps,             // NVMe requests (reads or writes): each pays the disk's latency
 };
-inline constexpr int kNumWorkKinds = 10;
+inline constexpr int kNumWorkKinds = 11;
 std::string_view work_name(Work work);  // "flops", "head flops", "h2d bytes", ...
 
 struct Budgets {
