@@ -4,6 +4,8 @@
 // writes exactly the arrays of (a) with trivial arithmetic. Runs on 1 thread and on all threads,
 // each variant interleaved with the others, median of --repeats runs after a warm-up. Prints a
 // table, then one JSON line (keys for the all-threads run, plus a "single_thread" object).
+// Last, the fused step on this rank's share of the threads, unbound against bound as train_gpt
+// binds a rank (bench_placement.h; under mpirun each process is a rank): keys "bind_*".
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_placement.h"
 #include "bench_util.h"
 #include "core/dtype.h"
 #include "cpu/cpu_adam.h"
@@ -111,6 +114,22 @@ Timing run(Arrays& a, int threads, const cpu::CpuAdamOptions& opt, int repeats) 
     }
   });
   return {threads, median(tf), median(tt), median(tc)};
+}
+
+// One fused step on `threads` threads, seconds.
+Result<double> time_fused(Arrays& a, int threads, const cpu::CpuAdamOptions& opt, int64_t step) {
+  cpu::AdamHyper hyper;
+  hyper.weight_decay = 0.01f;
+  const cpu::CpuAdam adam(hyper, opt);
+  const cpu::AdamBuffers fused{a.params(),   a.exp_avg(), a.exp_avg_sq(), a.g.get(),
+                               a.grad_dtype, a.out16(),   a.out_dtype,    a.numel};
+  tbb::task_arena arena(threads);
+  Status s;
+  const auto t0 = std::chrono::steady_clock::now();
+  arena.execute([&] { s = adam.step(fused, {step, 1.0f}); });
+  const double t = seconds_since(t0);
+  if (!s.ok()) return s;
+  return t;
 }
 
 void print_row(const char* name, int64_t n, double s, double bytes_per_param, double floor_s) {
@@ -221,6 +240,13 @@ int bench_main(int argc, char** argv) {
                 r.two_pass_s / r.fused_s);
     if (threads == 1) break;
   }
+  int64_t bind_step = 1000;
+  auto bind = compare_bound(repeats, [&](int t) { return time_fused(a, t, opt, bind_step++); });
+  if (!bind.ok()) return fail("bound against unbound: " + bind.status().to_string());
+  std::printf("bound against unbound (%s):\n", bind->placement.c_str());
+  print_row("(a) fused step, unbound", params, bind->unbound_s, fused_bpp, bind->unbound_s);
+  print_row("(a) fused step, bound", params, bind->bound_s, fused_bpp, bind->unbound_s);
+  std::printf("  bound/unbound speed %.3f\n", bind->bound_over_unbound());
   auto to_json = [&](const Timing& r) {
     return nlohmann::json{{"threads", r.threads},
                           {"fused_params_per_s", params / r.fused_s},
@@ -241,6 +267,10 @@ int bench_main(int argc, char** argv) {
   j["repeats"] = repeats;
   j["quick"] = quick;
   j["single_thread"] = to_json(results.front());
+  j["bind_threads"] = bind->threads;
+  j["bind_unbound_params_per_s"] = params / bind->unbound_s;
+  j["bind_bound_params_per_s"] = params / bind->bound_s;
+  j["bind_bound_over_unbound"] = bind->bound_over_unbound();
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

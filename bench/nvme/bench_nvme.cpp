@@ -2,8 +2,12 @@
 // workload through fio (same block size, queue depth, O_DIRECT, io_uring), side by side;
 // (2) the pipelined optimizer step with all state on NVMe versus max(pure I/O time, pure Adam
 // time) measured in the same run. Prints a table, then one JSON line. --fio-vs-fio measures the
-// measurement itself: fio against a second fio under the same schedule.
+// measurement itself: fio against a second fio under the same schedule. (3) The pipelined step
+// on this rank's share of the threads, unbound against bound as train_gpt binds a rank
+// (bench_placement.h; under mpirun each process is a rank): keys "bind_*".
 #include <unistd.h>
+
+#include <tbb/task_arena.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_placement.h"
 #include "bench_util.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
@@ -691,6 +696,19 @@ int main(int argc, char** argv) {
       "last planned step: %s\n",
       sched::compute_metrics((*plan_ex)->plan(), (*plan_ex)->last_trace()).describe().c_str());
 
+  int bind_step = repeats + 2;
+  auto bind = strata::bench::compare_bound(repeats, [&](int threads) -> Result<double> {
+    tbb::task_arena arena(threads);
+    Result<double> t = 0.0;
+    arena.execute([&] { t = time_step(bind_step++); });
+    return t;
+  });
+  if (!bind.ok()) return fail(bind.status());
+  std::printf("\n== pipelined step, bound against unbound (%s) ==\n", bind->placement.c_str());
+  std::printf("%-28s %10.3f s\n", "unbound", bind->unbound_s);
+  std::printf("%-28s %10.3f s\n", "bound", bind->bound_s);
+  std::printf("%-28s %10.3f\n", "bound/unbound speed", bind->bound_over_unbound());
+
   nlohmann::json j;
   j["bench"] = "nvme";
   j["quick"] = quick;
@@ -727,6 +745,10 @@ int main(int argc, char** argv) {
   j["planned_step_s"] = median(t_plan);
   j["planned_step_over_max"] = median(plan_ratio);
   j["staging_bytes"] = opt->staging_bytes();
+  j["bind_threads"] = bind->threads;
+  j["bind_unbound_step_s"] = bind->unbound_s;
+  j["bind_bound_step_s"] = bind->bound_s;
+  j["bind_bound_over_unbound"] = bind->bound_over_unbound();
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

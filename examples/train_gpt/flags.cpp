@@ -1,6 +1,7 @@
 #include "flags.h"
 
 #include "config_fields.h"
+#include "cpu/rank_placement.h"
 #include "lr_schedule.h"
 
 #include <filesystem>
@@ -72,6 +73,7 @@ Status check_flags(const Flags& f) {
                         "' is not accepted (use dynamic, or a positive number)");
     }
   }
+  STRATA_RETURN_IF_ERROR(cpu::parse_bind_mode(f.bind).status());
   STRATA_RETURN_IF_ERROR(check_tier("--offload-optimizer", f.offload_optimizer));
   if (!f.offload_param.empty()) {  // empty: cpu at stage 3
     STRATA_RETURN_IF_ERROR(check_tier("--offload-param", f.offload_param));
@@ -220,6 +222,15 @@ void add_flags(CLI::App& app, Flags& f) {
                  "(0 = all cores)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  app.add_option("--bind", f.bind,
+                 "where each rank runs: cores (bound to its share of the cores of its GPU's NUMA "
+                 "node, memory on that node), numa (bound to the whole node), none, or auto "
+                 "(cores unless there are more ranks than cores on this machine)")
+      ->capture_default_str();
+  app.add_option("--device-ids", f.device_ids,
+                 "GPU ordinals the local ranks take in turn, e.g. 0,2 (default: chosen by their "
+                 "NUMA node, one per rank)")
+      ->delimiter(',');
   app.add_option("--zero-stage", f.zero_stage,
                  "ZeRO stage over the data-parallel ranks: 0 all replicated, 1 optimizer state "
                  "sharded, 2 gradients too, 3 parameters too (gathered per layer)")

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "lr_schedule.h"
@@ -33,6 +34,8 @@ struct Flags {
   std::string trace;
   int64_t trace_steps = 2;
   int device_threads = 0, host_threads = 0;
+  std::string bind = "auto";    // --bind: auto|none|cores|numa (cpu/rank_placement.h)
+  std::vector<int> device_ids;  // --device-ids: the GPUs of the local ranks; empty: by locality
   int zero_stage = 0, prefetch_depth = 2;
   double bucket_mb = 0.0;
   int64_t persistence_threshold = 0;

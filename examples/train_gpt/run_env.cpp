@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "comm/comm.h"
 #include "comm/mpi_comm.h"
@@ -11,14 +10,6 @@
 #include "nvme/swap_store.h"
 
 namespace strata::train_gpt {
-
-namespace {
-// The cores one rank of this machine gets.
-int core_share(const comm::Communicator& world) {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, world.local_size()));
-}
-}  // namespace
 
 Result<std::vector<std::string>> nvme_dirs_of(const Flags& f) {
   if (f.nvme_path.empty()) return std::vector<std::string>{};
@@ -56,23 +47,63 @@ Result<std::unique_ptr<comm::Communicator>> open_communicator(const Flags& f) {
   return comm::create_communicator(use_mpi ? comm::Backend::kMpi : comm::Backend::kLocal);
 }
 
-int host_threads_of(const Flags& f, const comm::Communicator& world) {
-  if (f.host_threads > 0) return f.host_threads;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return world.size() > 1 ? core_share(world) : std::max(1, cores);
+Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world,
+                                       const std::vector<std::string>& nvme_dirs) {
+  STRATA_ASSIGN_OR_RETURN(cpu::BindMode mode, cpu::parse_bind_mode(f.bind));
+  STRATA_ASSIGN_OR_RETURN(cpu::Topology topo, cpu::Topology::discover());
+  cpu::PlacementRequest rq;
+  rq.world_rank = world.rank();
+  rq.local_rank = world.local_rank();
+  rq.local_size = world.local_size();
+  rq.bind = mode;
+  auto kind = gpu::parse_device_kind(f.device);
+  if (!kind.ok()) return kind.status().with_context("--device");
+  if (*kind == gpu::DeviceKind::kCuda) {
+    for (int i = 0; i < gpu::cuda_device_count(); ++i) {
+      rq.gpu_nodes.push_back(cpu::numa_node_of_pci(gpu::cuda_pci_bus_id(i)));
+    }
+    rq.device_ids = f.device_ids;
+  } else if (!f.device_ids.empty()) {
+    return make_error(ErrorCode::kConfig, "--device-ids: given with --device ", f.device,
+                      ", which runs on the CPU (use --device cuda)");
+  }
+  rq.drives = nvme_dirs;
+  for (const std::string& d : nvme_dirs) rq.drive_nodes.push_back(cpu::numa_node_of_path(d));
+  STRATA_ASSIGN_OR_RETURN(cpu::Placement p, cpu::place_local_rank(topo, rq));
+  if (Status st = cpu::apply_placement(topo, p); !st.ok()) {
+    p.bind = false;  // the OS refused: said on the rank's line, the run goes on unbound
+    p.unbound_why = st.message();
+  }
+  // One line per rank, in rank order, printed by rank 0.
+  constexpr size_t kLine = 512;
+  std::string mine = "placement " + p.describe(world.rank());
+  mine.resize(kLine, '\0');
+  std::string all(kLine * static_cast<size_t>(world.size()), '\0');
+  // Bytes moved as 16-bit units (an all-gather copies, it does not add).
+  STRATA_RETURN_IF_ERROR(world.all_gather(mine.data(), all.data(), kLine / 2, DType::kBF16));
+  if (world.rank() == 0) {
+    for (int r = 0; r < world.size(); ++r) {
+      std::printf("%s\n", all.substr(size_t(r) * kLine, kLine).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return p;
 }
 
-Result<Devices> open_devices(const Flags& f, const comm::Communicator& world) {
+int host_threads_of(const Flags& f, const cpu::Placement& placement) {
+  return f.host_threads > 0 ? f.host_threads : placement.threads();
+}
+
+Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement) {
   auto kind = gpu::parse_device_kind(f.device);
   if (!kind.ok()) return kind.status().with_context("--device");
   gpu::DeviceOptions o;
-  o.threads = f.device_threads > 0 ? f.device_threads : (world.size() > 1 ? core_share(world) : 0);
+  o.threads = f.device_threads > 0 ? f.device_threads : placement.threads();
   o.memory_limit_bytes = f.gpu_memory_limit;
-  // One GPU per rank (CudaDevice); ranks share GPUs round-robin when there are fewer.
-  const int gpus = gpu::cuda_device_count();
-  o.ordinal = gpus > 0 ? world.local_rank() % gpus : 0;
-  // Ranks on one GPU divide its default pool (gpu/pool_size.h) instead of the first taking it.
-  o.sharing = gpus > 0 ? (world.local_size() - o.ordinal + gpus - 1) / gpus : 1;
+  // The placement's GPU; ranks on one GPU divide its default pool (gpu/pool_size.h) instead of
+  // the first taking it.
+  o.ordinal = std::max(0, placement.gpu);
+  o.sharing = placement.gpu_ranks;
   auto dev = gpu::create_device(*kind, o);
   // --plan allocates nothing: a limit the real pool cannot reserve (a model far larger than
   // this machine) is planned against anyway, on a device with its default pool.

@@ -11,6 +11,7 @@
 #include "comm/communicator.h"
 #include "core/file_identity.h"
 #include "core/status.h"
+#include "cpu/rank_placement.h"
 #include "flags.h"
 #include "gpu/device.h"
 #include "gpu/planning_device.h"
@@ -26,8 +27,13 @@ Status make_checkpoint_dir(const Flags& f);
 // then removes what saves that did not complete left there, saying so.
 Status lock_checkpoint_dir(const Flags& f, bool lead, DirectoryLock& lock);
 Result<std::unique_ptr<comm::Communicator>> open_communicator(const Flags& f);
-// --host-threads, or the rank's share of this machine's cores (all of them for one rank).
-int host_threads_of(const Flags& f, const comm::Communicator& world);
+// Where this rank runs (cpu/rank_placement.h): its GPU, cores and memory node chosen by --bind
+// and --device-ids, the process bound to them, and one line per rank printed by rank 0 (every
+// rank's line gathered in rank order). Collective.
+Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world,
+                                       const std::vector<std::string>& nvme_dirs);
+// --host-threads, or the rank's share of this machine's cores (its placement's).
+int host_threads_of(const Flags& f, const cpu::Placement& placement);
 
 // The rank's device, and for --plan the device that only accounts on top of it.
 struct Devices {
@@ -35,6 +41,7 @@ struct Devices {
   std::unique_ptr<gpu::PlanningDevice> planning;
   gpu::Device& dev() { return planning ? *planning : *real; }  // where the run lays itself out
 };
-Result<Devices> open_devices(const Flags& f, const comm::Communicator& world);
+// The rank's GPU and thread count are its placement's (--device-threads overrides the count).
+Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement);
 
 }  // namespace strata::train_gpt

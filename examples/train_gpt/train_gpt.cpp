@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
     }
     return 1;
   };
+  // The rank's GPU, cores and memory node, bound before any thread pool or large buffer exists.
+  auto placement = train_gpt::place_this_rank(f, world, *nvme_dirs);
+  if (!placement.ok()) return die(placement.status());
   // One run writes a checkpoint directory at a time: rank 0 holds a lock on it (flock on the
   // directory itself, so that no file is left; released by any exit).
   DirectoryLock checkpoint_lock;
@@ -146,8 +149,8 @@ int main(int argc, char** argv) {
   const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   auto resumed = train_gpt::open_resume(setup, rank, ranks, zero ? f.zero_stage : 0, *data);
   if (!resumed.ok()) return die(resumed.status());
-  const int host_threads = train_gpt::host_threads_of(f, world);
-  auto devices = train_gpt::open_devices(f, world);
+  const int host_threads = train_gpt::host_threads_of(f, *placement);
+  auto devices = train_gpt::open_devices(f, *placement);
   if (!devices.ok()) return die(devices.status());
   gpu::Device& dev = devices->dev();
   if (f.auto_plan) {  // the stage-3 settings: rank 0 chooses, every rank takes its choice

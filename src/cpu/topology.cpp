@@ -182,10 +182,23 @@ Result<RankPlacement> Topology::place(int local_rank, int local_size) const {
     }
   }
 
+  RankPlacement q = placement_of(std::move(p.cores));
+  q.local_rank = p.local_rank;
+  q.local_size = p.local_size;
+  q.shared = p.shared;
+  return q;
+}
+
+RankPlacement Topology::placement_of(std::vector<int> cores) const {
+  RankPlacement p;
+  p.cores = std::move(cores);
+  const hwloc_obj_type_t type = unit_type(topo_);
+  const int n_groups = num_numa_nodes();
   Bitmap set(hwloc_bitmap_alloc());
   std::vector<int> per_node(static_cast<size_t>(n_groups), 0);
   for (int u : p.cores) {
     hwloc_obj_t obj = hwloc_get_obj_by_type(topo_, type, static_cast<unsigned>(u));
+    if (obj == nullptr) continue;
     hwloc_bitmap_or(set.get(), set.get(), obj->cpuset);
     ++per_node[static_cast<size_t>(numa_of(topo_, obj))];
   }
@@ -205,6 +218,48 @@ Result<RankPlacement> Topology::place(int local_rank, int local_size) const {
   return p;
 }
 
+std::vector<int> Topology::cores_of_node(int os_node) const {
+  std::vector<int> cores;
+  const hwloc_obj_type_t type = unit_type(topo_);
+  const int n_units = hwloc_get_nbobjs_by_type(topo_, type);
+  for (int u = 0; u < n_units; ++u) {
+    hwloc_obj_t obj = hwloc_get_obj_by_type(topo_, type, static_cast<unsigned>(u));
+    hwloc_obj_t node = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_NUMANODE,
+                                             static_cast<unsigned>(numa_of(topo_, obj)));
+    const int os = node != nullptr ? static_cast<int>(node->os_index) : 0;
+    if (os == os_node) cores.push_back(u);
+  }
+  return cores;
+}
+
+std::vector<int> Topology::nodes_with_cores() const {
+  std::vector<int> nodes;
+  const int n = hwloc_get_nbobjs_by_type(topo_, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < std::max(1, n); ++i) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    const int os = node != nullptr ? static_cast<int>(node->os_index) : 0;
+    if (!cores_of_node(os).empty()) nodes.push_back(os);
+  }
+  return nodes;
+}
+
+Status Topology::bind_memory(int os_node) const {
+  if (!this_system_) {
+    return make_error(ErrorCode::kUnsupported, "cannot bind memory on a synthetic topology");
+  }
+  Bitmap set(hwloc_bitmap_alloc());
+  hwloc_bitmap_only(set.get(), static_cast<unsigned>(os_node));
+  // Without HWLOC_MEMBIND_STRICT, hwloc asks Linux for a preferred node (MPOL_PREFERRED_MANY, or
+  // MPOL_PREFERRED on older kernels): pages go to the node while it has room, elsewhere after
+  // (never a failed allocation). The policy is the
+  // calling thread's, inherited by every thread it creates afterwards.
+  if (hwloc_set_membind(topo_, set.get(), HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) != 0) {
+    return make_error(ErrorCode::kUnsupported, "binding memory to NUMA node ", os_node,
+                      " was refused: ", std::strerror(errno));
+  }
+  return ok_status();
+}
+
 Status Topology::bind_process(const RankPlacement& placement) const {
   if (!this_system_) {
     return make_error(ErrorCode::kUnsupported, "cannot bind to a synthetic topology");
@@ -215,6 +270,21 @@ Status Topology::bind_process(const RankPlacement& placement) const {
   if (hwloc_set_cpubind(topo_, set.get(), HWLOC_CPUBIND_PROCESS) != 0) {
     return make_error(ErrorCode::kUnsupported, "binding to PUs ", placement.cpuset,
                       " was refused: ", std::strerror(errno));
+  }
+  return ok_status();
+}
+
+Status Topology::unbind() const {
+  if (!this_system_)
+    return make_error(ErrorCode::kUnsupported, "cannot unbind a synthetic topology");
+  if (hwloc_set_cpubind(topo_, hwloc_topology_get_complete_cpuset(topo_), HWLOC_CPUBIND_PROCESS) !=
+      0) {
+    return make_error(ErrorCode::kUnsupported, "unbinding was refused: ", std::strerror(errno));
+  }
+  if (hwloc_set_membind(topo_, hwloc_topology_get_complete_nodeset(topo_), HWLOC_MEMBIND_DEFAULT,
+                        HWLOC_MEMBIND_BYNODESET) != 0) {
+    return make_error(ErrorCode::kUnsupported,
+                      "resetting the memory policy was refused: ", std::strerror(errno));
   }
   return ok_status();
 }

@@ -64,9 +64,25 @@ class Topology {
   // The placement of local rank `local_rank` of `local_size` by the split rule above.
   Result<RankPlacement> place(int local_rank, int local_size) const;
 
+  // The cores (hwloc logical indices, as RankPlacement::cores) of the NUMA node with OS index
+  // `os_node`, in logical order; empty when there is no such node or it has no cores.
+  std::vector<int> cores_of_node(int os_node) const;
+  // The OS indices of the NUMA nodes that hold cores, in logical order.
+  std::vector<int> nodes_with_cores() const;
+  // A placement on these cores: their PUs, cpuset and the NUMA node holding most of them (the
+  // local rank fields left at 0 of 1).
+  RankPlacement placement_of(std::vector<int> cores) const;
+
   // Binds the whole process (all its threads, and threads created later) to the placement's PUs.
   // kUnsupported for synthetic topologies or when the OS refuses (then nothing changed).
   Status bind_process(const RankPlacement& placement) const;
+  // The calling thread's memory (and that of every thread it creates afterwards) preferred on
+  // NUMA node `os_node`: pages are placed there when first touched while the node has room.
+  // kUnsupported for synthetic topologies or when the OS refuses.
+  Status bind_memory(int os_node) const;
+  // Undoes both: the process on every PU of the machine, the calling thread's memory policy the
+  // system's default (for benchmarks that compare bound with unbound in one run).
+  Status unbind() const;
 
  private:
   Topology(hwloc_topology* topo, bool this_system) : topo_(topo), this_system_(this_system) {}

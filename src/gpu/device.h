@@ -155,6 +155,8 @@ inline void DeviceBuffer::reset() {
 
 // Number of usable CUDA GPUs; never fails (no driver or no CUDA build -> 0).
 int cuda_device_count();
+// The PCI bus id of CUDA GPU `ordinal` ("0000:3b:00.0"), "" when unknown or no CUDA build.
+std::string cuda_pci_bus_id(int ordinal);
 // Creates a device of the given kind; kCuda without a CUDA build or GPU is kUnsupported.
 Result<std::unique_ptr<Device>> create_device(DeviceKind kind, const DeviceOptions& options = {});
 // A CudaDevice when a GPU is present, else a CpuDevice.

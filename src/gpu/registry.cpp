@@ -32,6 +32,15 @@ int cuda_device_count() {
 #endif
 }
 
+std::string cuda_pci_bus_id(int ordinal) {
+#if STRATA_WITH_CUDA
+  return cuda::pci_bus_id(ordinal);
+#else
+  (void)ordinal;
+  return "";
+#endif
+}
+
 Result<std::unique_ptr<Device>> create_device(DeviceKind kind, const DeviceOptions& options) {
   if (kind == DeviceKind::kCpu) return create_cpu_device(options);
 #if STRATA_WITH_CUDA

@@ -458,6 +458,20 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// An emulated device sits on no PCI bus of this machine: its id names a bus that sysfs does
+// not have (so its NUMA node reads as unknown).
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device) {
+  STRATA_EMU_ENTER("cudaDeviceGetPCIBusId");
+  if (pci_bus_id == nullptr || len < 13) {
+    return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId: buffer too small");
+  }
+  if (!valid_device(device)) {
+    return fail(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId(" + std::to_string(device) + ")");
+  }
+  std::snprintf(pci_bus_id, static_cast<size_t>(len), "0000:e%x:00.0", device & 0xf);
+  return cudaSuccess;
+}
+
 cudaError_t cudaSetDevice(int device) {
   STRATA_EMU_ENTER("cudaSetDevice");
   if (!valid_device(device)) {

@@ -2,6 +2,7 @@
 #include "gpu/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -53,6 +54,17 @@ int device_count() {
     return 0;
   }
   return std::max(count, 0);
+}
+
+std::string pci_bus_id(int ordinal) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  std::string s(id);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 Result<std::unique_ptr<Device>> create_cuda_device(const DeviceOptions& options) {

@@ -48,6 +48,7 @@ struct cudaDeviceProp {
 
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
