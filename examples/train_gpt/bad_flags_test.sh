@@ -78,6 +78,8 @@ cases=(
   "--init-from $s/missing.bin|$s/missing.bin: cannot open"
   "--init-from $s/zeros.bin|magic 0 is not llm.c's GPT-2 model magic"
   "--batch 0|--batch: Value 0 not in range"
+  "--bind sockets|--bind: 'sockets' is not accepted"
+  "--device cpu --device-ids 0|--device-ids: given with --device cpu"
   "--steps -1|--steps: Value -1 not in range"
   "--checkpoint-every 5|--checkpoint-every 5 needs --checkpoint-dir"
   "--checkpoint-dir $s/a-file --checkpoint-every 5|--checkpoint-dir $s/a-file is not a directory"

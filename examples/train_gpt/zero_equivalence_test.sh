@@ -44,8 +44,22 @@ if [ "$lines" -lt 5 ]; then
   echo "train_gpt printed $lines step/eval lines at stage 0; expected at least 5" >&2
   exit 1
 fi
+# Placement (docs/training.md#where-each-rank-runs): rank 0 prints one line per rank, each rank
+# bound to its own core where there are enough; unbound, the bits are the same.
+run2 "${common[@]}" --zero-stage 3 --bind none >"$scratch/unbound.out"
+strip <"$scratch/unbound.out" >"$scratch/stage3-unbound.txt"
+run2 --steps 1 --layers 2 --channels 32 --batch 16 >"$scratch/placement.out"
+if [ "$(nproc)" -ge 2 ]; then want="bound to its cores"; else want="not bound (more local ranks"; fi
+for r in 0 1; do
+  if ! grep -q "^placement rank $r: local $r/2, no GPU, cores \[.*$want" "$scratch/placement.out" ||
+    ! grep -q "^placement rank $r: .*not bound (--bind none)" "$scratch/unbound.out"; then
+    echo "train_gpt: rank $r's placement line is missing or wrong:" >&2
+    grep "^placement" "$scratch/placement.out" "$scratch/unbound.out" >&2
+    exit 1
+  fi
+done
 for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device \
-  stage2-acts-cpu stage3-acts-nvme; do
+  stage2-acts-cpu stage3-acts-nvme stage3-unbound; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then
     echo "train_gpt: $other differs from stage 0 over 2 ranks (see the diff above)" >&2
     exit 1
