@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/log.h"
+
 namespace strata::cpu {
 namespace {
 
@@ -203,8 +205,28 @@ std::string Placement::describe(int world_rank) const {
   for (const auto& [dir, node] : drives) {
     os << "; drive " << dir << " on NUMA node "
        << (node >= 0 ? std::to_string(node) : std::string("unknown"));
+    if (node >= 0 && cores.numa_node >= 0 && node != cores.numa_node) {
+      os << " (another node: its transfers cross between the sockets)";
+    }
   }
   return os.str();
+}
+
+Result<RankPlacement> place_and_bind(int world_rank, int local_rank, int local_size, bool bind) {
+  STRATA_ASSIGN_OR_RETURN(Topology topo, Topology::discover());
+  PlacementRequest rq;
+  rq.world_rank = world_rank;
+  rq.local_rank = local_rank;
+  rq.local_size = local_size;
+  rq.bind = bind ? BindMode::kAuto : BindMode::kNone;
+  STRATA_ASSIGN_OR_RETURN(Placement p, place_local_rank(topo, rq));
+  if (Status s = apply_placement(topo, p); !s.ok()) {
+    STRATA_LOG(kWarn, "rank " << world_rank << ": running unbound: " << s.message());
+    p.bind = false;
+    p.unbound_why = s.message();
+  }
+  STRATA_LOG(kInfo, "placement " << p.describe(world_rank) << " (" << topo.summary() << ")");
+  return p.cores;
 }
 
 int numa_node_of_pci(const std::string& bus_id) {

@@ -21,8 +21,11 @@
 //           cores, unless the machine has fewer cores than local ranks, then none, saying why.
 //           cores or numa with fewer cores than ranks on a node is refused, naming the flag.
 //   drives  each --nvme-path directory's block device's NUMA node, read from sysfs (-1 when the
-//           device has none: a virtual disk, tmpfs, a single-node machine's -1). Printed; the swap
-//           store's I/O threads are created inside the rank's binding.
+//           device has none: a virtual disk, tmpfs, a single-node machine's -1), printed, a
+//           drive on another node than the rank's said to be so. The swap store's I/O thread
+//           stays in the rank's binding even then: it hashes and verifies every byte of the
+//           rank's pinned buffers (on the rank's node), so on the drive's node it would cross
+//           the socket link a second time, where the drive's DMA crosses it once either way.
 //
 // Values; thread-safe, except apply_placement (process-wide state).
 #pragma once
@@ -80,6 +83,11 @@ Result<Placement> place_local_rank(const Topology& topo, const PlacementRequest&
 
 // Binds the process's cores and memory policy when placement.bind (topo must be this system's).
 Status apply_placement(const Topology& topo, const Placement& placement);
+
+// For tools without a GPU (bench_comm): discovers the topology, places this rank by the rule
+// above (--bind auto when `bind`, else none), binds it (logging a warning and going on unbound
+// when the OS refuses) and logs its line; returns its cores.
+Result<RankPlacement> place_and_bind(int world_rank, int local_rank, int local_size, bool bind);
 
 // The NUMA node of the block device holding `path` (sysfs), -1 when unknown.
 int numa_node_of_path(const std::string& path);

@@ -11,8 +11,6 @@
 #include <string>
 #include <utility>
 
-#include "core/log.h"
-
 namespace strata::cpu {
 namespace {
 
@@ -312,23 +310,6 @@ std::string describe_placement(const RankPlacement& p, int world_rank) {
      << (p.threads() == 1 ? " thread" : " threads");
   if (p.shared) os << " (cores shared: more ranks than cores)";
   return os.str();
-}
-
-Result<RankPlacement> place_and_bind(int world_rank, int local_rank, int local_size, bool bind) {
-  STRATA_ASSIGN_OR_RETURN(Topology topo, Topology::discover());
-  STRATA_ASSIGN_OR_RETURN(RankPlacement p, topo.place(local_rank, local_size));
-  std::string bound = "not bound";
-  if (bind) {
-    const Status s = topo.bind_process(p);
-    if (s.ok()) {
-      bound = "bound";
-    } else {
-      STRATA_LOG(kWarn, "rank " << world_rank << ": running unbound: " << s.message());
-    }
-  }
-  STRATA_LOG(kInfo, "placement " << describe_placement(p, world_rank) << " (" << bound << "; "
-                                 << topo.summary() << ")");
-  return p;
 }
 
 }  // namespace strata::cpu

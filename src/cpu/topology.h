@@ -101,8 +101,4 @@ LocalRankInfo local_rank_from_env();
 // One line for the start-up log: "rank 1: local 1/2, cores [1], PUs 1, NUMA node 0, 1 thread".
 std::string describe_placement(const RankPlacement& placement, int world_rank);
 
-// Discovers the topology, places this rank, binds the process when `bind` (logging a warning
-// and continuing unbound when the OS refuses) and logs the mapping (one line per rank).
-Result<RankPlacement> place_and_bind(int world_rank, int local_rank, int local_size, bool bind);
-
 }  // namespace strata::cpu

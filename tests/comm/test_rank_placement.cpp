@@ -176,8 +176,8 @@ TEST(RankPlacement, TheLineNamesGpuCoresNodeAndDrives) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->describe(1),
             "rank 1: local 1/2, GPU 4 (NUMA node 1), cores [16-31] (PUs 32-63), memory on NUMA "
-            "node 1, 32 threads, bound to its cores; drive /mnt/nvme0 on NUMA node 0; drive "
-            "/mnt/nvme1 on NUMA node 1");
+            "node 1, 32 threads, bound to its cores; drive /mnt/nvme0 on NUMA node 0 (another "
+            "node: its transfers cross between the sockets); drive /mnt/nvme1 on NUMA node 1");
 }
 
 TEST(RankPlacement, UnknownDevicesHaveNoNode) {
