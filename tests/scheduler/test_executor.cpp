@@ -310,21 +310,27 @@ TEST(Executor, AFailingTaskStopsTheStepAndLeavesNothingRunning) {
     Plan p;
     const BufferId host = p.add_buffer("state", Tier::kPinnedHost, 1 << 20);
     const BufferId dv = p.add_buffer("dev", Tier::kDevice, 1 << 20);
-    std::atomic<bool> slow_done{false};
+    std::atomic<bool> slow_started{false}, slow_done{false};
     const TaskId write = p.add("write", Lane::kNvme, [&](const TaskContext& c) {
       std::memset(c.buffer(host), 7, 1 << 20);
       return store.write(1, c.buffer(host), 1 << 20).wait();
     });
     p.writes(write, host);
     const TaskId slow = p.add("slow", Lane::kCpu, [&](const TaskContext&) {
+      slow_started = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       slow_done = true;
       return ok_status();
     });
-    const TaskId read =
-        p.add("read", Lane::kNvme,
-              [&](const TaskContext& c) { return store.read(1, c.buffer(host), 1 << 20).wait(); },
-              {write});
+    const TaskId read = p.add("read", Lane::kNvme,
+                              [&](const TaskContext& c) {
+                                // The failure comes while 'slow' is in flight (on a loaded machine
+                                // the cpu lane could otherwise not have started it yet, and a step
+                                // that failed starts nothing).
+                                while (!slow_started.load()) std::this_thread::yield();
+                                return store.read(1, c.buffer(host), 1 << 20).wait();
+                              },
+                              {write});
     p.writes(read, host);
     const TaskId up = p.add("up", Lane::kH2D,
                             [&](const TaskContext& c) {
@@ -341,6 +347,7 @@ TEST(Executor, AFailingTaskStopsTheStepAndLeavesNothingRunning) {
     ASSERT_TRUE(ex_r.ok());
     Executor& ex = *ex_r.value();
     ASSERT_TRUE(ex.replay().ok());  // a good step first
+    slow_started = false;
     slow_done = false;
     store.set_fault_injection(
         nvme::FaultInjection{16 + 3, nvme::FaultKind::kEio});  // 16 blocks written, then the read
