@@ -4,6 +4,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -86,7 +87,7 @@ Result<std::vector<int>> choose_gpus(int k, const std::vector<int>& gpu_nodes,
   // One node at a time in turn: node order (unknown last), each node's GPUs in order.
   std::vector<int> nodes(gpu_nodes);
   std::sort(nodes.begin(), nodes.end(),
-            [](int a, int b) { return (a < 0 ? INT32_MAX : a) < (b < 0 ? INT32_MAX : b); });
+            [](int a, int b) { return (a < 0 ? INT_MAX : a) < (b < 0 ? INT_MAX : b); });
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   std::vector<std::vector<int>> per(nodes.size());
   for (int i = 0; i < g; ++i) {

@@ -249,8 +249,8 @@ Status Topology::bind_memory(int os_node) const {
   hwloc_bitmap_only(set.get(), static_cast<unsigned>(os_node));
   // Without HWLOC_MEMBIND_STRICT, hwloc asks Linux for a preferred node (MPOL_PREFERRED_MANY, or
   // MPOL_PREFERRED on older kernels): pages go to the node while it has room, elsewhere after
-  // (never a failed allocation). The policy is the
-  // calling thread's, inherited by every thread it creates afterwards.
+  // (never a failed allocation). The policy is the calling thread's, inherited by every thread
+  // it creates afterwards.
   if (hwloc_set_membind(topo_, set.get(), HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) != 0) {
     return make_error(ErrorCode::kUnsupported, "binding memory to NUMA node ", os_node,
                       " was refused: ", std::strerror(errno));
