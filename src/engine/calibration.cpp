@@ -57,12 +57,15 @@ std::string cpu_model() {
 // writes hashed on its I/O thread with the dispatched xxh3, and woken for new jobs).
 constexpr int kProbeVersion = 3;
 
-std::string machine_key(const gpu::Device& device) {
+// `sharing`: the ranks on this machine, which probe at once as they run (more than one:
+// each rate is what one of them gets while the others do the same work; a separate entry).
+std::string machine_key(const gpu::Device& device, int sharing) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   std::ostringstream os;
   os << host << " | " << cpu_model() << " | " << std::thread::hardware_concurrency() << " cores | "
      << device.name() << " | probes " << kProbeVersion;
+  if (sharing > 1) os << " | " << sharing << " ranks on this machine";
   return os.str();
 }
 
@@ -330,22 +333,10 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   Calibration cal;
   cal.cache_path = rq.cache_path.empty() ? default_calibration_path() : rq.cache_path;
   json cache = read_cache(cal.cache_path);
-  json& mine = cache[machine_key(*rq.device)];
-  if (!mine.is_object()) mine = json::object();
   const int ranks = rq.comm != nullptr ? rq.comm->size() : 1;
-  // entry(key, measure): the cached values, or measured now.
-  auto entry = [&](const std::string& key,
-                   const std::function<Result<std::vector<double>>()>& measure)
-      -> Result<std::vector<double>> {
-    if (!rq.redo && mine.contains(key) && mine[key].is_array()) {
-      ++cal.cached;
-      return mine[key].get<std::vector<double>>();
-    }
-    STRATA_ASSIGN_OR_RETURN(std::vector<double> v, measure());
-    mine[key] = v;
-    ++cal.measured;
-    return v;
-  };
+  const int sharing = rq.comm != nullptr ? std::max(1, rq.comm->local_size()) : 1;
+  json& mine = cache[machine_key(*rq.device, sharing)];
+  if (!mine.is_object()) mine = json::object();
   sched::Rates& r = cal.rates;
   // The network first: a collective, which every rank must reach (before any other measurement
   // can fail on one rank).
@@ -358,17 +349,65 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     r.per_second[static_cast<int>(Work::kNetBytes)] = 1e30;  // one rank sends nothing
   }
   if (!rq.probe.make) return make_error(ErrorCode::kConfig, "calibration: no model probe");
+  // The entries, in one order on every rank.
+  enum Slot { kCompute, kLink, kHost, kOverhead, kDisk, kSlots };
+  std::string keys[kSlots];
   std::ostringstream ck;
   ck << "compute " << rq.probe.key << " B=" << rq.shape.batch << " T=" << rq.shape.seq;
-  STRATA_ASSIGN_OR_RETURN(auto compute, entry(ck.str(), [&] { return measure_compute(rq); }));
-  STRATA_ASSIGN_OR_RETURN(auto link, entry("link", [&] { return measure_link(*rq.device); }));
+  keys[kCompute] = ck.str();
+  keys[kLink] = "link";
   const std::string threads = " threads=" + std::to_string(rq.host_threads);
-  STRATA_ASSIGN_OR_RETURN(auto host, entry("host" + threads, [&] { return measure_host(rq); }));
-  STRATA_ASSIGN_OR_RETURN(
-      auto overhead, entry("overhead" + threads, [&]() -> Result<std::vector<double>> {
-        STRATA_ASSIGN_OR_RETURN(double t, measure_overhead(*rq.device, rq.host_threads));
-        return std::vector<double>{t};
-      }));
+  keys[kHost] = "host" + threads;
+  keys[kOverhead] = "overhead" + threads;
+  if (!rq.nvme_dirs.empty()) {
+    keys[kDisk] = "disk+requests block=" + std::to_string(rq.nvme_block_bytes) +
+                  " depth=" + std::to_string(rq.nvme_queue_depth);
+    for (const std::string& d : rq.nvme_dirs) {
+      std::error_code ec;
+      const auto canon = std::filesystem::weakly_canonical(d, ec);
+      keys[kDisk] += " " + (ec ? d : canon.string());
+    }
+  }
+  // An entry is measured when any rank lacks it (or --calibrate), by every rank at once after a
+  // barrier: the ranks of a machine share its cores, memory and disks, and run their steps at
+  // the same time, so each measures what it gets beside the others (two ranks on this test
+  // machine's two vCPUs compute at 0.55x the rate of one alone).
+  float need[kSlots] = {};
+  for (int k = 0; k < kSlots; ++k) {
+    const bool has = !keys[k].empty() && mine.contains(keys[k]) && mine[keys[k]].is_array();
+    need[k] = !keys[k].empty() && (rq.redo || !has) ? 1.0f : 0.0f;
+  }
+  if (ranks > 1) {
+    comm::CollectiveCall call;
+    call.kind = comm::CollectiveKind::kAllReduce;
+    call.send = call.recv = need;
+    call.count = kSlots;
+    call.dtype = DType::kF32;
+    call.op = comm::ReduceOp::kMax;
+    STRATA_RETURN_IF_ERROR(rq.comm->start(call).wait());
+  }
+  auto entry = [&](Slot k, const std::function<Result<std::vector<double>>()>& measure)
+      -> Result<std::vector<double>> {
+    if (need[k] != 0.0f && ranks > 1) STRATA_RETURN_IF_ERROR(rq.comm->barrier());
+    if (keys[k].empty()) return std::vector<double>{};  // not this rank's (a disk it lacks)
+    if (need[k] == 0.0f) {
+      ++cal.cached;
+      return mine[keys[k]].get<std::vector<double>>();
+    }
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> v, measure());
+    mine[keys[k]] = v;
+    ++cal.measured;
+    return v;
+  };
+  STRATA_ASSIGN_OR_RETURN(auto compute, entry(kCompute, [&] { return measure_compute(rq); }));
+  STRATA_ASSIGN_OR_RETURN(auto link, entry(kLink, [&] { return measure_link(*rq.device); }));
+  STRATA_ASSIGN_OR_RETURN(auto host, entry(kHost, [&] { return measure_host(rq); }));
+  STRATA_ASSIGN_OR_RETURN(auto overhead, entry(kOverhead, [&]() -> Result<std::vector<double>> {
+                            STRATA_ASSIGN_OR_RETURN(double t,
+                                                    measure_overhead(*rq.device, rq.host_threads));
+                            return std::vector<double>{t};
+                          }));
+  STRATA_ASSIGN_OR_RETURN(auto disk, entry(kDisk, [&] { return measure_disk(rq); }));
   auto set = [&](Work w, double v) { r.per_second[static_cast<int>(w)] = v; };
   set(Work::kFlops, compute.at(0));
   set(Work::kFlopsHead, compute.at(1));
@@ -379,14 +418,6 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   set(Work::kDeviceAdamElements, host.at(2));
   r.task_overhead_s = overhead.at(0);
   if (!rq.nvme_dirs.empty()) {
-    std::string key = "disk+requests block=" + std::to_string(rq.nvme_block_bytes) +
-                      " depth=" + std::to_string(rq.nvme_queue_depth);
-    for (const std::string& d : rq.nvme_dirs) {
-      std::error_code ec;
-      const auto canon = std::filesystem::weakly_canonical(d, ec);
-      key += " " + (ec ? d : canon.string());
-    }
-    STRATA_ASSIGN_OR_RETURN(auto disk, entry(key, [&] { return measure_disk(rq); }));
     set(Work::kNvmeReadBytes, disk.at(0));
     set(Work::kNvmeWriteBytes, disk.at(1));
     set(Work::kNvmeOps, disk.at(2));

@@ -27,11 +27,18 @@
 // disk), so the returned Rates run one task at a time per lane; on the CpuDevice the compute and
 // cpu lanes share the same cores (Rates::shared_cores).
 //
+// Ranks: the ranks of one machine share its cores, memory bandwidth and disks, and run their
+// steps at the same time, so they measure at the same time: an entry is measured when any rank
+// lacks it, by every rank, after a barrier; each rate is what one rank gets while the others
+// do the same (on the 2-vCPU test machine two ranks each compute at about 0.55x the rate of one
+// alone, which a rate measured alone predicted as 0.55x the step).
+//
 // Cache: one JSON file ($STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else ~/.cache/strata:
-// calibration.json), an object per machine (host name, CPU model, cores, device), an entry per
-// measurement and its parameters (the model's shape, threads, the store's directories). A
-// missing entry is measured and added; `redo` (--calibrate) measures every entry this
-// configuration uses again. The file is replaced atomically (rank 0 writes it).
+// calibration.json), an object per machine (host name, CPU model, cores, device, and the ranks
+// on this machine when more than one), an entry per measurement and its parameters (the
+// model's shape, threads, the store's directories). A missing entry is measured and added;
+// `redo` (--calibrate) measures every entry this configuration uses again. The file is replaced
+// atomically (rank 0 writes it).
 //
 // Thread safety: none; calibrate() from one thread (every rank, when ranks > 1).
 #pragma once

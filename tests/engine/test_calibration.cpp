@@ -1,0 +1,100 @@
+// engine::calibrate over ranks (label mpi; mpirun -np 1 and 2): the ranks of a machine measure
+// together, and their rates are kept apart from one rank's.
+//   - an entry that any rank lacks is measured by every rank (a rank whose cache holds it too),
+//     so that the ranks probe at the same time, as they will run;
+//   - the cache's machine entry names the ranks on this machine when there are several, so that
+//     a later run with another number of ranks does not take rates measured beside another load.
+// Each rank has its own cache file here, in a directory of its own (only rank 0 writes its file,
+// as calibrate() does), so that the second calibration finds the entries on rank 0 only.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "comm/mpi_comm.h"
+#include "core/check.h"
+#include "engine/calibration.h"
+#include "gpu/cpu_device.h"
+#include "model/gpt.h"
+#include "scratch_dir.h"
+
+namespace strata::engine {
+namespace {
+
+comm::Communicator& world() {
+  static std::unique_ptr<comm::Communicator> c = [] {
+    comm::CommOptions o;
+    o.timeout_s = 120.0;  // a hang (a rank left out of a barrier) becomes an abort
+    auto r = comm::create_mpi_comm(o);
+    STRATA_CHECK(r.ok(), r.status().to_string());
+    return std::move(r).value();
+  }();
+  return *c;
+}
+
+CalibrationRequest request(gpu::Device& device, const std::string& cache) {
+  model::GptConfig cfg;
+  cfg.vocab = 32;
+  cfg.max_seq = 8;
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.channels = 16;
+  cfg.dtype = DType::kF32;
+  CalibrationRequest rq;
+  rq.device = &device;
+  rq.probe = model::GptModel::probe(cfg);
+  rq.shape = model::RunShape{2, 8, 0};
+  rq.comm = &world();
+  rq.host_threads = 1;
+  rq.cache_path = cache;
+  return rq;
+}
+
+TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey) {
+  comm::Communicator& comm = world();
+  test::ScratchDir dir;  // each rank its own
+  ASSERT_TRUE(dir.ok());
+  const std::string cache = dir.path() + "/calibration.json";
+
+  gpu::DeviceOptions dopt;
+  dopt.threads = 1;
+  auto dev = gpu::create_cpu_device(dopt);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  constexpr int kEntries = 4;  // compute, link, host, overhead (no disk without directories)
+
+  // First: no rank has a cache.
+  auto first = calibrate(request(**dev, cache));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->measured, kEntries);
+  EXPECT_EQ(first->cached, 0);
+
+  // Second: rank 0 wrote its file; the others' caches are still empty.
+  auto second = calibrate(request(**dev, cache));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  if (comm.size() == 1) {
+    EXPECT_EQ(second->measured, 0);
+    EXPECT_EQ(second->cached, kEntries);
+  } else {
+    EXPECT_EQ(second->measured, kEntries) << "rank " << comm.rank();
+    EXPECT_EQ(second->cached, 0) << "rank " << comm.rank();
+  }
+
+  if (comm.rank() == 0) {
+    std::ifstream in(cache);
+    ASSERT_TRUE(in.good()) << cache;
+    const nlohmann::json j = nlohmann::json::parse(in);
+    ASSERT_EQ(j.size(), 1u) << j.dump();
+    const std::string key = j.begin().key();
+    const std::string sharing = std::to_string(comm.local_size()) + " ranks on this machine";
+    if (comm.local_size() > 1) {
+      EXPECT_NE(key.find(sharing), std::string::npos) << key;
+    } else {
+      EXPECT_EQ(key.find("ranks on this machine"), std::string::npos) << key;
+    }
+    EXPECT_EQ(j.begin()->size(), size_t(kEntries)) << j.dump();
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
