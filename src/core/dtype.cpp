@@ -21,12 +21,30 @@ Result<DType> parse_dtype(std::string_view name) {
                     "' is not accepted (use fp32, fp16 or bf16)");
 }
 
+namespace {
+
+// One pair of types, known when compiled: the element functions' switches fold away and the loop
+// vectorizes (the per-element switch of both types ran at about 5 ns an element).
+template <DType S, DType D>
+void convert_as(const void* src, void* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) store_from_f32(dst, D, i, load_as_f32(src, S, i));
+}
+
+using ConvertFn = void (*)(const void*, void*, size_t);
+template <DType S>
+constexpr ConvertFn kConvertFrom[3] = {convert_as<S, DType::kF32>, convert_as<S, DType::kF16>,
+                                       convert_as<S, DType::kBF16>};
+constexpr const ConvertFn* kConvert[3] = {kConvertFrom<DType::kF32>, kConvertFrom<DType::kF16>,
+                                          kConvertFrom<DType::kBF16>};
+
+}  // namespace
+
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
   if (src_type == dst_type) {
     std::memmove(dst, src, n * dtype_size(src_type));
     return;
   }
-  for (size_t i = 0; i < n; ++i) store_from_f32(dst, dst_type, i, load_as_f32(src, src_type, i));
+  kConvert[static_cast<int>(src_type)][static_cast<int>(dst_type)](src, dst, n);
 }
 
 }  // namespace strata

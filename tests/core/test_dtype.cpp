@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -162,6 +163,40 @@ TEST(DType, F16OverflowThresholdIs65520) {
   EXPECT_EQ(f32_to_f16(std::nextafter(65520.0f, 0.0f)), 0x7bff);
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);
   EXPECT_EQ(f32_to_f16(-65520.0f), 0xfc00);
+}
+
+// convert() of every pair of types, element for element as encode(decode(x)) of the functions
+// tested above (the same type: a copy of the bits): every 16-bit pattern, and fp32 values around
+// every 16-bit pattern's midpoints (ties, subnormals, overflow, NaN, Inf), at odd offsets and
+// lengths.
+TEST(DType, ConvertEveryPairEqualsTheElementFunctions) {
+  std::vector<float> f32;
+  std::vector<uint16_t> h16;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    h16.push_back(static_cast<uint16_t>(h));
+    const float v = bf16_to_f32(static_cast<uint16_t>(h));
+    f32.push_back(v);
+    f32.push_back(std::bit_cast<float>(std::bit_cast<uint32_t>(v) + 0x8000u));  // a bf16 tie
+    f32.push_back(f16_to_f32(static_cast<uint16_t>(h)));
+    f32.push_back(std::bit_cast<float>(
+        std::bit_cast<uint32_t>(f16_to_f32(static_cast<uint16_t>(h))) + 0x1000u));  // f16 tie
+  }
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16};
+  for (DType s : types) {
+    const void* src = s == DType::kF32 ? static_cast<const void*>(f32.data()) : h16.data();
+    const size_t n = (s == DType::kF32 ? f32.size() : h16.size()) - 3;  // an odd length
+    for (DType d : types) {
+      std::vector<uint32_t> got(n + 1, 0xdeadbeefu), want(n + 1, 0xdeadbeefu);
+      const auto* from = static_cast<const std::byte*>(src) + dtype_size(s);  // odd offset
+      convert(from, s, got.data(), d, n);
+      if (s == d) {
+        std::memcpy(want.data(), from, n * dtype_size(s));  // the same type: the bits, NaNs too
+      } else {
+        for (size_t i = 0; i < n; ++i) store_from_f32(want.data(), d, i, load_as_f32(from, s, i));
+      }
+      ASSERT_EQ(got, want) << dtype_name(s) << " -> " << dtype_name(d);
+    }
+  }
 }
 
 TEST(DType, ParseAndNames) {
