@@ -422,6 +422,24 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     set(Work::kNvmeWriteBytes, disk.at(1));
     set(Work::kNvmeOps, disk.at(2));
   }
+  // Every rank takes the slowest rank's rates (the largest overhead): a step waits at its
+  // collectives for the slowest rank, and every rank then predicts, plans and chooses alike.
+  // (Two ranks probing at once on the test machine's two vCPUs have read 1.18e10 and 7.5e9
+  // FLOP/s: one vCPU shared its core with another load, the other did not.)
+  if (ranks > 1) {
+    float slow[sched::kNumWorkKinds + 1];
+    for (int k = 0; k < sched::kNumWorkKinds; ++k) slow[k] = -static_cast<float>(r.per_second[k]);
+    slow[sched::kNumWorkKinds] = static_cast<float>(r.task_overhead_s);
+    comm::CollectiveCall call;
+    call.kind = comm::CollectiveKind::kAllReduce;
+    call.send = call.recv = slow;
+    call.count = sched::kNumWorkKinds + 1;
+    call.dtype = DType::kF32;
+    call.op = comm::ReduceOp::kMax;
+    STRATA_RETURN_IF_ERROR(rq.comm->start(call).wait());
+    for (int k = 0; k < sched::kNumWorkKinds; ++k) r.per_second[k] = -double(slow[k]);
+    r.task_overhead_s = slow[sched::kNumWorkKinds];
+  }
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
   r.nvme_workers = 1;
   r.cpu_workers = 1;

@@ -31,7 +31,9 @@
 // steps at the same time, so they measure at the same time: an entry is measured when any rank
 // lacks it, by every rank, after a barrier; each rate is what one rank gets while the others
 // do the same (on the 2-vCPU test machine two ranks each compute at about 0.55x the rate of one
-// alone, which a rate measured alone predicted as 0.55x the step).
+// alone, which a rate measured alone predicted as 0.55x the step). Then every rank takes the
+// slowest rank's rates (the largest task overhead): a step waits at its collectives for the
+// slowest rank, and the ranks predict, plan and choose alike.
 //
 // Cache: one JSON file ($STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else ~/.cache/strata:
 // calibration.json), an object per machine (host name, CPU model, cores, device, and the ranks

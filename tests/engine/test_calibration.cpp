@@ -3,7 +3,8 @@
 //   - an entry that any rank lacks is measured by every rank (a rank whose cache holds it too),
 //     so that the ranks probe at the same time, as they will run;
 //   - the cache's machine entry names the ranks on this machine when there are several, so that
-//     a later run with another number of ranks does not take rates measured beside another load.
+//     a later run with another number of ranks does not take rates measured beside another load;
+//   - every rank comes out with the same rates, the slowest rank's.
 // Each rank has its own cache file here, in a directory of its own (only rank 0 writes its file,
 // as calibrate() does), so that the second calibration finds the entries on rank 0 only.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_comm.h"
 #include "core/check.h"
@@ -80,6 +82,26 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
     EXPECT_EQ(second->cached, 0) << "rank " << comm.rank();
   }
 
+  // Every rank predicts with the same rates: the slowest rank's (a step waits for it at its
+  // collectives); rank 0's own, in its cache, are no slower.
+  const sched::Rates& r = second->rates;
+  std::vector<float> mine(sched::kNumWorkKinds + 1), all((sched::kNumWorkKinds + 1) * comm.size());
+  for (int k = 0; k < sched::kNumWorkKinds; ++k) mine[k] = static_cast<float>(r.per_second[k]);
+  mine[sched::kNumWorkKinds] = static_cast<float>(r.task_overhead_s);
+  comm::CollectiveCall gather;
+  gather.kind = comm::CollectiveKind::kAllGather;
+  gather.send = mine.data();
+  gather.recv = all.data();
+  gather.count = mine.size();
+  gather.dtype = DType::kF32;
+  ASSERT_TRUE(comm.start(gather).wait().ok());
+  for (int q = 0; q < comm.size(); ++q) {
+    for (size_t k = 0; k < mine.size(); ++k) {
+      EXPECT_EQ(all[size_t(q) * mine.size() + k], mine[k]) << "rank " << q << ", rate " << k;
+    }
+  }
+  EXPECT_GT(r.rate(sched::Work::kFlops), 0.0);
+
   if (comm.rank() == 0) {
     std::ifstream in(cache);
     ASSERT_TRUE(in.good()) << cache;
@@ -93,6 +115,14 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
       EXPECT_EQ(key.find("ranks on this machine"), std::string::npos) << key;
     }
     EXPECT_EQ(j.begin()->size(), size_t(kEntries)) << j.dump();
+    for (const auto& [name, v] : j.begin()->items()) {
+      if (name.rfind("compute ", 0) == 0) {
+        EXPECT_LE(r.rate(sched::Work::kFlops), v[0].get<double>() * (1 + 1e-6)) << name;
+      }
+      if (name.rfind("overhead ", 0) == 0) {
+        EXPECT_GE(r.task_overhead_s, v[0].get<double>() * (1 - 1e-6)) << name;
+      }
+    }
   }
 }
 
