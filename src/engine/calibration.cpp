@@ -399,33 +399,44 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     ++cal.measured;
     return v;
   };
-  STRATA_ASSIGN_OR_RETURN(auto compute, entry(kCompute, [&] { return measure_compute(rq); }));
-  STRATA_ASSIGN_OR_RETURN(auto link, entry(kLink, [&] { return measure_link(*rq.device); }));
-  STRATA_ASSIGN_OR_RETURN(auto host, entry(kHost, [&] { return measure_host(rq); }));
-  STRATA_ASSIGN_OR_RETURN(auto overhead, entry(kOverhead, [&]() -> Result<std::vector<double>> {
-                            STRATA_ASSIGN_OR_RETURN(double t,
-                                                    measure_overhead(*rq.device, rq.host_threads));
-                            return std::vector<double>{t};
-                          }));
-  STRATA_ASSIGN_OR_RETURN(auto disk, entry(kDisk, [&] { return measure_disk(rq); }));
-  auto set = [&](Work w, double v) { r.per_second[static_cast<int>(w)] = v; };
-  set(Work::kFlops, compute.at(0));
-  set(Work::kFlopsHead, compute.at(1));
-  set(Work::kH2DBytes, link.at(0));
-  set(Work::kD2HBytes, link.at(1));
-  set(Work::kHostBytes, host.at(0));
-  set(Work::kAdamElements, host.at(1));
-  set(Work::kDeviceAdamElements, host.at(2));
-  r.task_overhead_s = overhead.at(0);
-  if (!rq.nvme_dirs.empty()) {
-    set(Work::kNvmeReadBytes, disk.at(0));
-    set(Work::kNvmeWriteBytes, disk.at(1));
-    set(Work::kNvmeOps, disk.at(2));
+  // What each entry holds, in order: a rate per kind of work (the overhead: seconds a task).
+  constexpr int kOverheadSlot = -1;
+  static const std::vector<int> kHolds[kSlots] = {
+      {int(Work::kFlops), int(Work::kFlopsHead)},
+      {int(Work::kH2DBytes), int(Work::kD2HBytes)},
+      {int(Work::kHostBytes), int(Work::kAdamElements), int(Work::kDeviceAdamElements)},
+      {kOverheadSlot},
+      {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps)}};
+  const std::function<Result<std::vector<double>>()> measures[kSlots] = {
+      [&] { return measure_compute(rq); }, [&] { return measure_link(*rq.device); },
+      [&] { return measure_host(rq); },
+      [&]() -> Result<std::vector<double>> {
+        STRATA_ASSIGN_OR_RETURN(double t, measure_overhead(*rq.device, rq.host_threads));
+        return std::vector<double>{t};
+      },
+      [&] { return measure_disk(rq); }};
+  bool measured[kSlots] = {};
+  for (int k = 0; k < kSlots; ++k) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> v, entry(Slot(k), measures[k]));
+    if (v.empty()) continue;  // no disk
+    measured[k] = need[k] != 0.0f;
+    if (v.size() != kHolds[k].size()) {
+      return make_error(ErrorCode::kInternal, "calibration entry '", keys[k], "' holds ", v.size(),
+                        " values, not ", kHolds[k].size(), " (", cal.cache_path, ")");
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (kHolds[k][i] == kOverheadSlot) {
+        r.task_overhead_s = v[i];
+      } else {
+        r.per_second[kHolds[k][i]] = v[i];
+      }
+    }
   }
   // Every rank takes the slowest rank's rates (the largest overhead): a step waits at its
   // collectives for the slowest rank, and every rank then predicts, plans and chooses alike.
   // (Two ranks probing at once on the test machine's two vCPUs have read 1.18e10 and 7.5e9
-  // FLOP/s: one vCPU shared its core with another load, the other did not.)
+  // FLOP/s: one vCPU shared its core with another load, the other did not.) What was measured
+  // now is cached as agreed, so that a later run predicts as this one.
   if (ranks > 1) {
     float slow[sched::kNumWorkKinds + 1];
     for (int k = 0; k < sched::kNumWorkKinds; ++k) slow[k] = -static_cast<float>(r.per_second[k]);
@@ -439,6 +450,12 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     STRATA_RETURN_IF_ERROR(rq.comm->start(call).wait());
     for (int k = 0; k < sched::kNumWorkKinds; ++k) r.per_second[k] = -double(slow[k]);
     r.task_overhead_s = slow[sched::kNumWorkKinds];
+    for (int k = 0; k < kSlots; ++k) {
+      if (!measured[k]) continue;
+      std::vector<double> v;
+      for (int w : kHolds[k]) v.push_back(w == kOverheadSlot ? r.task_overhead_s : r.per_second[w]);
+      mine[keys[k]] = v;
+    }
   }
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
   r.nvme_workers = 1;
