@@ -11,6 +11,7 @@
 #include "comm/mpi_comm.h"
 #include "comm_test_util.h"
 #include "core/check.h"
+#include "mpi_world.h"
 
 namespace strata::comm {
 namespace {
@@ -20,16 +21,7 @@ using testing::input_value;
 using testing::make_input;
 using testing::sum_tolerance;
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    CommOptions o;
-    o.timeout_s = 120.0;  // a hang in a test becomes an abort with a message
-    auto r = create_mpi_comm(o);
-    STRATA_CHECK(r.ok(), r.status().to_string());
-    return std::move(r).value();
-  }();
-  return *comm;
-}
+Communicator& world() { return testing::mpi_world(); }
 
 constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 constexpr size_t kCounts[] = {0, 1, 7, 1000, 4099};

@@ -14,26 +14,16 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_comm.h"
-#include "core/check.h"
 #include "engine/calibration.h"
 #include "gpu/cpu_device.h"
 #include "model/gpt.h"
+#include "mpi_world.h"
 #include "scratch_dir.h"
 
 namespace strata::engine {
 namespace {
 
-comm::Communicator& world() {
-  static std::unique_ptr<comm::Communicator> c = [] {
-    comm::CommOptions o;
-    o.timeout_s = 120.0;  // a hang (a rank left out of a barrier) becomes an abort
-    auto r = comm::create_mpi_comm(o);
-    STRATA_CHECK(r.ok(), r.status().to_string());
-    return std::move(r).value();
-  }();
-  return *c;
-}
+comm::Communicator& world() { return comm::testing::mpi_world(); }
 
 CalibrationRequest request(gpu::Device& device, const std::string& cache) {
   model::GptConfig cfg;

@@ -35,6 +35,7 @@
 #endif
 #include "model/init.h"
 #include "model/synthetic_task.h"
+#include "mpi_world.h"
 #include "nvme/swap_store.h"
 #include "scratch_dir.h"
 #include "swap_test_util.h"
@@ -42,16 +43,7 @@
 namespace strata::engine {
 namespace {
 
-comm::Communicator& world() {
-  static std::unique_ptr<comm::Communicator> c = [] {
-    comm::CommOptions o;
-    o.timeout_s = 120.0;  // a hang becomes an abort with a message
-    auto r = comm::create_mpi_comm(o);
-    STRATA_CHECK(r.ok(), r.status().to_string());
-    return std::move(r).value();
-  }();
-  return *c;
-}
+comm::Communicator& world() { return comm::testing::mpi_world(); }
 
 // The device train() runs on: the CpuDevice, or another for the CUDA variant's tests.
 using DeviceMaker = std::function<Result<std::unique_ptr<gpu::Device>>(comm::Communicator&,
