@@ -1,11 +1,16 @@
 #include "engine/calibration.h"
 
 #include <oneapi/tbb/task_arena.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -279,6 +284,22 @@ Result<double> measure_overhead(gpu::Device& device, int host_threads) {
   return t / 64.0;
 }
 
+// The disk under a directory, for the cache: its filesystem (type, id, device number), so that
+// every directory of one filesystem (a fresh temporary one each run) shares the entry; the
+// path itself when it cannot be stat'ed (the store then fails to open and says why).
+std::string filesystem_of(const std::string& dir) {
+  struct stat st {};
+  struct statfs fs {};
+  if (::stat(dir.c_str(), &st) != 0 || ::statfs(dir.c_str(), &fs) != 0) return dir;
+  int id[2];
+  std::memcpy(id, &fs.f_fsid, sizeof(id));
+  char text[96];
+  std::snprintf(text, sizeof(text), "fs %lx:%08x%08x:%u:%u", static_cast<unsigned long>(fs.f_type),
+                static_cast<unsigned>(id[0]), static_cast<unsigned>(id[1]), major(st.st_dev),
+                minor(st.st_dev));
+  return text;
+}
+
 json read_cache(const std::string& path) {
   std::ifstream in(path);
   if (!in) return json::object();
@@ -362,11 +383,14 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   if (!rq.nvme_dirs.empty()) {
     keys[kDisk] = "disk+requests block=" + std::to_string(rq.nvme_block_bytes) +
                   " depth=" + std::to_string(rq.nvme_queue_depth);
-    for (const std::string& d : rq.nvme_dirs) {
-      std::error_code ec;
-      const auto canon = std::filesystem::weakly_canonical(d, ec);
-      keys[kDisk] += " " + (ec ? d : canon.string());
-    }
+    for (const std::string& d : rq.nvme_dirs) keys[kDisk] += " " + filesystem_of(d);
+  }
+  // Entries of an earlier form, keyed by the directories' paths: one per temporary directory,
+  // never matched again.
+  for (auto it = mine.begin(); it != mine.end();) {
+    const std::string& k = it.key();
+    it = k.rfind("disk+requests ", 0) == 0 && k.find(" /") != std::string::npos ? mine.erase(it)
+                                                                                : std::next(it);
   }
   // An entry is measured when any rank lacks it (or --calibrate), by every rank at once after a
   // barrier: the ranks of a machine share its cores, memory and disks, and run their steps at

@@ -38,9 +38,10 @@
 // Cache: one JSON file ($STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else ~/.cache/strata:
 // calibration.json), an object per machine (host name, CPU model, cores, device, and the ranks
 // on this machine when more than one), an entry per measurement and its parameters (the
-// model's shape, threads, the store's directories). A missing entry is measured and added;
-// `redo` (--calibrate) measures every entry this configuration uses again. The file is replaced
-// atomically (rank 0 writes it).
+// model's shape, threads, the filesystems of the store's directories: type, id and device
+// number, so that a fresh temporary directory on a measured disk is not measured again). A
+// missing entry is measured and added; `redo` (--calibrate) measures every entry this
+// configuration uses again. The file is replaced atomically (rank 0 writes it).
 //
 // Thread safety: none; calibrate() from one thread (every rank, when ranks > 1).
 #pragma once

@@ -4,11 +4,15 @@
 //     so that the ranks probe at the same time, as they will run;
 //   - the cache's machine entry names the ranks on this machine when there are several, so that
 //     a later run with another number of ranks does not take rates measured beside another load;
-//   - every rank comes out with the same rates, the slowest rank's, and they are what is cached.
+//   - every rank comes out with the same rates, the slowest rank's, and they are what is cached;
+//   - a disk is known by its filesystem, not by the directory it was measured in (a fresh
+//     temporary directory on it is not measured again), and entries keyed by paths, an earlier
+//     form, are dropped when the file is written.
 // Each rank has its own cache file here, in a directory of its own (only rank 0 writes its file,
 // as calibrate() does), so that the second calibration finds the entries on rank 0 only.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -115,6 +119,60 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
         EXPECT_EQ(v[0].get<double>(), r.task_overhead_s) << name;
       }
     }
+  }
+}
+
+TEST(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
+  comm::Communicator& comm = world();
+  test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  const std::string cache = dir.path() + "/calibration.json";
+  ASSERT_TRUE(std::filesystem::create_directory(a) && std::filesystem::create_directory(b));
+  gpu::DeviceOptions dopt;
+  dopt.threads = 1;
+  auto dev = gpu::create_cpu_device(dopt);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  constexpr int kEntries = 5;  // compute, link, host, overhead, disk
+  CalibrationRequest rq = request(**dev, cache);
+  rq.nvme_dirs = {a};
+  auto first = calibrate(rq);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->measured, kEntries);
+  EXPECT_GT(first->rates.rate(sched::Work::kNvmeReadBytes), 0.0);
+
+  // An entry of the earlier form, keyed by a directory's path.
+  const std::string stale = "disk+requests block=1048576 depth=32 " + a;
+  if (comm.rank() == 0) {
+    nlohmann::json j;
+    {
+      std::ifstream in(cache);
+      j = nlohmann::json::parse(in);
+    }
+    j.begin().value()[stale] = {1.0, 2.0, 3.0};
+    std::ofstream(cache) << j.dump();
+  }
+
+  rq.nvme_dirs = {b};
+  auto second = calibrate(rq);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  if (comm.size() == 1) {  // (with more ranks the others' caches are empty: all measure again)
+    EXPECT_EQ(second->measured, 0);
+    EXPECT_EQ(second->cached, kEntries);
+    EXPECT_EQ(second->rates.rate(sched::Work::kNvmeReadBytes),
+              first->rates.rate(sched::Work::kNvmeReadBytes));
+  }
+
+  rq.redo = true;  // measured again, so rank 0 writes its file
+  ASSERT_TRUE(calibrate(rq).ok());
+  if (comm.rank() == 0) {
+    std::ifstream in(cache);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json& entries = j.begin().value();
+    EXPECT_FALSE(entries.contains(stale)) << entries.dump();
+    int disks = 0;
+    for (const auto& [name, v] : entries.items()) disks += name.rfind("disk+requests ", 0) == 0;
+    EXPECT_EQ(disks, 1) << entries.dump();
   }
 }
 
