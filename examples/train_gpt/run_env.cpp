@@ -74,16 +74,20 @@ Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world
     p.bind = false;  // the OS refused: said on the rank's line, the run goes on unbound
     p.unbound_why = st.message();
   }
-  // One line per rank, in rank order, printed by rank 0.
-  constexpr size_t kLine = 512;
+  // One line per rank, in rank order, printed by rank 0: slots as long as the longest line (its
+  // length all-reduced first; many --nvme-path directories make long lines), moved as 16-bit
+  // units (an all-gather copies, it does not add).
   std::string mine = "placement " + p.describe(world.rank());
-  mine.resize(kLine, '\0');
-  std::string all(kLine * static_cast<size_t>(world.size()), '\0');
-  // Bytes moved as 16-bit units (an all-gather copies, it does not add).
-  STRATA_RETURN_IF_ERROR(world.all_gather(mine.data(), all.data(), kLine / 2, DType::kBF16));
+  float longest = static_cast<float>(mine.size() + 1);
+  STRATA_RETURN_IF_ERROR(
+      world.all_reduce(&longest, &longest, 1, DType::kF32, comm::ReduceOp::kMax));
+  const size_t slot = (static_cast<size_t>(longest) + 1) / 2 * 2;
+  mine.resize(slot, '\0');
+  std::string all(slot * static_cast<size_t>(world.size()), '\0');
+  STRATA_RETURN_IF_ERROR(world.all_gather(mine.data(), all.data(), slot / 2, DType::kBF16));
   if (world.rank() == 0) {
     for (int r = 0; r < world.size(); ++r) {
-      std::printf("%s\n", all.substr(size_t(r) * kLine, kLine).c_str());
+      std::printf("%s\n", all.substr(size_t(r) * slot, slot).c_str());
     }
     std::fflush(stdout);
   }

@@ -58,6 +58,23 @@ for r in 0 1; do
     exit 1
   fi
 done
+# A long line (several long --nvme-path directories) reaches rank 0 whole, for each rank.
+long=$scratch/$(printf 'd%.0s' $(seq 100))
+dirs=
+for i in 1 2 3 4 5 6; do
+  mkdir -p "$long$i"
+  dirs=$dirs${dirs:+,}$long$i
+done
+run2 --steps 1 --layers 2 --channels 32 --batch 16 --zero-stage 3 --offload-optimizer nvme \
+  --nvme-path "$dirs" >"$scratch/long.out"
+for r in 0 1; do
+  if ! grep -q "^placement rank $r: .*drive ${long}1 on .*drive ${long}6 on NUMA node [a-z0-9]*$" \
+    "$scratch/long.out"; then
+    echo "train_gpt: rank $r's placement line with six drives is cut or missing:" >&2
+    grep "^placement" "$scratch/long.out" >&2
+    exit 1
+  fi
+done
 for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device \
   stage2-acts-cpu stage3-acts-nvme stage3-unbound; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then

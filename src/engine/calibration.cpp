@@ -402,13 +402,8 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     need[k] = !keys[k].empty() && (rq.redo || !has) ? 1.0f : 0.0f;
   }
   if (ranks > 1) {
-    comm::CollectiveCall call;
-    call.kind = comm::CollectiveKind::kAllReduce;
-    call.send = call.recv = need;
-    call.count = kSlots;
-    call.dtype = DType::kF32;
-    call.op = comm::ReduceOp::kMax;
-    STRATA_RETURN_IF_ERROR(rq.comm->start(call).wait());
+    STRATA_RETURN_IF_ERROR(
+        rq.comm->all_reduce(need, need, kSlots, DType::kF32, comm::ReduceOp::kMax));
   }
   auto entry = [&](Slot k, const std::function<Result<std::vector<double>>()>& measure)
       -> Result<std::vector<double>> {
@@ -465,13 +460,8 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     float slow[sched::kNumWorkKinds + 1];
     for (int k = 0; k < sched::kNumWorkKinds; ++k) slow[k] = -static_cast<float>(r.per_second[k]);
     slow[sched::kNumWorkKinds] = static_cast<float>(r.task_overhead_s);
-    comm::CollectiveCall call;
-    call.kind = comm::CollectiveKind::kAllReduce;
-    call.send = call.recv = slow;
-    call.count = sched::kNumWorkKinds + 1;
-    call.dtype = DType::kF32;
-    call.op = comm::ReduceOp::kMax;
-    STRATA_RETURN_IF_ERROR(rq.comm->start(call).wait());
+    STRATA_RETURN_IF_ERROR(rq.comm->all_reduce(slow, slow, sched::kNumWorkKinds + 1, DType::kF32,
+                                               comm::ReduceOp::kMax));
     for (int k = 0; k < sched::kNumWorkKinds; ++k) r.per_second[k] = -double(slow[k]);
     r.task_overhead_s = slow[sched::kNumWorkKinds];
     for (int k = 0; k < kSlots; ++k) {

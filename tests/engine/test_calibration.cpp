@@ -82,13 +82,7 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
   std::vector<float> mine(sched::kNumWorkKinds + 1), all((sched::kNumWorkKinds + 1) * comm.size());
   for (int k = 0; k < sched::kNumWorkKinds; ++k) mine[k] = static_cast<float>(r.per_second[k]);
   mine[sched::kNumWorkKinds] = static_cast<float>(r.task_overhead_s);
-  comm::CollectiveCall gather;
-  gather.kind = comm::CollectiveKind::kAllGather;
-  gather.send = mine.data();
-  gather.recv = all.data();
-  gather.count = mine.size();
-  gather.dtype = DType::kF32;
-  ASSERT_TRUE(comm.start(gather).wait().ok());
+  ASSERT_TRUE(comm.all_gather(mine.data(), all.data(), mine.size(), DType::kF32).ok());
   for (int q = 0; q < comm.size(); ++q) {
     for (size_t k = 0; k < mine.size(); ++k) {
       EXPECT_EQ(all[size_t(q) * mine.size() + k], mine[k]) << "rank " << q << ", rate " << k;
