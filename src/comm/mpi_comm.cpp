@@ -58,8 +58,8 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 class MpiOp final : public PendingOp {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<float> send32;      // widened 16-bit input
-  std::vector<float> recv32;      // fp32 result, narrowed into `out` on completion
+  ScratchPool::Buffer send32;     // widened 16-bit input
+  ScratchPool::Buffer recv32;     // fp32 result, narrowed into `out` on completion
   std::vector<std::byte> staged;  // result staged because it overlaps the input
   void* out = nullptr;            // where the result goes on completion (null: nowhere)
   size_t out_count = 0;
@@ -228,8 +228,8 @@ Result<std::unique_ptr<PendingOp>> MpiComm::start_impl(const CollectiveCall& cal
     case CollectiveKind::kAllReduce:
       what = "MPI_Iallreduce";
       if (wide) {
-        op->send32.resize(c);
-        op->recv32.resize(c);
+        op->send32 = scratch_->take(c);
+        op->recv32 = scratch_->take(c);
         convert(call.send, call.dtype, op->send32.data(), DType::kF32, c);
         op->out = call.recv;
         op->out_count = c;
@@ -244,10 +244,10 @@ Result<std::unique_ptr<PendingOp>> MpiComm::start_impl(const CollectiveCall& cal
     case CollectiveKind::kReduce:
       what = "MPI_Ireduce";
       if (wide) {
-        op->send32.resize(c);
+        op->send32 = scratch_->take(c);
         convert(call.send, call.dtype, op->send32.data(), DType::kF32, c);
         if (root) {
-          op->recv32.resize(c);
+          op->recv32 = scratch_->take(c);
           op->out = call.recv;
           op->out_count = c;
         }
@@ -267,8 +267,8 @@ Result<std::unique_ptr<PendingOp>> MpiComm::start_impl(const CollectiveCall& cal
     case CollectiveKind::kReduceScatter:
       what = "MPI_Ireduce_scatter_block";
       if (wide) {
-        op->send32.resize(n * c);
-        op->recv32.resize(c);
+        op->send32 = scratch_->take(n * c);
+        op->recv32 = scratch_->take(c);
         convert(call.send, call.dtype, op->send32.data(), DType::kF32, n * c);
         op->out = call.recv;
         op->out_count = c;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "comm/scratch_pool.h"
 
 namespace strata::comm {
 
@@ -42,6 +43,8 @@ class MpiComm final : public Communicator {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  // The widened copies of 16-bit reductions, reused from call to call.
+  std::shared_ptr<ScratchPool> scratch_ = ScratchPool::create();
 };
 
 Result<std::unique_ptr<MpiComm>> create_mpi_comm_impl(CommOptions options);
