@@ -21,6 +21,7 @@
 
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
+#include "engine/compute_probe.h"
 #include "gpu/kernels.h"
 #include "scheduler/executor.h"
 
@@ -59,8 +60,9 @@ std::string cpu_model() {
 // Part of the cache key: raised when what the probes time changes inside strata itself, so that
 // rates measured through the old paths are not reused (2: pinned buffers on huge pages, which
 // made the swap store's transfers about 2.5x faster on the test machine; 3: the swap store's
-// writes hashed on its I/O thread with the dispatched xxh3, and woken for new jobs).
-constexpr int kProbeVersion = 3;
+// writes hashed on its I/O thread with the dispatched xxh3, and woken for new jobs; 4: the
+// compute probe replays the model's ops as a step does, compute_probe.h).
+constexpr int kProbeVersion = 4;
 
 // `sharing`: the ranks on this machine, which probe at once as they run (more than one:
 // each rate is what one of them gets while the others do the same work; a separate entry).
@@ -72,62 +74,6 @@ std::string machine_key(const gpu::Device& device, int sharing) {
      << device.name() << " | probes " << kProbeVersion;
   if (sharing > 1) os << " | " << sharing << " ranks on this machine";
   return os.str();
-}
-
-// The model's entry points on one- and two-layer copies: {layer FLOP/s, shared block FLOP/s}.
-Result<std::vector<double>> measure_compute(const CalibrationRequest& rq) {
-  model::RunShape shape = rq.shape;
-  shape.checkpoint_interval = 0;  // keep every activation: a recompute is a forward, counted so
-  std::unique_ptr<model::Model> m[2];
-  for (int k = 0; k < 2; ++k) {
-    STRATA_ASSIGN_OR_RETURN(m[k], rq.probe.make(*rq.device, k + 1, shape));
-  }
-  const auto rows = static_cast<size_t>(shape.batch * shape.seq);
-  const auto vocab = static_cast<size_t>(m[0]->vocab());
-  std::vector<int32_t> tokens(rows), targets(rows);
-  for (size_t i = 0; i < rows; ++i) {
-    tokens[i] = static_cast<int32_t>(i % vocab);
-    targets[i] = static_cast<int32_t>((i + 1) % vocab);
-  }
-  // One step's work, its ops queued back to back on the stream as in a step.
-  auto pass = [&](model::Model& g) -> Status {
-    gpu::Stream& s = g.stream();
-    const int64_t L = g.num_layers();
-    void* sp = g.param_block(L);
-    void* sg = g.grad_block(L);
-    STRATA_RETURN_IF_ERROR(g.set_batch(s, tokens.data(), targets.data()));
-    STRATA_RETURN_IF_ERROR(g.embedding_forward(s, sp));
-    for (int64_t l = 0; l < L; ++l) STRATA_RETURN_IF_ERROR(g.layer_forward(s, l, g.param_block(l)));
-    STRATA_RETURN_IF_ERROR(g.head_forward(s, sp));
-    STRATA_RETURN_IF_ERROR(g.head_backward(s, sp, sg));
-    for (int64_t l = L - 1; l >= 0; --l) {
-      STRATA_RETURN_IF_ERROR(g.layer_backward(s, l, g.param_block(l), g.grad_block(l)));
-    }
-    STRATA_RETURN_IF_ERROR(g.embedding_backward(s, sg));
-    return s.synchronize();
-  };
-  // Warm-up: a quarter of a second of steps (caches, the cores' clock, the BLAS's buffers):
-  // without it the first rates came out 40% low.
-  const auto warm = std::chrono::steady_clock::now();
-  for (int i = 0; i < 2 || std::chrono::steady_clock::now() - warm < std::chrono::milliseconds(250);
-       ++i) {
-    STRATA_RETURN_IF_ERROR(pass(*m[i % 2]));
-  }
-  // Alternating, so that a drift of the machine's speed touches both alike.
-  std::vector<double> t[2];
-  for (int i = 0; i < 7; ++i) {
-    for (int k = 0; k < 2; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      STRATA_RETURN_IF_ERROR(pass(*m[k]));
-      t[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-  }
-  for (auto& v : t) std::sort(v.begin(), v.end());
-  const double layer_s = std::max(t[1][3] - t[0][3], 1e-9);
-  const double head_s = std::max(t[0][3] - layer_s, 1e-9);
-  const model::BlockCost lc = m[0]->block_cost(0), hc = m[0]->block_cost(1);
-  return std::vector<double>{(lc.forward_flops + lc.backward_flops) / layer_s,
-                             (hc.forward_flops + hc.backward_flops) / head_s};
 }
 
 Result<std::vector<double>> measure_link(gpu::Device& device) {

@@ -4,11 +4,12 @@
 // What is measured (each the median of three timed runs after one warm-up; compute, of seven,
 // disk of five: this disk's rate swings by half from one second to the next):
 //   compute       the model's own entry points on one- and two-layer copies of the model (same
-//                 width, heads, vocabulary, batch, sequence and dtype) on the real device, a
-//                 whole step's work queued back to back as in a step, the two alternating after
-//                 a quarter of a second of warm-up: the difference gives a layer's forward +
-//                 backward FLOPs over their time (Work::kFlops), the rest the shared block's
-//                 (embedding, head, loss: kFlopsHead);
+//                 width, heads, vocabulary, batch, sequence and dtype) on the real device,
+//                 replayed as a step replays them (compute_probe.h: each op a task after a
+//                 gather and an upload, the Executor's threads, with several ranks the waits at
+//                 the collectives), the two alternating after a quarter of a second of warm-up:
+//                 the difference gives a layer's forward + backward FLOPs over their time
+//                 (Work::kFlops), the rest the shared block's (embedding, head, loss: kFlopsHead);
 //   link          32 MiB copies host->device and device->host through a stream (kH2DBytes,
 //                 kD2HBytes); on the CpuDevice they are held to its link rate when it has one;
 //   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena
