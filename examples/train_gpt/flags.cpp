@@ -196,7 +196,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--trace", f.trace,
                  "FILE: write a Chrome/Perfetto trace (JSON) of --trace-steps steps after the "
-                 "first, and print each traced step's lane metrics");
+                 "first, and print each traced step's lane metrics; under mpirun every rank's "
+                 "steps, a process per rank, in the one file rank 0 writes");
   app.add_flag("--plan", f.plan,
                "print the memory plan per tier (device, pinned host, pageable host, NVMe), the "
                "bytes per step on each lane and the predicted step time, then exit (nothing "

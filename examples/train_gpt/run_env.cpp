@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "comm/comm.h"
+#include "comm/gather_text.h"
 #include "comm/mpi_comm.h"
 #include "engine/checkpoint.h"
 #include "nvme/swap_store.h"
@@ -74,23 +75,12 @@ Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world
     p.bind = false;  // the OS refused: said on the rank's line, the run goes on unbound
     p.unbound_why = st.message();
   }
-  // One line per rank, in rank order, printed by rank 0: slots as long as the longest line (its
-  // length all-reduced first; many --nvme-path directories make long lines), moved as 16-bit
-  // units (an all-gather copies, it does not add).
-  std::string mine = "placement " + p.describe(world.rank());
-  float longest = static_cast<float>(mine.size() + 1);
-  STRATA_RETURN_IF_ERROR(
-      world.all_reduce(&longest, &longest, 1, DType::kF32, comm::ReduceOp::kMax));
-  const size_t slot = (static_cast<size_t>(longest) + 1) / 2 * 2;
-  mine.resize(slot, '\0');
-  std::string all(slot * static_cast<size_t>(world.size()), '\0');
-  STRATA_RETURN_IF_ERROR(world.all_gather(mine.data(), all.data(), slot / 2, DType::kBF16));
-  if (world.rank() == 0) {
-    for (int r = 0; r < world.size(); ++r) {
-      std::printf("%s\n", all.substr(size_t(r) * slot, slot).c_str());
-    }
-    std::fflush(stdout);
-  }
+  // One line per rank, in rank order, printed by rank 0 (many --nvme-path directories make long
+  // lines; gather_text carries any length).
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> lines,
+                          comm::gather_text(world, "placement " + p.describe(world.rank())));
+  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
   return p;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "comm/gather_text.h"
 #include "cpu/pinned_memory.h"
 #include "ds_config.h"
 #include "step_report.h"
@@ -118,17 +119,36 @@ Status record_trace(const Run& run, sched::TraceWriter& trace, int64_t step) {
   const sched::Executor* executor = run.session.step().executor();
   if (executor == nullptr || !traced_step(run.f, step)) return ok_status();
   trace.add_step(executor->plan(), executor->last_trace());
-  if (!run.lead()) return ok_status();
-  std::printf("trace step %lld: %s\n", static_cast<long long>(step),
-              sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
-  if (const auto traffic = run.session.step().traffic_report(); run.zero && traffic) {
-    print_step_traffic(step, *traffic, run.world);
+  if (run.lead()) {
+    std::printf(
+        "trace step %lld: %s\n", static_cast<long long>(step),
+        sched::compute_metrics(executor->plan(), executor->last_trace()).describe().c_str());
+    if (const auto traffic = run.session.step().traffic_report(); run.zero && traffic) {
+      print_step_traffic(step, *traffic, run.world);
+    }
   }
-  if (step + 1 == 2 + run.f.trace_steps || step == run.f.steps) {
+  if (step + 1 != 2 + run.f.trace_steps && step != run.f.steps) return ok_status();
+  if (run.ranks() == 1) {
     STRATA_RETURN_IF_ERROR(trace.write(run.f.trace).with_context("--trace"));
     std::printf("trace: %zu spans written to %s (open in ui.perfetto.dev)\n", trace.num_events(),
                 run.f.trace.c_str());
+    return ok_status();
   }
+  // Every rank's steps in one file, a process per rank (collective: every rank traces the same
+  // steps). Each rank's times run from its own step starts, which the step's collectives align.
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<std::string> ranks,
+      comm::gather_text(run.world,
+                        trace.events_json(run.rank() + 1, "rank " + std::to_string(run.rank()))));
+  float spans = static_cast<float>(trace.num_events());
+  STRATA_RETURN_IF_ERROR(run.world.all_reduce(&spans, &spans, 1, DType::kF32));
+  if (!run.lead()) return ok_status();
+  STRATA_RETURN_IF_ERROR(
+      sched::TraceWriter::write_joined(run.f.trace, ranks).with_context("--trace"));
+  std::printf(
+      "trace: %.0f spans of %d ranks written to %s, a process per rank (open in "
+      "ui.perfetto.dev)\n",
+      double(spans), run.ranks(), run.f.trace.c_str());
   return ok_status();
 }
 

@@ -15,6 +15,7 @@
 #   6. the micro-batch orders (micro, layer with the checkpoints on the device and on NVMe, the
 #      planner's auto) print the same lines at stage 3, and --device-grad-sum at stage 2 those
 #      of stage 0.
+#   Also: each rank's placement line (any length) and --trace with every rank's steps.
 # Usage: zero_equivalence_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1
@@ -75,6 +76,24 @@ for r in 0 1; do
     exit 1
   fi
 done
+# --trace under mpirun: one file, a process per rank, each with the traced steps' spans (rank 0
+# alone wrote it before, with only its own steps).
+run2 --steps 4 --trace-steps 2 --layers 2 --channels 32 --batch 16 --zero-stage 3 \
+  --trace "$scratch/ranks-trace.json" >"$scratch/trace.out"
+if ! python3 - "$scratch/ranks-trace.json" <<'PY'; then
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+steps = collections.defaultdict(set)
+for e in events:
+    if e["ph"] == "X":
+        steps[e["pid"]].add(e["args"]["step"])
+assert names == {1: "rank 0", 2: "rank 1"}, names
+assert steps[1] == steps[2] == {2, 3}, dict(steps)
+PY
+  echo "train_gpt: --trace under mpirun did not write both ranks' steps 2-3 (above)" >&2
+  exit 1
+fi
 for other in stage1 stage2 stage3 stage3-nvme stage2-device stage3-param-nvme stage3-param-device \
   stage2-acts-cpu stage3-acts-nvme stage3-unbound; do
   if ! diff -u "$scratch/stage0.txt" "$scratch/$other.txt"; then

@@ -121,20 +121,28 @@ void TraceWriter::add_step(const Plan& plan, const StepTrace& trace) {
   offset_us_ += static_cast<double>(trace.step_ns) * 1e-3 + 10.0;
 }
 
-std::string TraceWriter::json() const {
+nlohmann::json TraceWriter::events(int pid, const std::string& process) const {
   nlohmann::json events = nlohmann::json::array();
+  if (!process.empty()) {
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", process}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "process_sort_index"},
+                      {"pid", pid},
+                      {"args", {{"sort_index", pid}}}});
+  }
   for (int tid : tids_) {
     const std::string lane(lane_name(Lane(tid / 100)));
     const bool multi =
         std::count_if(tids_.begin(), tids_.end(), [&](int o) { return o / 100 == tid / 100; }) > 1;
     events.push_back({{"ph", "M"},
                       {"name", "thread_name"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", tid},
                       {"args", {{"name", multi ? lane + "." + std::to_string(tid % 100) : lane}}}});
     events.push_back({{"ph", "M"},
                       {"name", "thread_sort_index"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", tid},
                       {"args", {{"sort_index", tid}}}});
   }
@@ -142,23 +150,49 @@ std::string TraceWriter::json() const {
     events.push_back({{"ph", "X"},
                       {"name", e.name},
                       {"cat", std::string(lane_name(Lane(e.tid / 100)))},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", e.tid},
                       {"ts", e.ts_us},
                       {"dur", e.dur_us},
                       {"args", {{"step", e.step}}}});
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(1);
+  return events;
 }
 
-Status TraceWriter::write(const std::string& path) const {
+std::string TraceWriter::json() const {
+  return nlohmann::json{{"traceEvents", events(1, "")}, {"displayTimeUnit", "ms"}}.dump(1);
+}
+
+std::string TraceWriter::events_json(int pid, const std::string& process) const {
+  return events(pid, process).dump();
+}
+
+namespace {
+
+Status write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   if (!out)
     return make_error(ErrorCode::kIo, "cannot open the trace file '", path, "' for writing");
-  out << json() << "\n";
+  out << text << "\n";
   out.close();
   if (!out) return make_error(ErrorCode::kIo, "writing the trace file '", path, "' failed");
   return ok_status();
+}
+
+}  // namespace
+
+Status TraceWriter::write(const std::string& path) const { return write_text(path, json()); }
+
+Status TraceWriter::write_joined(const std::string& path, const std::vector<std::string>& arrays) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const std::string& a : arrays) {
+    nlohmann::json part = nlohmann::json::parse(a, nullptr, false);
+    if (!part.is_array()) {
+      return make_error(ErrorCode::kInternal, "a rank's trace events are not a JSON array");
+    }
+    for (auto& e : part) all.push_back(std::move(e));
+  }
+  return write_text(path, nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump(1));
 }
 
 }  // namespace strata::sched

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,13 @@ class TraceWriter {
   Status write(const std::string& path) const;
   std::string json() const;
   size_t num_events() const { return events_.size(); }
+  // The events alone, a JSON array, as process `pid` named `process` (train_gpt under mpirun:
+  // every rank's array, joined by write_joined, makes one trace with a process per rank).
+  std::string events_json(int pid, const std::string& process) const;
+  static Status write_joined(const std::string& path, const std::vector<std::string>& arrays);
 
  private:
+  nlohmann::json events(int pid, const std::string& process) const;
   struct Event {
     std::string name;
     int tid;

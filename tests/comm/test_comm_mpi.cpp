@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/gather_text.h"
 #include "comm/mpi_comm.h"
 #include "comm_test_util.h"
 #include "core/check.h"
@@ -423,6 +424,31 @@ TEST(MpiComm, BadArgumentsAreErrorsNotCrashes) {
   EXPECT_EQ(s.code(), ErrorCode::kConfig);
   EXPECT_NE(s.message().find("null"), std::string::npos);
   ASSERT_TRUE(comm.barrier().ok());
+}
+
+// gather_text: strings of different lengths (one empty, one odd, one long) reach the root whole,
+// in rank order, at every root; other ranks get nothing; all-empty strings arrive empty.
+TEST(MpiComm, GatherTextCarriesEveryRanksStringWhole) {
+  Communicator& comm = world();
+  const int n = comm.size();
+  auto text_of = [](int r) {
+    std::string t;
+    for (int i = 0; i < (r == 1 ? 0 : 1000 * r + 3); ++i) t.push_back(char('a' + (r + i) % 26));
+    return t;
+  };
+  for (int root = 0; root < n; ++root) {
+    auto got = gather_text(comm, text_of(comm.rank()), root);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    if (comm.rank() != root) {
+      EXPECT_TRUE(got->empty());
+      continue;
+    }
+    ASSERT_EQ(got->size(), size_t(n));
+    for (int r = 0; r < n; ++r) EXPECT_EQ((*got)[size_t(r)], text_of(r)) << "rank " << r;
+  }
+  auto empty = gather_text(comm, "", 0);
+  ASSERT_TRUE(empty.ok());
+  if (comm.rank() == 0) EXPECT_EQ(*empty, std::vector<std::string>(size_t(n)));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -289,6 +290,37 @@ TEST(Executor, TraceIsJsonAndInOrderLanesNeverOverlap) {
           << name << " span " << i;
     }
   }
+}
+
+// Several writers' events joined (train_gpt under mpirun: a process per rank): each process
+// named, its tracks and spans under its own pid, nothing lost; a part that is not an array is
+// refused.
+TEST(Executor, TracesJoinAsOneProcessEach) {
+  auto dev = cpu_device();
+  auto cp = chain_plan(*dev, 4, 2);
+  auto ex = Executor::create(*dev, std::move(cp->plan));
+  ASSERT_TRUE(ex.ok());
+  TraceWriter w;
+  ASSERT_TRUE(ex.value()->replay().ok());
+  w.add_step(ex.value()->plan(), ex.value()->last_trace());
+  strata::test::ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.path() + "/joined.json";
+  ASSERT_TRUE(
+      TraceWriter::write_joined(path, {w.events_json(1, "rank 0"), w.events_json(2, "rank 1")})
+          .ok());
+  std::ifstream in(path);
+  const auto doc = nlohmann::json::parse(in);
+  std::map<int, std::string> process;
+  std::map<int, size_t> spans;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["name"] == "process_name") process[e["pid"]] = e["args"]["name"];
+    if (e["ph"] == "X") ++spans[e["pid"]];
+  }
+  EXPECT_EQ(process, (std::map<int, std::string>{{1, "rank 0"}, {2, "rank 1"}}));
+  EXPECT_EQ(spans[1], w.num_events());
+  EXPECT_EQ(spans[2], w.num_events());
+  EXPECT_FALSE(TraceWriter::write_joined(path, {"{}"}).ok());
 }
 
 // A step whose nvme read fails (injected EIO) while a slow cpu task is in flight.
