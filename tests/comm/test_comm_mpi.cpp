@@ -448,7 +448,9 @@ TEST(MpiComm, GatherTextCarriesEveryRanksStringWhole) {
   }
   auto empty = gather_text(comm, "", 0);
   ASSERT_TRUE(empty.ok());
-  if (comm.rank() == 0) EXPECT_EQ(*empty, std::vector<std::string>(size_t(n)));
+  if (comm.rank() == 0) {
+    EXPECT_EQ(*empty, std::vector<std::string>(size_t(n)));
+  }
 }
 
 }  // namespace
