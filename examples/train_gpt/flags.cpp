@@ -204,7 +204,8 @@ void add_flags(CLI::App& app, Flags& f) {
                "large is allocated)");
   app.add_flag("--calibrate", f.calibrate,
                "measure this machine's rates for the step-time prediction again (compute, "
-               "link, disk, CPU Adam) instead of using the cached ones");
+               "link, disk, CPU Adam); the cache keeps each rate's last five measurements and "
+               "the prediction uses their median");
   app.add_flag("--auto", f.auto_plan,
                "stage 3: choose --offload-param, --param-gpu-fraction, --gpu-optimizer-fraction, "
                "--optimizer-nvme-fraction, --offload-activations, --checkpoint-interval and "

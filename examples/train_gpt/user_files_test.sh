@@ -27,10 +27,15 @@ root_flag=()
 if [ "$(id -u)" = 0 ]; then root_flag=(--allow-run-as-root); fi
 runn() { local n=$1; shift; "$mpiexec" "${root_flag[@]}" --oversubscribe -np "$n" "$train" "$@"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
+# A failure stops the runs this script started in the background (a training run left behind
+# would hold both cores for hours).
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 no_swap_files() { ! ls "$1" | grep -q strata_swap_ || fail "$2: swap files left: $(ls "$1")"; }
-# Waits until FILE has N lines starting with "step" (at most 60 s).
+# Waits until FILE has N lines starting with "step" (at most 180 s: a first run of a model
+# shape calibrates its compute rate before step 1, about a minute for the larger model below on a
+# 2-core machine with an empty cache).
 wait_steps() {
-  for _ in $(seq 600); do
+  for _ in $(seq 1800); do
     [ "$(grep -c '^step' "$1" 2>/dev/null)" -ge "$2" ] && return 0
     sleep 0.1
   done

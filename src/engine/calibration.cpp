@@ -61,8 +61,12 @@ std::string cpu_model() {
 // rates measured through the old paths are not reused (2: pinned buffers on huge pages, which
 // made the swap store's transfers about 2.5x faster on the test machine; 3: the swap store's
 // writes hashed on its I/O thread with the dispatched xxh3, and woken for new jobs; 4: the
-// compute probe replays the model's ops as a step does, compute_probe.h).
-constexpr int kProbeVersion = 4;
+// compute probe replays the model's ops as a step does, compute_probe.h; 5: and back to back,
+// the difference a hand-off charged where a compute task first waits on a transfer).
+constexpr int kProbeVersion = 5;
+
+// Measurements an entry keeps (calibration.h).
+constexpr size_t kKept = 5;
 
 // `sharing`: the ranks on this machine, which probe at once as they run (more than one:
 // each rate is what one of them gets while the others do the same work; a separate entry).
@@ -246,6 +250,43 @@ std::string filesystem_of(const std::string& dir) {
   return text;
 }
 
+// An entry's rows (measurements, oldest first): an array of arrays of numbers; one row when it is
+// an array of numbers; none when it is neither.
+std::vector<std::vector<double>> history_rows(const json& e) {
+  std::vector<std::vector<double>> out;
+  if (!e.is_array() || e.empty()) return out;
+  if (e[0].is_number()) {
+    if (std::all_of(e.begin(), e.end(), [](const json& x) { return x.is_number(); })) {
+      out.push_back(e.get<std::vector<double>>());
+    }
+    return out;
+  }
+  for (const json& row : e) {
+    if (row.is_array() && !row.empty() &&
+        std::all_of(row.begin(), row.end(), [](const json& x) { return x.is_number(); })) {
+      out.push_back(row.get<std::vector<double>>());
+    }
+  }
+  return out;
+}
+
+// The median of each value over the rows of the last row's length (the mean of the middle two
+// for an even count); empty when there are no rows.
+std::vector<double> median_row(const std::vector<std::vector<double>>& rows) {
+  if (rows.empty()) return {};
+  std::vector<double> out(rows.back().size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> v;
+    for (const auto& r : rows) {
+      if (r.size() == out.size()) v.push_back(r[i]);
+    }
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    out[i] = v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  }
+  return out;
+}
+
 json read_cache(const std::string& path) {
   std::ifstream in(path);
   if (!in) return json::object();
@@ -290,7 +331,8 @@ std::string Calibration::describe() const {
     if (r <= 0.0) continue;
     os << "  " << sched::work_name(static_cast<Work>(k)) << ": " << r << " per s\n";
   }
-  os << "  task overhead: " << rates.task_overhead_s * 1e6 << " us"
+  os << "  task overhead: " << rates.task_overhead_s * 1e6 << " us; hand-off "
+     << rates.handoff_s * 1e6 << " us"
      << (rates.shared_cores ? "; every lane but nvme shares the cores" : "") << "\n";
   return os.str();
 }
@@ -344,42 +386,51 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   // machine's two vCPUs compute at 0.55x the rate of one alone).
   float need[kSlots] = {};
   for (int k = 0; k < kSlots; ++k) {
-    const bool has = !keys[k].empty() && mine.contains(keys[k]) && mine[keys[k]].is_array();
+    const bool has = !keys[k].empty() && !history_rows(mine.value(keys[k], json())).empty();
     need[k] = !keys[k].empty() && (rq.redo || !has) ? 1.0f : 0.0f;
   }
   if (ranks > 1) {
     STRATA_RETURN_IF_ERROR(
         rq.comm->all_reduce(need, need, kSlots, DType::kF32, comm::ReduceOp::kMax));
   }
+  // Each entry keeps its last kKept measurements (rows, oldest first); its value is their
+  // median, value by value.
+  std::vector<std::vector<double>> rows[kSlots];
   auto entry = [&](Slot k, const std::function<Result<std::vector<double>>()>& measure)
       -> Result<std::vector<double>> {
     if (need[k] != 0.0f && ranks > 1) STRATA_RETURN_IF_ERROR(rq.comm->barrier());
     if (keys[k].empty()) return std::vector<double>{};  // not this rank's (a disk it lacks)
+    rows[k] = history_rows(mine.value(keys[k], json()));
     if (need[k] == 0.0f) {
       ++cal.cached;
-      return mine[keys[k]].get<std::vector<double>>();
+      return median_row(rows[k]);
     }
-    STRATA_ASSIGN_OR_RETURN(std::vector<double> v, measure());
-    mine[keys[k]] = v;
     ++cal.measured;
-    return v;
+    return measure();
   };
-  // What each entry holds, in order: a rate per kind of work (the overhead: seconds a task).
-  constexpr int kOverheadSlot = -1;
-  static const std::vector<int> kHolds[kSlots] = {
-      {int(Work::kFlops), int(Work::kFlopsHead)},
+  // What each entry holds, in order: a rate per kind of work, or one of the other values
+  // (seconds a task; the compute probe's extra per op shaped as a step, and its op time).
+  enum Other { kOverheadSlot, kStepExtraSlot, kOpTimeSlot, kOthers };
+  double other[kOthers] = {};
+  auto held = [](Other o) { return -1 - int(o); };  // an Other, as a kHolds entry
+  const std::vector<int> kHolds[kSlots] = {
+      {int(Work::kFlops), int(Work::kFlopsHead), held(kStepExtraSlot), held(kOpTimeSlot)},
       {int(Work::kH2DBytes), int(Work::kD2HBytes)},
       {int(Work::kHostBytes), int(Work::kAdamElements), int(Work::kDeviceAdamElements)},
-      {kOverheadSlot},
+      {held(kOverheadSlot)},
       {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps)}};
   const std::function<Result<std::vector<double>>()> measures[kSlots] = {
-      [&] { return measure_compute(rq); }, [&] { return measure_link(*rq.device); },
-      [&] { return measure_host(rq); },
+      [&]() -> Result<std::vector<double>> {
+        STRATA_ASSIGN_OR_RETURN(const ComputeProbe p, measure_compute(rq));
+        return std::vector<double>{p.layer_flops_per_s, p.head_flops_per_s, p.step_extra_s, p.op_s};
+      },
+      [&] { return measure_link(*rq.device); }, [&] { return measure_host(rq); },
       [&]() -> Result<std::vector<double>> {
         STRATA_ASSIGN_OR_RETURN(double t, measure_overhead(*rq.device, rq.host_threads));
         return std::vector<double>{t};
       },
       [&] { return measure_disk(rq); }};
+  auto value = [&](int w) -> double& { return w < 0 ? other[-1 - w] : r.per_second[w]; };
   bool measured[kSlots] = {};
   for (int k = 0; k < kSlots; ++k) {
     STRATA_ASSIGN_OR_RETURN(std::vector<double> v, entry(Slot(k), measures[k]));
@@ -389,37 +440,50 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
       return make_error(ErrorCode::kInternal, "calibration entry '", keys[k], "' holds ", v.size(),
                         " values, not ", kHolds[k].size(), " (", cal.cache_path, ")");
     }
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (kHolds[k][i] == kOverheadSlot) {
-        r.task_overhead_s = v[i];
-      } else {
-        r.per_second[kHolds[k][i]] = v[i];
-      }
-    }
+    for (size_t i = 0; i < v.size(); ++i) value(kHolds[k][i]) = v[i];
   }
-  // Every rank takes the slowest rank's rates (the largest overhead): a step waits at its
-  // collectives for the slowest rank, and every rank then predicts, plans and chooses alike.
-  // (Two ranks probing at once on the test machine's two vCPUs have read 1.18e10 and 7.5e9
-  // FLOP/s: one vCPU shared its core with another load, the other did not.) What was measured
-  // now is cached as agreed, so that a later run predicts as this one.
-  if (ranks > 1) {
-    float slow[sched::kNumWorkKinds + 1];
+  // Every rank takes the slowest rank's rates (the largest overhead and step-shaped extra): a
+  // step waits at its collectives for the slowest rank, and every rank then predicts, plans and
+  // chooses alike. (Two ranks probing at once on the test machine's two vCPUs have read 1.18e10
+  // and 7.5e9 FLOP/s: one vCPU shared its core with another load, the other did not.)
+  auto agree = [&]() -> Status {
+    if (ranks <= 1) return ok_status();
+    float slow[sched::kNumWorkKinds + kOthers];
     for (int k = 0; k < sched::kNumWorkKinds; ++k) slow[k] = -static_cast<float>(r.per_second[k]);
-    slow[sched::kNumWorkKinds] = static_cast<float>(r.task_overhead_s);
-    STRATA_RETURN_IF_ERROR(rq.comm->all_reduce(slow, slow, sched::kNumWorkKinds + 1, DType::kF32,
-                                               comm::ReduceOp::kMax));
+    for (int o = 0; o < kOthers; ++o) slow[sched::kNumWorkKinds + o] = static_cast<float>(other[o]);
+    STRATA_RETURN_IF_ERROR(rq.comm->all_reduce(slow, slow, sched::kNumWorkKinds + kOthers,
+                                               DType::kF32, comm::ReduceOp::kMax));
     for (int k = 0; k < sched::kNumWorkKinds; ++k) r.per_second[k] = -double(slow[k]);
-    r.task_overhead_s = slow[sched::kNumWorkKinds];
+    for (int o = 0; o < kOthers; ++o) other[o] = slow[sched::kNumWorkKinds + o];
+    return ok_status();
+  };
+  STRATA_RETURN_IF_ERROR(agree());
+  // What was measured now joins its entry's rows as agreed, and the entry's median is used (the
+  // test machine's speed flips for seconds at a time, so that one calibration's compute rate
+  // has read 0.6x or 1.6x the typical one; the median of the last few is the typical one).
+  // The ranks read one cache file and come out alike; when their files differ, they agree
+  // again.
+  if (std::any_of(std::begin(measured), std::end(measured), [](bool b) { return b; })) {
     for (int k = 0; k < kSlots; ++k) {
       if (!measured[k]) continue;
       std::vector<double> v;
-      for (int w : kHolds[k]) v.push_back(w == kOverheadSlot ? r.task_overhead_s : r.per_second[w]);
-      mine[keys[k]] = v;
+      for (int w : kHolds[k]) v.push_back(value(w));
+      rows[k].push_back(v);
+      if (rows[k].size() > kKept) rows[k].erase(rows[k].begin());
+      mine[keys[k]] = rows[k];
+      v = median_row(rows[k]);
+      for (size_t i = 0; i < v.size(); ++i) value(kHolds[k][i]) = v[i];
     }
+    STRATA_RETURN_IF_ERROR(agree());
   }
+  r.task_overhead_s = other[kOverheadSlot];
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
   r.nvme_workers = 1;
   r.cpu_workers = 1;
+  ComputeProbe probe;
+  probe.step_extra_s = other[kStepExtraSlot];
+  probe.op_s = other[kOpTimeSlot];
+  STRATA_ASSIGN_OR_RETURN(r.handoff_s, fit_handoff(probe, r));
   const bool lead = rq.comm == nullptr || rq.comm->rank() == 0;
   if (cal.measured > 0 && lead) STRATA_RETURN_IF_ERROR(write_cache(cal.cache_path, cache));
   return cal;

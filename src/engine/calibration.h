@@ -1,15 +1,17 @@
 // Calibration: this machine's rates for the cost model (sched::Rates, scheduler/cost_model.h),
 // measured by short runs and cached in a file keyed by the machine.
 //
-// What is measured (each the median of three timed runs after one warm-up; compute, of seven,
+// What is measured (each the median of three timed runs after one warm-up; compute, of 2-15,
 // disk of five: this disk's rate swings by half from one second to the next):
 //   compute       the model's own entry points on one- and two-layer copies of the model (same
 //                 width, heads, vocabulary, batch, sequence and dtype) on the real device,
-//                 replayed as a step replays them (compute_probe.h: each op a task after a
-//                 gather and an upload, the Executor's threads, with several ranks the waits at
-//                 the collectives), the two alternating after a quarter of a second of warm-up:
-//                 the difference gives a layer's forward + backward FLOPs over their time
-//                 (Work::kFlops), the rest the shared block's (embedding, head, loss: kFlopsHead);
+//                 replayed through the Executor back to back and as a step replays them
+//                 (compute_probe.h: each op a task after a gather and an upload, with several
+//                 ranks the waits at the collectives), the four alternating after a quarter of
+//                 a second of warm-up: the back-to-back difference gives a layer's forward +
+//                 backward FLOPs over their time (Work::kFlops), the rest the shared block's
+//                 (embedding, head, loss: kFlopsHead); the step shape's extra time per op, less
+//                 what the cost model charges for it, is Rates::handoff_s;
 //   link          32 MiB copies host->device and device->host through a stream (kH2DBytes,
 //                 kD2HBytes); on the CpuDevice they are held to its link rate when it has one;
 //   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena
@@ -33,8 +35,8 @@
 // lacks it, by every rank, after a barrier; each rate is what one rank gets while the others
 // do the same (on the 2-vCPU test machine two ranks each compute at about 0.55x the rate of one
 // alone, which a rate measured alone predicted as 0.55x the step). Then every rank takes the
-// slowest rank's rates (the largest task overhead): a step waits at its collectives for the
-// slowest rank, and the ranks predict, plan and choose alike.
+// slowest rank's rates (the largest task overhead and hand-off): a step waits at its collectives
+// for the slowest rank, and the ranks predict, plan and choose alike.
 //
 // Cache: one JSON file ($STRATA_CACHE_DIR, else $XDG_CACHE_HOME/strata, else ~/.cache/strata:
 // calibration.json), an object per machine (host name, CPU model, cores, device, and the ranks
@@ -42,7 +44,10 @@
 // model's shape, threads, the filesystems of the store's directories: type, id and device
 // number, so that a fresh temporary directory on a measured disk is not measured again). A
 // missing entry is measured and added; `redo` (--calibrate) measures every entry this
-// configuration uses again. The file is replaced atomically (rank 0 writes it).
+// configuration uses again. An entry keeps its last five measurements (rows, oldest first; an
+// array of numbers is one row) and its value is their median, value by value: the test
+// machine's speed flips for seconds at a time, and one calibration has read 0.6x or 1.6x its
+// typical compute rate. The file is replaced atomically (rank 0 writes it).
 //
 // Thread safety: none; calibrate() from one thread (every rank, when ranks > 1).
 #pragma once

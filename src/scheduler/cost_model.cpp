@@ -44,6 +44,23 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       pred.work[k] += t.work[k];
     }
   }
+  // Hand-offs: the compute tasks, in lane order, that are the first to depend on a transfer.
+  if (rates.handoff_s > 0.0) {
+    auto on = [active](size_t i) {
+      return active == nullptr || i >= active->size() || (*active)[i];
+    };
+    std::vector<bool> waited(n, false);
+    for (TaskId t : plan.lane_tasks(Lane::kCompute)) {
+      if (!on(size_t(t))) continue;
+      bool fresh = false;
+      plan.for_each_predecessor(t, [&](TaskId p) {
+        if (!is_transfer_lane(plan.task(p).lane) || !on(size_t(p))) return;
+        fresh = fresh || !waited[size_t(p)];
+        waited[size_t(p)] = true;
+      });
+      if (fresh) duration[size_t(t)] += rates.handoff_s;
+    }
+  }
   std::vector<int> pos(n, 0);
   for (size_t i = 0; i < plan.order().size(); ++i) pos[size_t(plan.order()[i])] = int(i);
   std::vector<std::vector<TaskId>> succ(n);

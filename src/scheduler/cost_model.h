@@ -14,6 +14,14 @@
 // running at once; the simulation runs them one at a time (processor sharing of the same cores
 // gives the same total). The nvme lane mostly waits on the disk and runs beside them.
 //
+// Hand-offs (Rates::handoff_s): a compute task that is the first of its lane to depend on a
+// transfer task (a predecessor on the h2d, d2h, nvme or comm lane that no earlier compute task
+// depends on) costs handoff_s more: the threads' wake-ups from one lane to the next and, with
+// several ranks, the wait at the collective for the slowest rank, which the tasks' own costs do
+// not hold. Later compute tasks that depend on the same transfer (a layer's ops for several
+// micro-batches after one gather) follow their predecessor on the compute lane and are not
+// charged again. Only active tasks count (both ends).
+//
 // Values; thread-safe.
 #pragma once
 
@@ -28,6 +36,7 @@ namespace strata::sched {
 struct Rates {
   double per_second[kNumWorkKinds] = {};  // units of each Work kind per second
   double task_overhead_s = 0.0;           // fixed cost of dispatching one task
+  double handoff_s = 0.0;                 // a compute task's first wait for a transfer (above)
   bool shared_cores = false;              // every lane but nvme runs on the same cores
   int nvme_workers = 4;                   // as ExecutorOptions
   int cpu_workers = 2;

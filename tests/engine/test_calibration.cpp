@@ -12,6 +12,7 @@
 // as calibrate() does), so that the second calibration finds the entries on rank 0 only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -103,15 +104,102 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
       EXPECT_EQ(key.find("ranks on this machine"), std::string::npos) << key;
     }
     EXPECT_EQ(j.begin()->size(), size_t(kEntries)) << j.dump();
-    // Cached as agreed, so that a later run with these entries predicts as this one did.
-    for (const auto& [name, v] : j.begin()->items()) {
+    // Each entry is a list of measurements, the last one as agreed; the rates are the slowest
+    // rank's median of its entry (rank 0: both measurements; the others: the second alone).
+    for (const auto& [name, rows] : j.begin()->items()) {
+      ASSERT_TRUE(rows.is_array() && !rows.empty() && rows.back().is_array()) << name;
+      ASSERT_EQ(rows.size(), comm.size() == 1 ? 1u : 2u) << name;
+      auto expect = [&](size_t i) {
+        const double last = rows.back()[i].get<double>();
+        const double median = 0.5 * (rows.front()[i].get<double>() + last);
+        return name.rfind("overhead ", 0) == 0 ? std::max(median, last) : std::min(median, last);
+      };
       if (name.rfind("compute ", 0) == 0) {
-        EXPECT_EQ(v[0].get<double>(), r.rate(sched::Work::kFlops)) << name;
-        EXPECT_EQ(v[1].get<double>(), r.rate(sched::Work::kFlopsHead)) << name;
+        EXPECT_FLOAT_EQ(float(expect(0)), float(r.rate(sched::Work::kFlops))) << name;
+        EXPECT_FLOAT_EQ(float(expect(1)), float(r.rate(sched::Work::kFlopsHead))) << name;
       }
       if (name.rfind("overhead ", 0) == 0) {
-        EXPECT_EQ(v[0].get<double>(), r.task_overhead_s) << name;
+        EXPECT_FLOAT_EQ(float(expect(0)), float(r.task_overhead_s)) << name;
       }
+    }
+  }
+}
+
+// Rank 0's string at every rank (raw bytes through a 16-bit broadcast, which copies).
+std::string broadcast_text(comm::Communicator& comm, std::string text) {
+  float size = static_cast<float>(text.size());
+  EXPECT_TRUE(comm.broadcast(&size, 1, DType::kF32, 0).ok());
+  const auto n = static_cast<size_t>(size);
+  text.resize(n + n % 2);
+  EXPECT_TRUE(comm.broadcast(text.data(), text.size() / 2, DType::kBF16, 0).ok());
+  text.resize(n);
+  return text;
+}
+
+// An entry keeps the last five measurements, and its value is their median: every rank's cache
+// is seeded with five rows per entry (a base row times 3, 1, 5, 2, 4), so nothing is measured
+// and the rates are the base times 3; --calibrate drops the oldest row for the new one.
+TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
+  comm::Communicator& comm = world();
+  test::ScratchDir dir;  // each rank its own
+  ASSERT_TRUE(dir.ok());
+  const std::string cache = dir.path() + "/calibration.json";
+  gpu::DeviceOptions dopt;
+  dopt.threads = 1;
+  auto dev = gpu::create_cpu_device(dopt);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  auto first = calibrate(request(**dev, cache));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+
+  // Rank 0's file, seeded, written into every rank's.
+  std::string text;
+  if (comm.rank() == 0) {
+    std::ifstream in(cache);
+    nlohmann::json j = nlohmann::json::parse(in);
+    for (auto& [name, rows] : j.begin()->items()) {
+      const std::vector<double> base = rows.back().get<std::vector<double>>();
+      nlohmann::json seeded = nlohmann::json::array();
+      for (double f : {3.0, 1.0, 5.0, 2.0, 4.0}) {
+        std::vector<double> row = base;
+        for (double& x : row) x *= f;
+        seeded.push_back(row);
+      }
+      rows = seeded;
+    }
+    text = j.dump();
+  }
+  text = broadcast_text(comm, text);
+  std::ofstream(cache) << text;
+  const nlohmann::json seeded = nlohmann::json::parse(text);
+  const nlohmann::json& entries = seeded.begin().value();
+
+  auto second = calibrate(request(**dev, cache));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->measured, 0);
+  for (const auto& [name, rows] : entries.items()) {
+    const double base = rows[1][0].get<double>();  // the row times 1
+    if (name.rfind("compute ", 0) == 0) {
+      EXPECT_FLOAT_EQ(float(second->rates.rate(sched::Work::kFlops)), float(3 * base)) << name;
+    }
+    if (name.rfind("overhead ", 0) == 0) {
+      EXPECT_FLOAT_EQ(float(second->rates.task_overhead_s), float(3 * base)) << name;
+    }
+    if (name == "link") {
+      EXPECT_FLOAT_EQ(float(second->rates.rate(sched::Work::kH2DBytes)), float(3 * base));
+    }
+  }
+
+  CalibrationRequest rq = request(**dev, cache);
+  rq.redo = true;
+  auto third = calibrate(rq);
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(third->measured, 4);
+  if (comm.rank() == 0) {
+    std::ifstream in(cache);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    for (const auto& [name, rows] : j.begin()->items()) {
+      ASSERT_EQ(rows.size(), 5u) << name;
+      for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rows[i], entries[name][i + 1]) << name << " " << i;
     }
   }
 }

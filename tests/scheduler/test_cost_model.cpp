@@ -109,6 +109,44 @@ TEST(CostModel, SharedCoresSerializeAllButTheDisk) {
   }
 }
 
+// A hand-off is charged to the first compute task that depends on a transfer, once per transfer:
+// K ops after one upload (a layer's micro-batches in layer-major order) pay it once, K ops each
+// after its own upload K times; an op after a cpu-lane task, or inactive tasks, not at all.
+TEST(CostModel, HandOffChargedOnceWhereComputeFirstWaitsOnATransfer) {
+  Rates r = unit_rates();
+  r.handoff_s = 0.25;
+  for (int k : {1, 2, 4}) {
+    Plan shared;  // one upload, then k ops that all depend on it
+    const TaskId up = task(shared, Lane::kH2D, 1.0, {}, Work::kH2DBytes);
+    for (int i = 0; i < k; ++i) task(shared, Lane::kCompute, 1.0, {up});
+    EXPECT_DOUBLE_EQ(step(shared, r), 1.0 + k + 0.25) << k;
+    Plan own;  // an upload before each op: the ops wait on each in turn
+    for (int i = 0; i < k; ++i) {
+      const TaskId u = task(own, Lane::kH2D, 0.5, {}, Work::kH2DBytes);
+      task(own, Lane::kCompute, 1.0, {u});
+    }
+    EXPECT_DOUBLE_EQ(step(own, r), 0.5 + k * 1.25) << k;
+  }
+  Plan host;  // a cpu-lane predecessor is not a transfer
+  const TaskId c = task(host, Lane::kCpu, 1.0, {}, Work::kAdamElements);
+  task(host, Lane::kCompute, 1.0, {c});
+  EXPECT_DOUBLE_EQ(step(host, r), 2.0);
+  Plan off;  // a gather, then the op; either inactive
+  const TaskId u = task(off, Lane::kComm, 1.0, {}, Work::kNetBytes);
+  const TaskId op = task(off, Lane::kCompute, 1.0, {u});
+  ASSERT_TRUE(off.finalize().ok());
+  for (int which = 0; which < 2; ++which) {
+    std::vector<bool> active(2, true);
+    active[size_t(which == 0 ? u : op)] = false;
+    auto pred = simulate(off, r, &active);
+    ASSERT_TRUE(pred.ok());
+    EXPECT_DOUBLE_EQ(pred->step_s, 1.0) << which;  // the active task alone, no hand-off
+  }
+  auto all = simulate(off, r);
+  ASSERT_TRUE(all.ok());
+  EXPECT_DOUBLE_EQ(all->step_s, 2.25);
+}
+
 TEST(CostModel, MissingRateNamesTheKindAndTask) {
   Plan p;
   task(p, Lane::kCpu, 1.0, {}, Work::kAdamElements);
