@@ -48,15 +48,19 @@ CalibrationRequest request(gpu::Device& device, const std::string& cache) {
   return rq;
 }
 
+auto one_thread_device() {
+  gpu::DeviceOptions dopt;
+  dopt.threads = 1;
+  return gpu::create_cpu_device(dopt);
+}
+
 TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey) {
   comm::Communicator& comm = world();
   test::ScratchDir dir;  // each rank its own
   ASSERT_TRUE(dir.ok());
   const std::string cache = dir.path() + "/calibration.json";
 
-  gpu::DeviceOptions dopt;
-  dopt.threads = 1;
-  auto dev = gpu::create_cpu_device(dopt);
+  auto dev = one_thread_device();
   ASSERT_TRUE(dev.ok()) << dev.status().to_string();
   constexpr int kEntries = 4;  // compute, link, host, overhead (no disk without directories)
 
@@ -144,9 +148,7 @@ TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
   test::ScratchDir dir;  // each rank its own
   ASSERT_TRUE(dir.ok());
   const std::string cache = dir.path() + "/calibration.json";
-  gpu::DeviceOptions dopt;
-  dopt.threads = 1;
-  auto dev = gpu::create_cpu_device(dopt);
+  auto dev = one_thread_device();
   ASSERT_TRUE(dev.ok()) << dev.status().to_string();
   auto first = calibrate(request(**dev, cache));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
@@ -211,9 +213,7 @@ TEST(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
   const std::string a = dir.path() + "/a", b = dir.path() + "/b";
   const std::string cache = dir.path() + "/calibration.json";
   ASSERT_TRUE(std::filesystem::create_directory(a) && std::filesystem::create_directory(b));
-  gpu::DeviceOptions dopt;
-  dopt.threads = 1;
-  auto dev = gpu::create_cpu_device(dopt);
+  auto dev = one_thread_device();
   ASSERT_TRUE(dev.ok()) << dev.status().to_string();
   constexpr int kEntries = 5;  // compute, link, host, overhead, disk
   CalibrationRequest rq = request(**dev, cache);
