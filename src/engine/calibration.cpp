@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -200,17 +201,40 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
   return std::vector<double>{total / r, total / w, 2.0 / pair};
 }
 
-Result<double> measure_network(comm::Communicator& comm) {
-  const size_t count = size_t{4} << 20;  // 16-bit elements per rank: 8 MiB
-  std::vector<uint16_t> buf(count * static_cast<size_t>(comm.size()), 1);
-  comm::CollectiveCall call;
-  call.kind = comm::CollectiveKind::kAllGather;
-  call.send = buf.data() + static_cast<size_t>(comm.rank()) * count;
-  call.recv = buf.data();
-  call.count = count;
-  call.dtype = DType::kBF16;
-  STRATA_ASSIGN_OR_RETURN(double t, median_time([&] { return comm.start(call).wait(); }));
-  return double(comm::textbook_bytes(call, comm.rank(), comm.size()).sent) / t;
+// A collective's time is a latency per call and its bytes over a rate: both from the medians of
+// a small call (2048 16-bit elements per rank) and a larger one (256Ki, 512 KiB), for the calls
+// that move data (all-gathers) and those that sum as they go (reduce-scatters: on the test
+// machine a 32 KiB reduce-scatter took 36 us where an all-gather of as many bytes took 7; from
+// 8 MiB on, its rate halves again as its 32-bit sums leave the caches).
+// {bytes/s moved, bytes/s reduced, calls/s moving, calls/s reducing}.
+Result<std::vector<double>> measure_network(comm::Communicator& comm) {
+  const size_t n = static_cast<size_t>(comm.size());
+  std::vector<uint16_t> in, out;
+  auto time = [&](comm::CollectiveKind kind, size_t count, double& sent) -> Result<double> {
+    const bool gather = kind == comm::CollectiveKind::kAllGather;
+    in.assign(gather ? count : n * count, 1);
+    out.assign(gather ? n * count : count, 0);
+    comm::CollectiveCall call;
+    call.kind = kind;
+    call.send = in.data();
+    call.recv = out.data();
+    call.count = count;
+    call.dtype = DType::kBF16;
+    sent = double(comm::textbook_bytes(call, comm.rank(), comm.size()).sent);
+    return median_time([&] { return comm.start(call).wait(); }, count < 4096 ? 9 : 5);
+  };
+  std::vector<double> rates(4);
+  const comm::CollectiveKind kinds[2] = {comm::CollectiveKind::kAllGather,
+                                         comm::CollectiveKind::kReduceScatter};
+  for (int k = 0; k < 2; ++k) {
+    double small_sent = 0.0, large_sent = 0.0;
+    STRATA_ASSIGN_OR_RETURN(const double small, time(kinds[k], 2048, small_sent));
+    STRATA_ASSIGN_OR_RETURN(const double large, time(kinds[k], size_t{256} << 10, large_sent));
+    const double per_byte = std::max(large - small, 1e-9) / (large_sent - small_sent);
+    rates[size_t(k)] = 1.0 / per_byte;
+    rates[size_t(k) + 2] = 1.0 / std::max(small - small_sent * per_byte, 1e-7);
+  }
+  return rates;
 }
 
 // Seconds per task: a chain of 64 empty tasks alternating between the compute and cpu lanes.
@@ -349,13 +373,15 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   sched::Rates& r = cal.rates;
   // The network first: a collective, which every rank must reach (before any other measurement
   // can fail on one rank).
+  const std::array<Work, 4> kNetKinds = {Work::kNetBytes, Work::kNetReduceBytes, Work::kNetCalls,
+                                         Work::kNetReduceCalls};
   if (ranks > 1) {
     // Measured every time, not cached: a collective, which every rank must start whatever its
     // own cache holds.
-    STRATA_ASSIGN_OR_RETURN(double net, measure_network(*rq.comm));
-    r.per_second[static_cast<int>(Work::kNetBytes)] = net;
+    STRATA_ASSIGN_OR_RETURN(const std::vector<double> net, measure_network(*rq.comm));
+    for (size_t i = 0; i < kNetKinds.size(); ++i) r.per_second[int(kNetKinds[i])] = net[i];
   } else {
-    r.per_second[static_cast<int>(Work::kNetBytes)] = 1e30;  // one rank sends nothing
+    for (const Work w : kNetKinds) r.per_second[int(w)] = 1e30;  // one rank sends nothing
   }
   if (!rq.probe.make) return make_error(ErrorCode::kConfig, "calibration: no model probe");
   // The entries, in one order on every rank.
@@ -478,7 +504,11 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   }
   r.task_overhead_s = other[kOverheadSlot];
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
-  r.nvme_workers = 1;
+  // The executor's nvme workers issue their requests at once and the disk serves them together
+  // (its rates above are its totals): on the test machine three small reads issued together all
+  // completed after about three requests' time, not one after the other.
+  r.nvme_workers = sched::ExecutorOptions{}.nvme_workers;
+  r.shared_disk = true;
   r.cpu_workers = 1;
   ComputeProbe probe;
   probe.step_extra_s = other[kStepExtraSlot];

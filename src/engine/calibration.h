@@ -23,12 +23,16 @@
 //                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes), and a request's latency:
 //                 a 4 KiB write and read, alone, 9 times (kNvmeOps; each NVMe task is one);
 //   network       (more than one rank; collective, so measured every time, not cached):
-//                 all-gathers of 8 MiB per rank (kNetBytes);
+//                 all-gathers and reduce-scatters of 2048 and 256Ki 16-bit elements per rank:
+//                 a latency per call (kNetCalls, kNetReduceCalls) and a rate for the bytes
+//                 sent (kNetBytes, kNetReduceBytes), the reductions apart (they sum as they go:
+//                 at 32 KiB five times an all-gather's time on the test machine);
 //   overhead      a plan of 64 empty tasks on the compute and cpu lanes replayed by the executor
 //                 (Rates::task_overhead_s).
 // The rates of one lane are aggregate rates (a lane's concurrent tasks share its cores, link or
-// disk), so the returned Rates run one task at a time per lane; on the CpuDevice the compute and
-// cpu lanes share the same cores (Rates::shared_cores).
+// disk), so the returned Rates run one task at a time on the cpu lane, and the nvme lane's
+// tasks share the disk (Rates::shared_disk: the executor's workers issue their requests at
+// once); on the CpuDevice the compute and cpu lanes share the same cores (Rates::shared_cores).
 //
 // Ranks: the ranks of one machine share its cores, memory bandwidth and disks, and run their
 // steps at the same time, so they measure at the same time: an entry is measured when any rank

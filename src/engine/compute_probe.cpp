@@ -211,7 +211,8 @@ Result<ComputeProbe> measure_compute(const CalibrationRequest& rq) {
   // held together by barriers: as in a step, a rank that finished its replay early waits for
   // the others at the first collective of its next step-shaped one (barriers before each
   // replay made the hand-off per op about a tenth of it on the test machine's two vCPUs, and
-  // the 2-rank steps were predicted 15-25% short).
+  // its 2-rank micro-batch-major steps were predicted 16% short in the median of eight runs,
+  // which ranged from -51% to +16%).
   std::vector<double> t[2][2];  // [copy][shaped]
   const auto timed = std::chrono::steady_clock::now();
   for (int i = 0; i < kMaxRounds; ++i) {

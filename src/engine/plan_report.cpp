@@ -109,7 +109,7 @@ std::string PlanReport::table() const {
     os << "per step: h2d " << human_bytes(w(Work::kH2DBytes)) << ", d2h "
        << human_bytes(w(Work::kD2HBytes)) << ", NVMe read " << human_bytes(w(Work::kNvmeReadBytes))
        << ", NVMe write " << human_bytes(w(Work::kNvmeWriteBytes)) << ", network sent "
-       << human_bytes(w(Work::kNetBytes)) << "\n";
+       << human_bytes(w(Work::kNetBytes) + w(Work::kNetReduceBytes)) << "\n";
     os << p.describe() << "\n";
   }
   os << (fit.ok() ? std::string("fits: yes") : "fits: no: " + fit.message()) << "\n";

@@ -69,22 +69,29 @@ struct ZeroStep::PlanBuild {
   size_t padded_bytes(int64_t b) const { return static_cast<size_t>(shard(b) * ranks) * es; }
   size_t shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * es; }
   size_t acc_shard_bytes(int64_t b) const { return static_cast<size_t>(shard(b)) * acc_es; }
-  // The cost model's work of a task (sched::Plan::add_work): `bytes` of 16-bit elements moved
-  // by a collective of `kind` over `count` elements per rank: the bytes this rank sends, and the
-  // bytes its host passes over (copies and, for a reduction, the sums).
+  // The cost model's work of a task (sched::Plan::add_work).
   void work(sched::TaskId t, sched::Work w, double amount) { plan.add_work(t, w, amount); }
   // A task of `bytes` on the NVMe lane: its bytes, and one request's latency.
   void nvme_work(sched::TaskId t, sched::Work w, double bytes) {
     work(t, w, bytes);
     work(t, sched::Work::kNvmeOps, 1.0);
   }
+  // A collective of `kind` over `count` 16-bit elements per rank: one call, the bytes this rank
+  // sends (reductions apart: they sum as they go, at a rate of their own), and the bytes its
+  // host passes over (copies and, for a reduction, the sums).
   void collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count) {
     comm::CollectiveCall call;
     call.kind = kind;
     call.count = count;
     call.dtype = dt;
-    work(t, sched::Work::kNetBytes, double(comm::textbook_bytes(call, rank, ranks).sent));
-    work(t, sched::Work::kHostBytes, double(count * size_t(ranks) * es));
+    const bool reduces = kind == comm::CollectiveKind::kReduceScatter ||
+                         kind == comm::CollectiveKind::kAllReduce ||
+                         kind == comm::CollectiveKind::kReduce;
+    using sched::Work;
+    work(t, reduces ? Work::kNetReduceCalls : Work::kNetCalls, 1.0);
+    work(t, reduces ? Work::kNetReduceBytes : Work::kNetBytes,
+         double(comm::textbook_bytes(call, rank, ranks).sent));
+    work(t, Work::kHostBytes, double(count * size_t(ranks) * es));
   }
   sched::BufferId add_buffer(Kind kind, std::string buffer_name, sched::Tier tier, uint64_t bytes,
                              bool initially_valid = false) {

@@ -178,6 +178,13 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
         },
         pb.checks);
     pb.task_runs_when(exchange, RunsWhen::kLastMicro);
+    comm::CollectiveCall call;
+    call.kind = comm::CollectiveKind::kAllGather;
+    call.count = pb.nb * 2 * sizeof(double) / 2;
+    call.dtype = DType::kBF16;
+    pb.work(exchange, sched::Work::kNetCalls, 1.0);
+    pb.work(exchange, sched::Work::kNetBytes,
+            double(comm::textbook_bytes(call, rank_, ranks_).sent));
     norm_deps = {exchange};
   }
   const TaskId first = pb.next_task();

@@ -85,6 +85,8 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   }
   using Running = std::pair<double, TaskId>;  // (end time, task)
   std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
+  std::vector<Running> disk;  // (work left at the task's own pace, task): Rates::shared_disk
+  std::vector<TaskId> finished;
   std::vector<double> ready_at(n, 0.0), end(n, 0.0);
   std::vector<TaskId> last_pred(n, -1);  // the predecessor that completed last
   int lane_running[kNumLanes] = {};
@@ -107,21 +109,40 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
         const TaskId p = last_pred[size_t(t)];
         if (gap > 0.0 && p >= 0 && is_transfer_lane(plan.task(p).lane)) pred.exposed_s += gap;
       }
-      running.push({now + duration[size_t(t)], t});
+      if (lane == Lane::kNvme && rates.shared_disk) {
+        disk.push_back({duration[size_t(t)], t});
+      } else {
+        running.push({now + duration[size_t(t)], t});
+      }
       it = ready.erase(it);
     }
-    if (running.empty()) {
+    if (running.empty() && disk.empty()) {
       return make_error(ErrorCode::kInternal, "cost model: ", n - done,
                         " tasks can never start (the plan has a cycle)");
     }
-    const double next = running.top().first;
+    // The disk's tasks progress at 1/k of their own pace while k of them run.
+    const double k = double(disk.size());
+    double next = running.empty() ? HUGE_VAL : running.top().first;
+    for (const Running& d : disk) next = std::min(next, now + d.first * k);
     for (int l = 0; l < kNumLanes; ++l) {
       if (lane_running[l] > 0) pred.busy_s[l] += next - now;
     }
+    finished.clear();
+    for (auto d = disk.begin(); d != disk.end();) {
+      d->first -= (next - now) / k;
+      if (d->first <= 1e-12) {
+        finished.push_back(d->second);
+        d = disk.erase(d);
+      } else {
+        ++d;
+      }
+    }
     now = next;
     while (!running.empty() && running.top().first <= now) {
-      const TaskId t = running.top().second;
+      finished.push_back(running.top().second);
       running.pop();
+    }
+    for (const TaskId t : finished) {
       ++done;
       end[size_t(t)] = now;
       const Lane lane = plan.task(t).lane;

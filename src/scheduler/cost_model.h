@@ -14,6 +14,11 @@
 // running at once; the simulation runs them one at a time (processor sharing of the same cores
 // gives the same total). The nvme lane mostly waits on the disk and runs beside them.
 //
+// Shared disk (Rates::shared_disk): the nvme lane's rates are the disk's totals, and the tasks
+// the lane runs at once (up to nvme_workers) share it: while k run, each progresses at 1/k of
+// its own pace (three small reads issued together on the test machine all completed after
+// about three requests' time; one after the other, the first would have been ready after one).
+//
 // Hand-offs (Rates::handoff_s): a compute task that is the first of its lane to depend on a
 // transfer task (a predecessor on the h2d, d2h, nvme or comm lane that no earlier compute task
 // depends on) costs handoff_s more: the threads' wake-ups from one lane to the next and, with
@@ -38,6 +43,7 @@ struct Rates {
   double task_overhead_s = 0.0;           // fixed cost of dispatching one task
   double handoff_s = 0.0;                 // a compute task's first wait for a transfer (above)
   bool shared_cores = false;              // every lane but nvme runs on the same cores
+  bool shared_disk = false;               // the nvme lane's tasks at once share the disk
   int nvme_workers = 4;                   // as ExecutorOptions
   int cpu_workers = 2;
   double rate(Work w) const { return per_second[static_cast<int>(w)]; }

@@ -30,11 +30,20 @@ BufferId Plan::add_buffer(std::string name, Tier tier, uint64_t bytes, bool init
 }
 
 std::string_view work_name(Work work) {
-  static constexpr std::string_view kNames[kNumWorkKinds] = {
-      "flops",         "head flops",      "h2d bytes",
-      "d2h bytes",     "nvme read bytes", "nvme write bytes",
-      "network bytes", "adam elements",   "device adam elements",
-      "host bytes",    "nvme ops"};
+  static constexpr std::string_view kNames[kNumWorkKinds] = {"flops",
+                                                             "head flops",
+                                                             "h2d bytes",
+                                                             "d2h bytes",
+                                                             "nvme read bytes",
+                                                             "nvme write bytes",
+                                                             "network bytes",
+                                                             "adam elements",
+                                                             "device adam elements",
+                                                             "host bytes",
+                                                             "nvme ops",
+                                                             "network reduce bytes",
+                                                             "collective calls",
+                                                             "reducing collective calls"};
   return kNames[static_cast<int>(work)];
 }
 

@@ -76,13 +76,16 @@ enum class Work : uint8_t {
   kD2HBytes,
   kNvmeReadBytes,
   kNvmeWriteBytes,
-  kNetBytes,            // bytes this rank sends in collectives
+  kNetBytes,            // bytes this rank sends in collectives that move data (all-gather, ...)
   kAdamElements,        // CPU Adam updates
   kDeviceAdamElements,  // Adam updates on the device
   kHostBytes,           // memory-bound host passes (checks, casts, sums, copies): bytes read
   kNvmeOps,             // NVMe requests (reads or writes): each pays the disk's latency
+  kNetReduceBytes,      // bytes this rank sends in reducing collectives (reduce-scatter, ...)
+  kNetCalls,            // collective calls that move data: each pays the network's latency
+  kNetReduceCalls,      // reducing collective calls: each pays their latency
 };
-inline constexpr int kNumWorkKinds = 11;
+inline constexpr int kNumWorkKinds = 14;
 std::string_view work_name(Work work);  // "flops", "head flops", "h2d bytes", ...
 
 struct Budgets {

@@ -37,6 +37,7 @@
 #include "model/synthetic_task.h"
 #include "mpi_world.h"
 #include "nvme/swap_store.h"
+#include "scheduler/cost_model.h"
 #include "scratch_dir.h"
 #include "swap_test_util.h"
 
@@ -115,6 +116,7 @@ struct ZRun {
   std::vector<std::vector<float>> state_history;  // every partition's master|m|v, likewise
   std::vector<comm::CollectiveStats> traffic;     // by kind, of the last step
   ZeroTraffic expected;
+  sched::Prediction predicted;  // the cost model's work for a step, at unit rates
   ZeroMemory memory;
   int64_t partition_state_bytes = 0;  // Partitioning::model_state_bytes of the stage
   size_t device_peak = 0, model_device_bytes = 0, plan_device_bytes = 0;
@@ -258,6 +260,11 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   if (zero != nullptr) {
     dump_plan_if_asked(*zero);
     run.expected = zero->expected_traffic(c.micro);
+    sched::Rates unit;
+    for (double& r : unit.per_second) r = 1.0;
+    Result<sched::Prediction> predicted = zero->predict(unit, c.micro);
+    EXPECT_TRUE(predicted.ok()) << predicted.status().to_string();
+    if (predicted.ok()) run.predicted = *predicted;
     run.memory = zero->memory();
     run.partition_state_bytes = parts.model_state_bytes(c.stage).value().total();
     for (int64_t b = 0; b < m.num_blocks(); ++b) run.homes.push_back(zero->param_home(b));
@@ -1113,7 +1120,8 @@ TEST(ZeroStep, Fp32GradientAccumulationGivesTheSameBitsOnEveryOptimizerHome) {
 // textbook bytes of the calls really made), and the totals within 1% of ZeRO's 2Ψ(N-1)/N and
 // 3Ψ(N-1)/N for Ψ real (unpadded) 16-bit elements; with K micro-batches (docs/zero.md), the
 // reduce-scatter K times at stages 2-3, and at stage 3 the gathers K times in the
-// micro-batch-major order and once in the segment-major one.
+// micro-batch-major order and once in the segment-major one. The cost model counts the same
+// calls and bytes.
 TEST(ZeroStep, BytesPerStepMatchTheTheory) {
   comm::Communicator& comm = world();
   const uint64_t n = static_cast<uint64_t>(comm.size());
@@ -1137,6 +1145,15 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
       EXPECT_EQ(sent(comm::CollectiveKind::kAllReduce), loss_bytes);
       EXPECT_EQ(sent(comm::CollectiveKind::kAllGather),
                 e.grad_all_gather + e.param_all_gather + (e.stats - loss_bytes));
+      // The cost model's collectives are the step's: its calls and bytes sent, the moving ones
+      // (all-gathers) apart from the reducing ones (the loss's all-reduce is outside the plan).
+      using sched::Work;
+      auto work = [&](Work w) { return z.predicted.work[int(w)]; };
+      auto calls = [&](comm::CollectiveKind k) { return double(z.traffic[size_t(k)].calls); };
+      EXPECT_EQ(work(Work::kNetBytes), double(sent(comm::CollectiveKind::kAllGather)));
+      EXPECT_EQ(work(Work::kNetCalls), calls(comm::CollectiveKind::kAllGather));
+      EXPECT_EQ(work(Work::kNetReduceBytes), double(sent(comm::CollectiveKind::kReduceScatter)));
+      EXPECT_EQ(work(Work::kNetReduceCalls), calls(comm::CollectiveKind::kReduceScatter));
       // ZeRO's figures: 2 bytes per element, Ψ elements, (N-1)/N per pass; 2 passes at stages
       // 0-2 (reduce-scatter + all-gather) and 3 at stage 3, less one for the shared block,
       // whose backward reads no parameter (one gather serves the embedding and the head). K

@@ -109,6 +109,32 @@ TEST(CostModel, SharedCoresSerializeAllButTheDisk) {
   }
 }
 
+// A shared disk serves the nvme lane's requests together, each at 1/k of its pace while k run:
+// three reads of 1 s issued at once all end at 3 s (one after the other they would end at 1, 2
+// and 3 s), so the op waiting on the first starts at 3 s; unequal reads of 1 and 3 s end at 2
+// and 4 s; two workers for three reads: two end at 2 s, the third runs alone to 3 s.
+TEST(CostModel, SharedDiskServesItsRequestsTogether) {
+  auto reads_then_ops = [](std::vector<double> reads, bool shared, int workers) {
+    Plan p;
+    for (double s : reads)
+      task(p, Lane::kCompute, 1.0, {task(p, Lane::kNvme, s, {}, Work::kNvmeReadBytes)});
+    Rates r = unit_rates();
+    r.shared_disk = shared;
+    r.nvme_workers = workers;
+    EXPECT_TRUE(p.finalize().ok());
+    auto pred = simulate(p, r);
+    EXPECT_TRUE(pred.ok());
+    return pred.ok() ? *pred : Prediction{};
+  };
+  const Prediction together = reads_then_ops({1.0, 1.0, 1.0}, true, 4);
+  EXPECT_DOUBLE_EQ(together.step_s, 6.0);  // reads to 3 s, then three ops of 1 s
+  EXPECT_DOUBLE_EQ(together.busy_s[int(Lane::kNvme)], 3.0);
+  EXPECT_DOUBLE_EQ(together.exposed_s, 3.0);
+  EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, false, 1).step_s, 4.0);  // 1, 2, 3 s
+  EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 3.0}, true, 4).step_s, 5.0);        // reads end at 2, 4 s
+  EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, true, 2).step_s, 5.0);   // 2, 2, 3 s
+}
+
 // A hand-off is charged to the first compute task that depends on a transfer, once per transfer:
 // K ops after one upload (a layer's micro-batches in layer-major order) pay it once, K ops each
 // after its own upload K times; an op after a cpu-lane task, or inactive tasks, not at all.
@@ -189,10 +215,14 @@ TEST(CostModel, RandomPlansLieBetweenChainAndSum) {
       chain = std::max(chain, finish[size_t(t)]);
       sum += dur[size_t(t)];
     }
-    auto pred = simulate(p, unit_rates());
-    ASSERT_TRUE(pred.ok());
-    EXPECT_GE(pred->step_s, chain - 1e-9) << trial;
-    EXPECT_LE(pred->step_s, sum + 1e-9) << trial;
+    for (bool disk : {false, true}) {  // a shared disk does its requests' work all the same
+      Rates r = unit_rates();
+      r.shared_disk = disk;
+      auto pred = simulate(p, r);
+      ASSERT_TRUE(pred.ok());
+      EXPECT_GE(pred->step_s, chain - 1e-9) << trial << " " << disk;
+      EXPECT_LE(pred->step_s, sum + 1e-9) << trial << " " << disk;
+    }
   }
 }
 
