@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/median.h"
 #include "core/status.h"
 
 namespace strata::bench {
@@ -18,13 +19,7 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Median of the repeats (the mean of the two middle ones for an even count); 0 when empty.
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using strata::median;  // of the repeats (core/median.h)
 
 // For benchmarks that cannot go on after an error: print "NAME: error" and exit 1.
 [[noreturn]] inline void die(const char* name, const Status& st) {

@@ -2,10 +2,10 @@
 
 #include <sys/statvfs.h>
 
-#include <algorithm>
 #include <cstdio>
 
 #include "config_fields.h"
+#include "core/median.h"
 #include "engine/session.h"
 
 namespace strata::train_gpt {
@@ -60,15 +60,13 @@ void print_plan(const engine::Session& session, const gpu::Device& device,
 
 std::string StepTimes::versus(const std::optional<sched::Prediction>& prediction) const {
   if (!prediction || ms_.empty()) return "";
-  std::vector<double> v = ms_;
-  std::sort(v.begin(), v.end());
-  const double measured = v[v.size() / 2];
+  const double measured = median(ms_);
   const double predicted = prediction->step_s * 1e3;
   char line[200];
   std::snprintf(line, sizeof(line),
                 "plan: predicted step %.1f ms, measured %.1f ms (median of %zu steps), error "
                 "%+.1f%%",
-                predicted, measured, v.size(), 100.0 * (predicted - measured) / measured);
+                predicted, measured, ms_.size(), 100.0 * (predicted - measured) / measured);
   return line;
 }
 

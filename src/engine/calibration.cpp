@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/median.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
 #include "engine/compute_probe.h"
@@ -42,8 +43,7 @@ Result<double> median_time(const std::function<Status()>& fn, int reps = 3) {
     STRATA_RETURN_IF_ERROR(fn());
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return std::max(t[t.size() / 2], 1e-9);
+  return std::max(median(std::move(t)), 1e-9);
 }
 
 std::string cpu_model() {
@@ -230,7 +230,10 @@ Result<std::vector<double>> measure_network(comm::Communicator& comm) {
     double small_sent = 0.0, large_sent = 0.0;
     STRATA_ASSIGN_OR_RETURN(const double small, time(kinds[k], 2048, small_sent));
     STRATA_ASSIGN_OR_RETURN(const double large, time(kinds[k], size_t{256} << 10, large_sent));
-    const double per_byte = std::max(large - small, 1e-9) / (large_sent - small_sent);
+    // At least a quarter of the larger call is its bytes': one that took no longer than the
+    // small one (a hiccup of this machine's during the small one, seen under load) would
+    // otherwise read as a network of infinite bandwidth.
+    const double per_byte = std::max(large - small, 0.25 * large) / (large_sent - small_sent);
     rates[size_t(k)] = 1.0 / per_byte;
     rates[size_t(k) + 2] = 1.0 / std::max(small - small_sent * per_byte, 1e-7);
   }
@@ -304,9 +307,7 @@ std::vector<double> median_row(const std::vector<std::vector<double>>& rows) {
     for (const auto& r : rows) {
       if (r.size() == out.size()) v.push_back(r[i]);
     }
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    out[i] = v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    out[i] = median(std::move(v));
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "core/median.h"
 #include "cpu/pinned_memory.h"
 #include "scheduler/executor.h"
 
@@ -141,11 +142,6 @@ Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
   }
   STRATA_RETURN_IF_ERROR(plan.finalize());
   return plan;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -48,30 +48,34 @@ CalibrationRequest request(gpu::Device& device, const std::string& cache) {
   return rq;
 }
 
-auto one_thread_device() {
-  gpu::DeviceOptions dopt;
-  dopt.threads = 1;
-  return gpu::create_cpu_device(dopt);
-}
-
-TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey) {
+// Each test: a scratch directory of this rank's own, its cache file, a one-thread CpuDevice.
+class Calibration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dir.ok());
+    gpu::DeviceOptions dopt;
+    dopt.threads = 1;
+    auto d = gpu::create_cpu_device(dopt);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    device = std::move(*d);
+  }
   comm::Communicator& comm = world();
-  test::ScratchDir dir;  // each rank its own
-  ASSERT_TRUE(dir.ok());
+  test::ScratchDir dir;
   const std::string cache = dir.path() + "/calibration.json";
+  std::unique_ptr<gpu::Device> device;
+};
 
-  auto dev = one_thread_device();
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+TEST_F(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey) {
   constexpr int kEntries = 4;  // compute, link, host, overhead (no disk without directories)
 
   // First: no rank has a cache.
-  auto first = calibrate(request(**dev, cache));
+  auto first = calibrate(request(*device, cache));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->measured, kEntries);
   EXPECT_EQ(first->cached, 0);
 
   // Second: rank 0 wrote its file; the others' caches are still empty.
-  auto second = calibrate(request(**dev, cache));
+  auto second = calibrate(request(*device, cache));
   ASSERT_TRUE(second.ok()) << second.status().to_string();
   if (comm.size() == 1) {
     EXPECT_EQ(second->measured, 0);
@@ -94,6 +98,16 @@ TEST(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineKey
     }
   }
   EXPECT_GT(r.rate(sched::Work::kFlops), 0.0);
+  // The network's four rates, measured with several ranks; one rank sends nothing.
+  for (const sched::Work w : {sched::Work::kNetBytes, sched::Work::kNetReduceBytes,
+                              sched::Work::kNetCalls, sched::Work::kNetReduceCalls}) {
+    if (comm.size() == 1) {
+      EXPECT_EQ(r.rate(w), 1e30) << sched::work_name(w);
+    } else {
+      EXPECT_GT(r.rate(w), 0.0) << sched::work_name(w);
+      EXPECT_LT(r.rate(w), 1e12) << sched::work_name(w);  // below a TB/s, a picosecond a call
+    }
+  }
 
   if (comm.rank() == 0) {
     std::ifstream in(cache);
@@ -143,14 +157,8 @@ std::string broadcast_text(comm::Communicator& comm, std::string text) {
 // An entry keeps the last five measurements, and its value is their median: every rank's cache
 // is seeded with five rows per entry (a base row times 3, 1, 5, 2, 4), so nothing is measured
 // and the rates are the base times 3; --calibrate drops the oldest row for the new one.
-TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
-  comm::Communicator& comm = world();
-  test::ScratchDir dir;  // each rank its own
-  ASSERT_TRUE(dir.ok());
-  const std::string cache = dir.path() + "/calibration.json";
-  auto dev = one_thread_device();
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
-  auto first = calibrate(request(**dev, cache));
+TEST_F(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
+  auto first = calibrate(request(*device, cache));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
 
   // Rank 0's file, seeded, written into every rank's.
@@ -175,7 +183,7 @@ TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
   const nlohmann::json seeded = nlohmann::json::parse(text);
   const nlohmann::json& entries = seeded.begin().value();
 
-  auto second = calibrate(request(**dev, cache));
+  auto second = calibrate(request(*device, cache));
   ASSERT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_EQ(second->measured, 0);
   for (const auto& [name, rows] : entries.items()) {
@@ -191,7 +199,7 @@ TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
     }
   }
 
-  CalibrationRequest rq = request(**dev, cache);
+  CalibrationRequest rq = request(*device, cache);
   rq.redo = true;
   auto third = calibrate(rq);
   ASSERT_TRUE(third.ok()) << third.status().to_string();
@@ -206,17 +214,11 @@ TEST(Calibration, AnEntryIsTheMedianOfItsLastFiveMeasurements) {
   }
 }
 
-TEST(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
-  comm::Communicator& comm = world();
-  test::ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
+TEST_F(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
   const std::string a = dir.path() + "/a", b = dir.path() + "/b";
-  const std::string cache = dir.path() + "/calibration.json";
   ASSERT_TRUE(std::filesystem::create_directory(a) && std::filesystem::create_directory(b));
-  auto dev = one_thread_device();
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
   constexpr int kEntries = 5;  // compute, link, host, overhead, disk
-  CalibrationRequest rq = request(**dev, cache);
+  CalibrationRequest rq = request(*device, cache);
   rq.nvme_dirs = {a};
   auto first = calibrate(rq);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
