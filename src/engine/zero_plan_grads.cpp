@@ -161,30 +161,26 @@ void ZeroStep::emit_norm(PlanBuild& pb) {
   sched::Plan& plan = pb.plan;
   std::vector<TaskId> norm_deps = pb.checks;
   if (pb.stage >= 1 && pb.ranks > 1) {
+    // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
+    comm::CollectiveCall gather;
+    gather.kind = comm::CollectiveKind::kAllGather;
+    gather.count = pb.nb * 2 * sizeof(double) / 2;
+    gather.dtype = DType::kBF16;
     const TaskId exchange = plan.add(
         "exchange statistics", Lane::kComm,
-        [this, nbk = pb.nb](const TaskContext& c) -> Status {
+        [this, nbk = pb.nb, gather](const TaskContext& c) -> Status {
           if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
-          // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
-          const size_t words = nbk * 2 * sizeof(double) / 2;
-          comm::CollectiveCall call;
-          call.kind = comm::CollectiveKind::kAllGather;
+          comm::CollectiveCall call = gather;
           call.send = stats_.data() + static_cast<size_t>(rank_) * nbk * 2;
           call.recv = stats_.data();
-          call.count = words;
-          call.dtype = DType::kBF16;
           count_traffic(call, &ZeroTraffic::stats);
           return comm_.start(call).wait();
         },
         pb.checks);
     pb.task_runs_when(exchange, RunsWhen::kLastMicro);
-    comm::CollectiveCall call;
-    call.kind = comm::CollectiveKind::kAllGather;
-    call.count = pb.nb * 2 * sizeof(double) / 2;
-    call.dtype = DType::kBF16;
     pb.work(exchange, sched::Work::kNetCalls, 1.0);
     pb.work(exchange, sched::Work::kNetBytes,
-            double(comm::textbook_bytes(call, rank_, ranks_).sent));
+            double(comm::textbook_bytes(gather, rank_, ranks_).sent));
     norm_deps = {exchange};
   }
   const TaskId first = pb.next_task();

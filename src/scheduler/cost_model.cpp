@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -87,6 +88,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
   std::vector<Running> disk;  // (work left at the task's own pace, task): Rates::shared_disk
   std::vector<TaskId> finished;
+  std::vector<uint8_t> on_disk(n, 0);  // 1: a shared disk's task being dispatched, 2: on it
   std::vector<double> ready_at(n, 0.0), end(n, 0.0);
   std::vector<TaskId> last_pred(n, -1);  // the predecessor that completed last
   int lane_running[kNumLanes] = {};
@@ -109,18 +111,19 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
         const TaskId p = last_pred[size_t(t)];
         if (gap > 0.0 && p >= 0 && is_transfer_lane(plan.task(p).lane)) pred.exposed_s += gap;
       }
-      if (lane == Lane::kNvme && rates.shared_disk) {
-        disk.push_back({duration[size_t(t)], t});
-      } else {
-        running.push({now + duration[size_t(t)], t});
-      }
+      // A shared disk's task: its dispatch first (a thread's, not shared), then its work on the
+      // disk.
+      const bool shares = lane == Lane::kNvme && rates.shared_disk;
+      if (shares) on_disk[size_t(t)] = 1;
+      running.push({now + (shares ? rates.task_overhead_s : duration[size_t(t)]), t});
       it = ready.erase(it);
     }
     if (running.empty() && disk.empty()) {
       return make_error(ErrorCode::kInternal, "cost model: ", n - done,
                         " tasks can never start (the plan has a cycle)");
     }
-    // The disk's tasks progress at 1/k of their own pace while k of them run.
+    // The disk's tasks progress at 1/k of their own pace while k of them run (their dispatch
+    // apart: it is a thread's, not the disk's).
     const double k = double(disk.size());
     double next = running.empty() ? HUGE_VAL : running.top().first;
     for (const Running& d : disk) next = std::min(next, now + d.first * k);
@@ -129,18 +132,27 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
     }
     finished.clear();
     for (auto d = disk.begin(); d != disk.end();) {
-      d->first -= (next - now) / k;
-      if (d->first <= 1e-12) {
+      if (now + d->first * k <= next) {  // as `next` was computed: exact at any time scale
         finished.push_back(d->second);
         d = disk.erase(d);
       } else {
+        d->first -= (next - now) / k;
         ++d;
       }
     }
     now = next;
     while (!running.empty() && running.top().first <= now) {
-      finished.push_back(running.top().second);
+      const TaskId t = running.top().second;
       running.pop();
+      if (on_disk[size_t(t)] == 1) {  // dispatched: to the disk
+        on_disk[size_t(t)] = 2;
+        const double work = duration[size_t(t)] - rates.task_overhead_s;
+        if (work > 0.0) {
+          disk.push_back({work, t});
+          continue;
+        }
+      }
+      finished.push_back(t);
     }
     for (const TaskId t : finished) {
       ++done;

@@ -15,9 +15,10 @@
 // gives the same total). The nvme lane mostly waits on the disk and runs beside them.
 //
 // Shared disk (Rates::shared_disk): the nvme lane's rates are the disk's totals, and the tasks
-// the lane runs at once (up to nvme_workers) share it: while k run, each progresses at 1/k of
-// its own pace (three small reads issued together on the test machine all completed after
-// about three requests' time; one after the other, the first would have been ready after one).
+// the lane runs at once (up to nvme_workers) share it: after its dispatch (task_overhead_s, not
+// shared), while k tasks are on the disk each progresses at 1/k of its own pace (three small reads
+// issued together on the test machine all completed after about three requests' time; one after the
+// other, the first would have been ready after one).
 //
 // Hand-offs (Rates::handoff_s): a compute task that is the first of its lane to depend on a
 // transfer task (a predecessor on the h2d, d2h, nvme or comm lane that no earlier compute task

@@ -133,6 +133,25 @@ TEST(CostModel, SharedDiskServesItsRequestsTogether) {
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, false, 1).step_s, 4.0);  // 1, 2, 3 s
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 3.0}, true, 4).step_s, 5.0);        // reads end at 2, 4 s
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, true, 2).step_s, 5.0);   // 2, 2, 3 s
+
+  // A task's dispatch is not the disk's: with 1 s of it per task, three reads of 1 s are
+  // dispatched side by side to 1 s and then share the disk to 4 s (not 6); an inactive task,
+  // all dispatch, does not slow an active read beside it (0.5 s, then 1 s alone on the disk).
+  Plan p;
+  for (int i = 0; i < 3; ++i) task(p, Lane::kNvme, 1.0, {}, Work::kNvmeReadBytes);
+  Rates r = unit_rates();
+  r.shared_disk = true;
+  r.task_overhead_s = 1.0;
+  EXPECT_DOUBLE_EQ(step(p, r), 4.0);
+  Plan q;
+  task(q, Lane::kNvme, 1.0, {}, Work::kNvmeReadBytes);
+  task(q, Lane::kNvme, 1.0, {}, Work::kNvmeReadBytes);
+  ASSERT_TRUE(q.finalize().ok());
+  r.task_overhead_s = 0.5;
+  const std::vector<bool> first_only = {true, false};
+  auto pred = simulate(q, r, &first_only);
+  ASSERT_TRUE(pred.ok());
+  EXPECT_DOUBLE_EQ(pred->step_s, 1.5);
 }
 
 // A hand-off is charged to the first compute task that depends on a transfer, once per transfer:
