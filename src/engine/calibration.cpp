@@ -514,7 +514,7 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   ComputeProbe probe;
   probe.step_extra_s = other[kStepExtraSlot];
   probe.op_s = other[kOpTimeSlot];
-  STRATA_ASSIGN_OR_RETURN(r.handoff_s, fit_handoff(probe, r));
+  STRATA_ASSIGN_OR_RETURN(r.handoff_s, fit_handoff(probe, r, ranks));
   const bool lead = rq.comm == nullptr || rq.comm->rank() == 0;
   if (cal.measured > 0 && lead) STRATA_RETURN_IF_ERROR(write_cache(cal.cache_path, cache));
   return cal;

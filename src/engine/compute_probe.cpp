@@ -10,6 +10,7 @@
 
 #include "core/median.h"
 #include "cpu/pinned_memory.h"
+#include "engine/collective_work.h"
 #include "scheduler/executor.h"
 
 namespace strata::engine {
@@ -35,13 +36,19 @@ struct Scratch {
   std::vector<int32_t> tokens, targets;
 };
 
+// A collective of the probe's (its buffers apart).
+comm::CollectiveCall probe_call(comm::CollectiveKind kind) {
+  comm::CollectiveCall call;
+  call.kind = kind;
+  call.dtype = DType::kBF16;
+  call.count = kElements;
+  return call;
+}
+
 sched::TaskFn collective(Scratch& s, comm::CollectiveKind kind) {
   return [&s, kind](const sched::TaskContext&) -> Status {
     if (s.world == nullptr) return ok_status();
-    comm::CollectiveCall call;
-    call.kind = kind;
-    call.dtype = DType::kBF16;
-    call.count = kElements;
+    comm::CollectiveCall call = probe_call(kind);
     if (kind == comm::CollectiveKind::kAllGather) {
       call.send = s.gathered.data() + static_cast<size_t>(s.world->rank()) * kElements;
       call.recv = s.gathered.data();
@@ -113,10 +120,12 @@ Transfers real_transfers(Scratch& s) {
 
 // The ops one after the other on the compute lane; with `x`, shaped as a step: op i's gather may
 // start once op i-2 is done (two gathered buffers: one op ahead), its upload follows it, and the
-// op its upload; each backward op's reduction follows the op. Each op declares `op_flops` of
-// work (the cost model's plans; 0: none).
+// op its upload; each backward op's reduction follows the op. With `op_flops` (the cost model's
+// plans; 0: none) each op declares that work, and the other tasks what they move (a collective's
+// call and bytes among `ranks`, as the step's plans declare theirs).
 Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
-                               double op_flops = 0.0) {
+                               double op_flops = 0.0, int ranks = 1) {
+  using comm::CollectiveKind;
   const size_t n = ops.size();
   sched::Plan plan;
   std::vector<TaskId> upload(n, -1), op(n, -1);
@@ -125,8 +134,12 @@ Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
     std::vector<TaskId> deps;
     if (i >= 2) deps.push_back(op[i - 2]);
     const TaskId gather =
-        plan.add("gather", Lane::kComm, x->collective(comm::CollectiveKind::kAllGather), deps);
+        plan.add("gather", Lane::kComm, x->collective(CollectiveKind::kAllGather), deps);
     upload[i] = plan.add("upload", Lane::kH2D, x->upload, {gather});
+    if (op_flops > 0.0) {
+      add_collective_work(plan, gather, probe_call(CollectiveKind::kAllGather), 0, ranks);
+      plan.add_work(upload[i], sched::Work::kH2DBytes, double(kUploadBytes));
+    }
   };
   fetch(0);
   fetch(1);
@@ -137,7 +150,11 @@ Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
     if (op_flops > 0.0) plan.add_work(op[i], sched::Work::kFlops, op_flops);
     fetch(i + 2);
     if (x != nullptr && ops[i].backward) {
-      plan.add("reduce", Lane::kComm, x->collective(comm::CollectiveKind::kAllReduce), {op[i]});
+      const TaskId reduce =
+          plan.add("reduce", Lane::kComm, x->collective(CollectiveKind::kAllReduce), {op[i]});
+      if (op_flops > 0.0) {
+        add_collective_work(plan, reduce, probe_call(CollectiveKind::kAllReduce), 0, ranks);
+      }
     }
   }
   STRATA_RETURN_IF_ERROR(plan.finalize());
@@ -251,7 +268,7 @@ Result<ComputeProbe> measure_compute(const CalibrationRequest& rq) {
   return out;
 }
 
-Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates) {
+Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates, int ranks) {
   sched::Rates r = rates;
   r.handoff_s = 0.0;
   const double flops = probe.op_s * r.rate(sched::Work::kFlops);
@@ -263,7 +280,7 @@ Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates)
     const std::vector<Op> ops = shape_ops(layers);
     n += ops.size();
     for (const Transfers* shaped : {static_cast<const Transfers*>(nullptr), &x}) {
-      STRATA_ASSIGN_OR_RETURN(const sched::Plan plan, probe_plan(ops, shaped, flops));
+      STRATA_ASSIGN_OR_RETURN(const sched::Plan plan, probe_plan(ops, shaped, flops, ranks));
       STRATA_ASSIGN_OR_RETURN(const sched::Prediction p, sched::simulate(plan, r));
       modelled += shaped != nullptr ? p.step_s : -p.step_s;
     }

@@ -5,8 +5,9 @@
 //   - as a step replays them: each op after a gather on the comm lane and an upload on the h2d
 //     lane, the gathers one op ahead as the step's prefetch runs, and after each backward op a
 //     reduction (tiny: their bytes are the cost model's other kinds of work; what they carry
-//     here is the hand-offs between the lanes' threads and, with several ranks, the wait at
-//     each collective for the slowest rank).
+//     here is the hand-offs between the lanes' threads, each collective's latency, which the
+//     network's rates already charge, and, with several ranks, the wait at each collective for
+//     the slowest rank).
 // The four replays alternate after a quarter of a second of warm-up (2 to 15 timed rounds, a
 // second of them when replays are short).
 // The difference of the back-to-back medians is a layer's forward + backward (Work::kFlops),
@@ -45,7 +46,9 @@ Result<ComputeProbe> measure_compute(const CalibrationRequest& rq);
 
 // Rates::handoff_s from a probe and the other rates: the probe's step-shaped extra per op less
 // what the cost model charges for the step shape without hand-offs (it simulates the probe's
-// plans with ops of probe.op_s), at least zero.
-Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates);
+// plans with ops of probe.op_s, their collectives among `ranks` and their uploads declared as
+// the step's are: the collectives' latency is the network's rates', not a hand-off), at least
+// zero.
+Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates, int ranks);
 
 }  // namespace strata::engine

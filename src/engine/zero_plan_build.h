@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/collective_work.h"
 #include "engine/zero_step.h"
 
 namespace strata::engine {
@@ -76,22 +77,13 @@ struct ZeroStep::PlanBuild {
     work(t, w, bytes);
     work(t, sched::Work::kNvmeOps, 1.0);
   }
-  // A collective of `kind` over `count` 16-bit elements per rank: one call, the bytes this rank
-  // sends (reductions apart: they sum as they go, at a rate of their own), and the bytes its
-  // host passes over (copies and, for a reduction, the sums).
+  // A collective of `kind` over `count` 16-bit elements per rank (collective_work.h).
   void collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count) {
     comm::CollectiveCall call;
     call.kind = kind;
     call.count = count;
     call.dtype = dt;
-    const bool reduces = kind == comm::CollectiveKind::kReduceScatter ||
-                         kind == comm::CollectiveKind::kAllReduce ||
-                         kind == comm::CollectiveKind::kReduce;
-    using sched::Work;
-    work(t, reduces ? Work::kNetReduceCalls : Work::kNetCalls, 1.0);
-    work(t, reduces ? Work::kNetReduceBytes : Work::kNetBytes,
-         double(comm::textbook_bytes(call, rank, ranks).sent));
-    work(t, Work::kHostBytes, double(count * size_t(ranks) * es));
+    add_collective_work(plan, t, call, rank, ranks);
   }
   sched::BufferId add_buffer(Kind kind, std::string buffer_name, sched::Tier tier, uint64_t bytes,
                              bool initially_valid = false) {
