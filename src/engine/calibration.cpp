@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -44,6 +45,12 @@ Result<double> median_time(const std::function<Status()>& fn, int reps = 3) {
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return std::max(median(std::move(t)), 1e-9);
+}
+
+double process_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 std::string cpu_model() {
@@ -189,16 +196,24 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
     }
     return first;
   };
+  // The process's CPU while the store works (its threads', the kernel's for them): the rank's
+  // other threads are idle meanwhile.
+  const double cpu0 = process_cpu_s();
   STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }, 5));
   STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }, 5));
+  const double cpu_big = process_cpu_s() - cpu0;
   const double total = double(each) * objects;
   // A request's latency: one 4 KiB write, then its read, alone (the median of 9 pairs).
   auto one = [&]() -> Status {
     STRATA_RETURN_IF_ERROR(store.write(key0, buf.data(), 4096).wait());
     return store.read(key0, buf.data(), 4096).wait();
   };
+  const double cpu1 = process_cpu_s();
   STRATA_ASSIGN_OR_RETURN(double pair, median_time(one, 9));
-  return std::vector<double>{total / r, total / w, 2.0 / pair};
+  // Its CPU: per request from the 20 small ones, per byte from the 48 large ones' rest.
+  const double cpu_op = (process_cpu_s() - cpu1) / 20.0;
+  const double cpu_byte = std::max(0.0, cpu_big - 48.0 * cpu_op) / (12.0 * total);
+  return std::vector<double>{total / r, total / w, 2.0 / pair, cpu_op, cpu_byte};
 }
 
 // A collective's time is a latency per call and its bytes over a rate: both from the medians of
@@ -359,6 +374,10 @@ std::string Calibration::describe() const {
   os << "  task overhead: " << rates.task_overhead_s * 1e6 << " us; hand-off "
      << rates.handoff_s * 1e6 << " us"
      << (rates.shared_cores ? "; every lane but nvme shares the cores" : "") << "\n";
+  if (rates.nvme_cpu_op_s > 0.0 || rates.nvme_cpu_byte_s > 0.0) {
+    os << "  nvme request CPU: " << rates.nvme_cpu_op_s * 1e6 << " us each + "
+       << rates.nvme_cpu_byte_s * 1e12 << " us per MB\n";
+  }
   return os.str();
 }
 
@@ -396,16 +415,14 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   keys[kHost] = "host" + threads;
   keys[kOverhead] = "overhead" + threads;
   if (!rq.nvme_dirs.empty()) {
-    keys[kDisk] = "disk+requests block=" + std::to_string(rq.nvme_block_bytes) +
+    keys[kDisk] = "disk+requests+cpu block=" + std::to_string(rq.nvme_block_bytes) +
                   " depth=" + std::to_string(rq.nvme_queue_depth);
     for (const std::string& d : rq.nvme_dirs) keys[kDisk] += " " + filesystem_of(d);
   }
-  // Entries of an earlier form, keyed by the directories' paths: one per temporary directory,
-  // never matched again.
+  // Disk entries of earlier forms, never matched again: keyed by the directories' paths (one per
+  // temporary directory), or without the requests' CPU.
   for (auto it = mine.begin(); it != mine.end();) {
-    const std::string& k = it.key();
-    it = k.rfind("disk+requests ", 0) == 0 && k.find(" /") != std::string::npos ? mine.erase(it)
-                                                                                : std::next(it);
+    it = it.key().rfind("disk+requests ", 0) == 0 ? mine.erase(it) : std::next(it);
   }
   // An entry is measured when any rank lacks it (or --calibrate), by every rank at once after a
   // barrier: the ranks of a machine share its cores, memory and disks, and run their steps at
@@ -437,7 +454,14 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   };
   // What each entry holds, in order: a rate per kind of work, or one of the other values
   // (seconds a task; the compute probe's extra per op shaped as a step, and its op time).
-  enum Other { kOverheadSlot, kStepExtraSlot, kOpTimeSlot, kOthers };
+  enum Other {
+    kOverheadSlot,
+    kStepExtraSlot,
+    kOpTimeSlot,
+    kNvmeCpuOpSlot,
+    kNvmeCpuByteSlot,
+    kOthers
+  };
   double other[kOthers] = {};
   auto held = [](Other o) { return -1 - int(o); };  // an Other, as a kHolds entry
   const std::vector<int> kHolds[kSlots] = {
@@ -445,7 +469,8 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
       {int(Work::kH2DBytes), int(Work::kD2HBytes)},
       {int(Work::kHostBytes), int(Work::kAdamElements), int(Work::kDeviceAdamElements)},
       {held(kOverheadSlot)},
-      {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps)}};
+      {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps),
+       held(kNvmeCpuOpSlot), held(kNvmeCpuByteSlot)}};
   const std::function<Result<std::vector<double>>()> measures[kSlots] = {
       [&]() -> Result<std::vector<double>> {
         STRATA_ASSIGN_OR_RETURN(const ComputeProbe p, measure_compute(rq));
@@ -504,6 +529,8 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     STRATA_RETURN_IF_ERROR(agree());
   }
   r.task_overhead_s = other[kOverheadSlot];
+  r.nvme_cpu_op_s = other[kNvmeCpuOpSlot];
+  r.nvme_cpu_byte_s = other[kNvmeCpuByteSlot];
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
   // The executor's nvme workers issue their requests at once and the disk serves them together
   // (its rates above are its totals): on the test machine three small reads issued together all

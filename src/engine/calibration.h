@@ -22,6 +22,8 @@
 //                 through a swap store of 136 MiB opened for it in those directories, as the
 //                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes), and a request's latency:
 //                 a 4 KiB write and read, alone, 9 times (kNvmeOps; each NVMe task is one);
+//                 and the process's CPU time meanwhile, per request from the small ones and per
+//                 byte from the rest of the large ones' (Rates::nvme_cpu_op_s, nvme_cpu_byte_s);
 //   network       (more than one rank; collective, so measured every time, not cached):
 //                 all-gathers and reduce-scatters of 2048 and 256Ki 16-bit elements per rank:
 //                 a latency per call (kNetCalls, kNetReduceCalls) and a rate for the bytes

@@ -80,6 +80,17 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
                                          : std::max(1, rates.cpu_workers);
   }
   auto uses_cores = [&](Lane lane) { return rates.shared_cores && lane != Lane::kNvme; };
+  // An nvme task's CPU on the shared cores (active tasks only).
+  auto nvme_cpu = [&](TaskId t) {
+    if (!rates.shared_cores ||
+        (active != nullptr && size_t(t) < active->size() && !(*active)[size_t(t)])) {
+      return 0.0;
+    }
+    const Plan::Task& task = plan.task(t);
+    return task.work[int(Work::kNvmeOps)] * rates.nvme_cpu_op_s +
+           (task.work[int(Work::kNvmeReadBytes)] + task.work[int(Work::kNvmeWriteBytes)]) *
+               rates.nvme_cpu_byte_s;
+  };
   std::set<std::pair<int, TaskId>> ready;  // by plan-walk position
   for (size_t i = 0; i < n; ++i) {
     if (remaining[i] == 0) ready.insert({pos[i], TaskId(i)});
@@ -90,7 +101,10 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   std::vector<TaskId> finished;
   std::vector<uint8_t> on_disk(n, 0);  // 1: a shared disk's task being dispatched, 2: on it
   std::vector<double> ready_at(n, 0.0), end(n, 0.0);
-  std::vector<TaskId> last_pred(n, -1);  // the predecessor that completed last
+  std::vector<double> due(n, 0.0);  // a running task's end: `running` entries of others are stale
+  TaskId on_core = -1;              // the shared cores' running task
+  double backlog = 0.0, backlog_at = 0.0;  // nvme CPU left over while the cores were idle
+  std::vector<TaskId> last_pred(n, -1);    // the predecessor that completed last
   int lane_running[kNumLanes] = {};
   int cores_running = 0;
   double now = 0.0, compute_free_at = 0.0;
@@ -115,7 +129,27 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       // disk.
       const bool shares = lane == Lane::kNvme && rates.shared_disk;
       if (shares) on_disk[size_t(t)] = 1;
-      running.push({now + (shares ? rates.task_overhead_s : duration[size_t(t)]), t});
+      due[size_t(t)] = now + (shares ? rates.task_overhead_s : duration[size_t(t)]);
+      running.push({due[size_t(t)], t});
+      // The disk's requests' CPU (nvme_cpu): added to the cores' running task, or while they
+      // are idle kept, less the idle time since, for the next one.
+      const double idle = backlog > 0.0 ? std::max(0.0, backlog - (now - backlog_at)) : 0.0;
+      if (uses_cores(lane)) {
+        on_core = t;
+        due[size_t(t)] += idle;
+        if (idle > 0.0) running.push({due[size_t(t)], t});
+        backlog = 0.0;
+      }
+      if (lane == Lane::kNvme) {
+        const double cpu = nvme_cpu(t);
+        if (cpu > 0.0 && on_core >= 0) {
+          due[size_t(on_core)] += cpu;
+          running.push({due[size_t(on_core)], on_core});
+        } else if (cpu > 0.0) {
+          backlog = idle + cpu;
+          backlog_at = now;
+        }
+      }
       it = ready.erase(it);
     }
     if (running.empty() && disk.empty()) {
@@ -142,9 +176,10 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
     }
     now = next;
     while (!running.empty() && running.top().first <= now) {
-      const TaskId t = running.top().second;
+      const auto [at, t] = running.top();
       running.pop();
-      if (on_disk[size_t(t)] == 1) {  // dispatched: to the disk
+      if (at != due[size_t(t)]) continue;  // its end moved later (nvme_cpu)
+      if (on_disk[size_t(t)] == 1) {       // dispatched: to the disk
         on_disk[size_t(t)] = 2;
         const double work = duration[size_t(t)] - rates.task_overhead_s;
         if (work > 0.0) {
@@ -159,7 +194,10 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       end[size_t(t)] = now;
       const Lane lane = plan.task(t).lane;
       --lane_running[static_cast<int>(lane)];
-      if (uses_cores(lane)) --cores_running;
+      if (uses_cores(lane)) {
+        --cores_running;
+        on_core = -1;
+      }
       if (lane == Lane::kCompute) compute_free_at = now;
       for (TaskId s : succ[size_t(t)]) {
         if (now >= ready_at[size_t(s)]) {

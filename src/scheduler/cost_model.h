@@ -20,6 +20,14 @@
 // issued together on the test machine all completed after about three requests' time; one after the
 // other, the first would have been ready after one).
 //
+// The disk's requests on the cores (Rates::nvme_cpu_op_s, nvme_cpu_byte_s): with shared cores,
+// each nvme task also takes the host's CPU for its request (submission, completion, the
+// threads' wake-ups, the checksum of its bytes); when it starts while a task of the shared
+// cores runs, that task ends so much later (the rank's one core on the test machine ran its
+// kernels 4-9% slower with parameters and optimizer state on NVMe than in pinned memory). While
+// the cores are idle it is done in their idle time: what is left of it when the next task of
+// theirs starts delays that one.
+//
 // Hand-offs (Rates::handoff_s): a compute task that is the first of its lane to depend on a
 // transfer task (a predecessor on the h2d, d2h, nvme or comm lane that no earlier compute task
 // depends on) costs handoff_s more: the threads' wake-ups from one lane to the next and, with
@@ -45,6 +53,8 @@ struct Rates {
   double handoff_s = 0.0;                 // a compute task's first wait for a transfer (above)
   bool shared_cores = false;              // every lane but nvme runs on the same cores
   bool shared_disk = false;               // the nvme lane's tasks at once share the disk
+  double nvme_cpu_op_s = 0.0;             // with shared cores: the CPU of an nvme request (above)
+  double nvme_cpu_byte_s = 0.0;           // and of each byte it moves
   int nvme_workers = 4;                   // as ExecutorOptions
   int cpu_workers = 2;
   double rate(Work w) const { return per_second[static_cast<int>(w)]; }

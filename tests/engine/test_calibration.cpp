@@ -6,8 +6,9 @@
 //     a later run with another number of ranks does not take rates measured beside another load;
 //   - every rank comes out with the same rates, the slowest rank's, and they are what is cached;
 //   - a disk is known by its filesystem, not by the directory it was measured in (a fresh
-//     temporary directory on it is not measured again), and entries keyed by paths, an earlier
-//     form, are dropped when the file is written.
+//     temporary directory on it is not measured again), and entries of earlier forms (keyed
+//     by paths, or without the requests' CPU) are dropped when the file is written; a request's
+//     CPU is measured.
 // Each rank has its own cache file here, in a directory of its own (only rank 0 writes its file,
 // as calibrate() does), so that the second calibration finds the entries on rank 0 only.
 #include <gtest/gtest.h>
@@ -224,9 +225,17 @@ TEST_F(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->measured, kEntries);
   EXPECT_GT(first->rates.rate(sched::Work::kNvmeReadBytes), 0.0);
+  // A request takes some CPU (its system calls at least), far less than a tenth of a second; a
+  // byte's is at least zero, far less than a microsecond.
+  EXPECT_GT(first->rates.nvme_cpu_op_s, 0.0);
+  EXPECT_LT(first->rates.nvme_cpu_op_s, 0.1);
+  EXPECT_GE(first->rates.nvme_cpu_byte_s, 0.0);
+  EXPECT_LT(first->rates.nvme_cpu_byte_s, 1e-6);
 
-  // An entry of the earlier form, keyed by a directory's path.
+  // Entries of earlier forms: keyed by a directory's path, or by its filesystem without the
+  // requests' CPU.
   const std::string stale = "disk+requests block=1048576 depth=32 " + a;
+  const std::string stale_fs = "disk+requests block=1048576 depth=32 ext4 id 1:2 dev 3:4";
   if (comm.rank() == 0) {
     nlohmann::json j;
     {
@@ -234,6 +243,7 @@ TEST_F(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
       j = nlohmann::json::parse(in);
     }
     j.begin().value()[stale] = {1.0, 2.0, 3.0};
+    j.begin().value()[stale_fs] = {1.0, 2.0, 3.0};
     std::ofstream(cache) << j.dump();
   }
 
@@ -254,8 +264,9 @@ TEST_F(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
     const nlohmann::json j = nlohmann::json::parse(in);
     const nlohmann::json& entries = j.begin().value();
     EXPECT_FALSE(entries.contains(stale)) << entries.dump();
+    EXPECT_FALSE(entries.contains(stale_fs)) << entries.dump();
     int disks = 0;
-    for (const auto& [name, v] : entries.items()) disks += name.rfind("disk+requests ", 0) == 0;
+    for (const auto& [name, v] : entries.items()) disks += name.rfind("disk+requests", 0) == 0;
     EXPECT_EQ(disks, 1) << entries.dump();
   }
 }

@@ -154,6 +154,61 @@ TEST(CostModel, SharedDiskServesItsRequestsTogether) {
   EXPECT_DOUBLE_EQ(pred->step_s, 1.5);
 }
 
+// With shared cores an nvme task's request takes the cores' CPU (0.25 s a request, 0.5 s a byte:
+// 0.75 s for a read of one byte, whose disk time is 1 s for the byte and 1 s for the request):
+// a compute task running when it starts ends so much later; started while the cores are idle,
+// it is done in their idle time, and what is left of it delays the next task of the cores.
+TEST(CostModel, DiskRequestsTakeTheSharedCoresCpu) {
+  Rates r = unit_rates();
+  r.shared_cores = true;
+  r.nvme_cpu_op_s = 0.25;
+  r.nvme_cpu_byte_s = 0.5;
+  auto read = [](Plan& p, std::vector<TaskId> deps = {}) {
+    const TaskId t = task(p, Lane::kNvme, 1.0, std::move(deps), Work::kNvmeReadBytes);
+    p.add_work(t, Work::kNvmeOps, 1.0);
+    return t;
+  };
+  {
+    Plan p;  // a 2 s op beside two reads of 2 s: 2 + 2 x 0.75
+    task(p, Lane::kCompute, 2.0);
+    read(p);
+    read(p);
+    EXPECT_DOUBLE_EQ(step(p, r), 3.5);
+    Rates own = r;
+    own.shared_cores = false;  // a device of its own: the reads run beside it
+    EXPECT_DOUBLE_EQ(step(p, own), 2.0);
+    const std::vector<bool> op_only = {true, false, false};
+    auto inactive = simulate(p, r, &op_only);
+    ASSERT_TRUE(inactive.ok());
+    EXPECT_DOUBLE_EQ(inactive->step_s, 2.0);
+  }
+  {
+    Plan p;  // a read, then the op that waits for it: its CPU done while the cores idle
+    task(p, Lane::kCompute, 1.0, {read(p)});
+    EXPECT_DOUBLE_EQ(step(p, r), 3.0);
+  }
+  {
+    Plan p;  // a read started with an op on the cores after a first one: charged to it
+    const TaskId a = task(p, Lane::kCompute, 1.0);
+    read(p, {a});
+    task(p, Lane::kCompute, 2.0, {a});
+    EXPECT_DOUBLE_EQ(step(p, r), 3.75);
+  }
+  {
+    // A write of 0.5 s (0.25 s of CPU) and a read (0.75 s) start on idle cores: the op after the
+    // write starts at 0.5 s with 0.5 s of their CPU left, and ends at 0.5 + 0.5 + 2.
+    Plan p;
+    const TaskId h = task(p, Lane::kNvme, 0.5, {}, Work::kNvmeWriteBytes);
+    read(p);
+    task(p, Lane::kCompute, 2.0, {h});
+    EXPECT_DOUBLE_EQ(step(p, r), 3.0);
+    // A write of 2 s (1 s of CPU) before the op: done in the idle time, the op ends at 2 + 1.
+    Plan q;
+    task(q, Lane::kCompute, 1.0, {task(q, Lane::kNvme, 2.0, {}, Work::kNvmeWriteBytes)});
+    EXPECT_DOUBLE_EQ(step(q, r), 3.0);
+  }
+}
+
 // A hand-off is charged to the first compute task that depends on a transfer, once per transfer:
 // K ops after one upload (a layer's micro-batches in layer-major order) pay it once, K ops each
 // after its own upload K times; an op after a cpu-lane task, or inactive tasks, not at all.
@@ -215,14 +270,21 @@ TEST(CostModel, RandomPlansLieBetweenChainAndSum) {
     Plan p;
     const int n = 5 + int(rng() % 40);
     std::vector<double> dur;
+    int requests = 0;
     for (int i = 0; i < n; ++i) {
       std::vector<TaskId> deps;
       for (int j = 0; j < i; ++j) {
         if (rng() % 6 == 0) deps.push_back(j);
       }
-      const double d = 0.1 + double(rng() % 100) / 10.0;
+      double d = 0.1 + double(rng() % 100) / 10.0;
+      const auto lane = static_cast<Lane>(rng() % kNumLanes);
+      const TaskId t = task(p, lane, d, deps);
+      if (lane == Lane::kNvme) {  // a request: its CPU on shared cores below
+        p.add_work(t, Work::kNvmeOps, 0.5);
+        d += 0.5;
+        ++requests;
+      }
       dur.push_back(d);
-      task(p, static_cast<Lane>(rng() % kNumLanes), d, deps);
     }
     ASSERT_TRUE(p.finalize().ok());
     std::vector<double> finish(size_t(n), 0.0);
@@ -234,13 +296,19 @@ TEST(CostModel, RandomPlansLieBetweenChainAndSum) {
       chain = std::max(chain, finish[size_t(t)]);
       sum += dur[size_t(t)];
     }
-    for (bool disk : {false, true}) {  // a shared disk does its requests' work all the same
+    // A shared disk does its requests' work all the same; on shared cores their CPU (0.3 s a
+    // request) is work of the cores' on top.
+    for (int v = 0; v < 4; ++v) {
+      const bool disk = v % 2 == 1, cores = v / 2 == 1;
       Rates r = unit_rates();
       r.shared_disk = disk;
+      r.shared_cores = cores;
+      r.nvme_cpu_op_s = 0.3;
       auto pred = simulate(p, r);
       ASSERT_TRUE(pred.ok());
-      EXPECT_GE(pred->step_s, chain - 1e-9) << trial << " " << disk;
-      EXPECT_LE(pred->step_s, sum + 1e-9) << trial << " " << disk;
+      EXPECT_GE(pred->step_s, chain - 1e-9) << trial << " " << v;
+      EXPECT_LE(pred->step_s, sum + (cores ? 0.3 * 0.5 * requests : 0.0) + 1e-9)
+          << trial << " " << v;
     }
   }
 }
