@@ -172,7 +172,7 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
   const int objects = 4;
   nvme::SwapStoreOptions so;
   so.dirs = rq.nvme_dirs;
-  so.capacity_bytes = (each * objects + (size_t{2} << 20) * rq.nvme_dirs.size()) + (8 << 20);
+  so.capacity_bytes = (each * objects + (size_t{2} << 20) * rq.nvme_dirs.size()) + (16 << 20);
   so.block_bytes = rq.nvme_block_bytes;
   so.extent_bytes = std::max<uint64_t>(so.extent_bytes, rq.nvme_block_bytes);
   so.queue.queue_depth = rq.nvme_queue_depth;
@@ -213,7 +213,27 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
   // Its CPU: per request from the 20 small ones, per byte from the 48 large ones' rest.
   const double cpu_op = (process_cpu_s() - cpu1) / 20.0;
   const double cpu_byte = std::max(0.0, cpu_big - 48.0 * cpu_op) / (12.0 * total);
-  return std::vector<double>{total / r, total / w, 2.0 / pair, cpu_op, cpu_byte};
+  // Whether the disk drains (sched::Rates::disk_drains): a 64 KiB read issued together with a
+  // 2 MiB one, nine times: it completes with the large one (at 0.7x its time or later) on a
+  // disk that reports what it holds done together, long before it elsewhere.
+  const uint64_t small_key = key0 + 1, large_key = key0 + 2;
+  const size_t small = size_t{64} << 10, large = size_t{2} << 20;
+  STRATA_RETURN_IF_ERROR(store.write(small_key, buf.data(), small).wait());
+  STRATA_RETURN_IF_ERROR(store.write(large_key, buf.bytes() + each, large).wait());
+  std::vector<double> ratio;
+  for (int i = 0; i < 9; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nvme::IoHandle a = store.read(small_key, buf.data(), small);
+    nvme::IoHandle b = store.read(large_key, buf.bytes() + each, large);
+    STRATA_RETURN_IF_ERROR(a.wait());
+    const auto ts = std::chrono::steady_clock::now();
+    STRATA_RETURN_IF_ERROR(b.wait());
+    const auto tl = std::chrono::steady_clock::now();
+    ratio.push_back(std::chrono::duration<double>(ts - t0).count() /
+                    std::max(std::chrono::duration<double>(tl - t0).count(), 1e-9));
+  }
+  const double drains = median(std::move(ratio)) >= 0.7 ? 1.0 : 0.0;
+  return std::vector<double>{total / r, total / w, 2.0 / pair, cpu_op, cpu_byte, drains};
 }
 
 // A collective's time is a latency per call and its bytes over a rate: both from the medians of
@@ -376,7 +396,8 @@ std::string Calibration::describe() const {
      << (rates.shared_cores ? "; every lane but nvme shares the cores" : "") << "\n";
   if (rates.nvme_cpu_op_s > 0.0 || rates.nvme_cpu_byte_s > 0.0) {
     os << "  nvme request CPU: " << rates.nvme_cpu_op_s * 1e6 << " us each + "
-       << rates.nvme_cpu_byte_s * 1e12 << " us per MB\n";
+       << rates.nvme_cpu_byte_s * 1e12 << " us per MB"
+       << (rates.disk_drains ? "; the disk reports its requests done together" : "") << "\n";
   }
   return os.str();
 }
@@ -424,13 +445,42 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   for (auto it = mine.begin(); it != mine.end();) {
     it = it.key().rfind("disk+requests ", 0) == 0 ? mine.erase(it) : std::next(it);
   }
+  // What each entry holds, in order: a rate per kind of work, or one of the other values
+  // (seconds a task; the compute probe's extra per op shaped as a step, and its op time; an NVMe
+  // request's CPU, and whether the disk drains, 1 or 0).
+  enum Other {
+    kOverheadSlot,
+    kStepExtraSlot,
+    kOpTimeSlot,
+    kNvmeCpuOpSlot,
+    kNvmeCpuByteSlot,
+    kDiskDrainsSlot,
+    kOthers
+  };
+  double other[kOthers] = {};
+  auto held = [](Other o) { return -1 - int(o); };  // an Other, as a kHolds entry
+  const std::vector<int> kHolds[kSlots] = {
+      {int(Work::kFlops), int(Work::kFlopsHead), held(kStepExtraSlot), held(kOpTimeSlot)},
+      {int(Work::kH2DBytes), int(Work::kD2HBytes)},
+      {int(Work::kHostBytes), int(Work::kAdamElements), int(Work::kDeviceAdamElements)},
+      {held(kOverheadSlot)},
+      {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps),
+       held(kNvmeCpuOpSlot), held(kNvmeCpuByteSlot), held(kDiskDrainsSlot)}};
+  // An entry's rows that hold what it holds now (a row of another form, from another version of
+  // strata, is left out: an entry without any is measured again).
+  auto rows_of = [&](int k) {
+    std::vector<std::vector<double>> v = history_rows(mine.value(keys[k], json()));
+    std::erase_if(v,
+                  [&](const std::vector<double>& row) { return row.size() != kHolds[k].size(); });
+    return v;
+  };
   // An entry is measured when any rank lacks it (or --calibrate), by every rank at once after a
   // barrier: the ranks of a machine share its cores, memory and disks, and run their steps at
   // the same time, so each measures what it gets beside the others (two ranks on this test
   // machine's two vCPUs compute at 0.55x the rate of one alone).
   float need[kSlots] = {};
   for (int k = 0; k < kSlots; ++k) {
-    const bool has = !keys[k].empty() && !history_rows(mine.value(keys[k], json())).empty();
+    const bool has = !keys[k].empty() && !rows_of(k).empty();
     need[k] = !keys[k].empty() && (rq.redo || !has) ? 1.0f : 0.0f;
   }
   if (ranks > 1) {
@@ -444,7 +494,7 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
       -> Result<std::vector<double>> {
     if (need[k] != 0.0f && ranks > 1) STRATA_RETURN_IF_ERROR(rq.comm->barrier());
     if (keys[k].empty()) return std::vector<double>{};  // not this rank's (a disk it lacks)
-    rows[k] = history_rows(mine.value(keys[k], json()));
+    rows[k] = rows_of(k);
     if (need[k] == 0.0f) {
       ++cal.cached;
       return median_row(rows[k]);
@@ -452,25 +502,6 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
     ++cal.measured;
     return measure();
   };
-  // What each entry holds, in order: a rate per kind of work, or one of the other values
-  // (seconds a task; the compute probe's extra per op shaped as a step, and its op time).
-  enum Other {
-    kOverheadSlot,
-    kStepExtraSlot,
-    kOpTimeSlot,
-    kNvmeCpuOpSlot,
-    kNvmeCpuByteSlot,
-    kOthers
-  };
-  double other[kOthers] = {};
-  auto held = [](Other o) { return -1 - int(o); };  // an Other, as a kHolds entry
-  const std::vector<int> kHolds[kSlots] = {
-      {int(Work::kFlops), int(Work::kFlopsHead), held(kStepExtraSlot), held(kOpTimeSlot)},
-      {int(Work::kH2DBytes), int(Work::kD2HBytes)},
-      {int(Work::kHostBytes), int(Work::kAdamElements), int(Work::kDeviceAdamElements)},
-      {held(kOverheadSlot)},
-      {int(Work::kNvmeReadBytes), int(Work::kNvmeWriteBytes), int(Work::kNvmeOps),
-       held(kNvmeCpuOpSlot), held(kNvmeCpuByteSlot)}};
   const std::function<Result<std::vector<double>>()> measures[kSlots] = {
       [&]() -> Result<std::vector<double>> {
         STRATA_ASSIGN_OR_RETURN(const ComputeProbe p, measure_compute(rq));
@@ -531,6 +562,7 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   r.task_overhead_s = other[kOverheadSlot];
   r.nvme_cpu_op_s = other[kNvmeCpuOpSlot];
   r.nvme_cpu_byte_s = other[kNvmeCpuByteSlot];
+  r.disk_drains = other[kDiskDrainsSlot] >= 0.5;
   r.shared_cores = rq.device->kind() == gpu::DeviceKind::kCpu;
   // The executor's nvme workers issue their requests at once and the disk serves them together
   // (its rates above are its totals): on the test machine three small reads issued together all

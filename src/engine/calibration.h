@@ -19,11 +19,13 @@
 //   adam          CpuAdam over 4M elements in the cpu lane's arena (kAdamElements), and the
 //                 device's Adam kernel over 4M elements (kDeviceAdamElements);
 //   disk          (with NVMe directories) 4 objects of 32 MiB written, then read, at once
-//                 through a swap store of 136 MiB opened for it in those directories, as the
+//                 through a swap store of 144 MiB opened for it in those directories, as the
 //                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes), and a request's latency:
 //                 a 4 KiB write and read, alone, 9 times (kNvmeOps; each NVMe task is one);
 //                 and the process's CPU time meanwhile, per request from the small ones and per
 //                 byte from the rest of the large ones' (Rates::nvme_cpu_op_s, nvme_cpu_byte_s);
+//                 and whether the disk drains (Rates::disk_drains): a 64 KiB read issued with a
+//                 2 MiB one completing with it (at 0.7x its time or later; median of 9);
 //   network       (more than one rank; collective, so measured every time, not cached):
 //                 all-gathers and reduce-scatters of 2048 and 256Ki 16-bit elements per rank:
 //                 a latency per call (kNetCalls, kNetReduceCalls) and a rate for the bytes
@@ -53,7 +55,9 @@
 // configuration uses again. An entry keeps its last five measurements (rows, oldest first; an
 // array of numbers is one row) and its value is their median, value by value: the test
 // machine's speed flips for seconds at a time, and one calibration has read 0.6x or 1.6x its
-// typical compute rate. The file is replaced atomically (rank 0 writes it).
+// typical compute rate. Rows of another form (another version's: fewer or more values) are left
+// out, and an entry without any is measured again. The file is replaced atomically (rank 0
+// writes it).
 //
 // Thread safety: none; calibrate() from one thread (every rank, when ranks > 1).
 #pragma once

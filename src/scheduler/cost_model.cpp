@@ -157,16 +157,23 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
                         " tasks can never start (the plan has a cycle)");
     }
     // The disk's tasks progress at 1/k of their own pace while k of them run (their dispatch
-    // apart: it is a thread's, not the disk's).
+    // apart: it is a thread's, not the disk's); a draining disk completes them all when their
+    // work is done, their total falling at the disk's pace.
     const double k = double(disk.size());
     double next = running.empty() ? HUGE_VAL : running.top().first;
-    for (const Running& d : disk) next = std::min(next, now + d.first * k);
+    double left = 0.0;
+    for (const Running& d : disk) {
+      left += d.first;
+      if (!rates.disk_drains) next = std::min(next, now + d.first * k);
+    }
+    if (rates.disk_drains && !disk.empty()) next = std::min(next, now + left);
     for (int l = 0; l < kNumLanes; ++l) {
       if (lane_running[l] > 0) pred.busy_s[l] += next - now;
     }
     finished.clear();
+    const bool drained = rates.disk_drains && now + left <= next;  // as `next` was computed
     for (auto d = disk.begin(); d != disk.end();) {
-      if (now + d->first * k <= next) {  // as `next` was computed: exact at any time scale
+      if (drained || (!rates.disk_drains && now + d->first * k <= next)) {  // (exact, as above)
         finished.push_back(d->second);
         d = disk.erase(d);
       } else {

@@ -114,12 +114,14 @@ TEST(CostModel, SharedCoresSerializeAllButTheDisk) {
 // and 3 s), so the op waiting on the first starts at 3 s; unequal reads of 1 and 3 s end at 2
 // and 4 s; two workers for three reads: two end at 2 s, the third runs alone to 3 s.
 TEST(CostModel, SharedDiskServesItsRequestsTogether) {
-  auto reads_then_ops = [](std::vector<double> reads, bool shared, int workers) {
+  auto reads_then_ops = [](std::vector<double> reads, bool shared, int workers,
+                           bool drains = false) {
     Plan p;
     for (double s : reads)
       task(p, Lane::kCompute, 1.0, {task(p, Lane::kNvme, s, {}, Work::kNvmeReadBytes)});
     Rates r = unit_rates();
     r.shared_disk = shared;
+    r.disk_drains = drains;
     r.nvme_workers = workers;
     EXPECT_TRUE(p.finalize().ok());
     auto pred = simulate(p, r);
@@ -133,6 +135,25 @@ TEST(CostModel, SharedDiskServesItsRequestsTogether) {
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, false, 1).step_s, 4.0);  // 1, 2, 3 s
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 3.0}, true, 4).step_s, 5.0);        // reads end at 2, 4 s
   EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, true, 2).step_s, 5.0);   // 2, 2, 3 s
+  // A draining disk: reads of 1 and 3 s both end at 4 s (the ops then to 6); two workers for
+  // three reads of 1 s: two end at 2 s, the third at 3.
+  EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 3.0}, true, 4, true).step_s, 6.0);
+  EXPECT_DOUBLE_EQ(reads_then_ops({1.0, 1.0, 1.0}, true, 2, true).step_s, 5.0);
+  {
+    // A read of 2 s at 0 and one of 0.5 s issued at 1 s (after an op): sharing the disk, the
+    // second ends at 2 s and the first at 2.5; draining, both at 2.5 (1 s + 1.5 s of work left),
+    // so the op after the second ends at 3.5, not 3.
+    for (bool drains : {false, true}) {
+      Plan p;
+      task(p, Lane::kNvme, 2.0, {}, Work::kNvmeReadBytes);
+      const TaskId first = task(p, Lane::kCompute, 1.0);
+      task(p, Lane::kCompute, 1.0, {task(p, Lane::kNvme, 0.5, {first}, Work::kNvmeReadBytes)});
+      Rates r = unit_rates();
+      r.shared_disk = true;
+      r.disk_drains = drains;
+      EXPECT_DOUBLE_EQ(step(p, r), drains ? 3.5 : 3.0) << drains;
+    }
+  }
 
   // A task's dispatch is not the disk's: with 1 s of it per task, three reads of 1 s are
   // dispatched side by side to 1 s and then share the disk to 4 s (not 6); an inactive task,
@@ -298,10 +319,11 @@ TEST(CostModel, RandomPlansLieBetweenChainAndSum) {
     }
     // A shared disk does its requests' work all the same; on shared cores their CPU (0.3 s a
     // request) is work of the cores' on top.
-    for (int v = 0; v < 4; ++v) {
-      const bool disk = v % 2 == 1, cores = v / 2 == 1;
+    for (int v = 0; v < 6; ++v) {
+      const bool disk = v % 2 == 1 || v >= 4, cores = v / 2 == 1, drains = v >= 4;
       Rates r = unit_rates();
       r.shared_disk = disk;
+      r.disk_drains = drains;
       r.shared_cores = cores;
       r.nvme_cpu_op_s = 0.3;
       auto pred = simulate(p, r);
