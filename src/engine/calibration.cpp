@@ -165,11 +165,13 @@ Result<std::vector<double>> measure_host(const CalibrationRequest& rq) {
   return std::vector<double>{double(8 * n * 2) / check_s, double(n) / adam_s, double(n) / dev_s};
 }
 
-// {read bytes/s, write bytes/s, requests/s}: 4 objects of 32 MiB at once, as the nvme lane's
-// workers; then single small requests, one after the other (each pays the disk's latency).
+// {read bytes/s, write bytes/s, requests/s, CPU s a request, CPU s a byte, drains (1 or 0)}:
+// 4 objects of 32 MiB at once, as the nvme lane's workers; then single small requests, one after
+// the other (each pays the disk's latency); then a small read beside a large one.
 Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
   const size_t each = size_t{32} << 20;
   const int objects = 4;
+  const int big_runs = 5, pairs = 9;  // timed, each after one warm-up (median_time)
   nvme::SwapStoreOptions so;
   so.dirs = rq.nvme_dirs;
   so.capacity_bytes = (each * objects + (size_t{2} << 20) * rq.nvme_dirs.size()) + (16 << 20);
@@ -199,23 +201,27 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
   // The process's CPU while the store works (its threads', the kernel's for them): the rank's
   // other threads are idle meanwhile.
   const double cpu0 = process_cpu_s();
-  STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }, 5));
-  STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }, 5));
+  STRATA_ASSIGN_OR_RETURN(double w, median_time([&] { return run(true); }, big_runs));
+  STRATA_ASSIGN_OR_RETURN(double r, median_time([&] { return run(false); }, big_runs));
   const double cpu_big = process_cpu_s() - cpu0;
   const double total = double(each) * objects;
-  // A request's latency: one 4 KiB write, then its read, alone (the median of 9 pairs).
+  // A request's latency: one 4 KiB write, then its read, alone (the median of the pairs).
   auto one = [&]() -> Status {
     STRATA_RETURN_IF_ERROR(store.write(key0, buf.data(), 4096).wait());
     return store.read(key0, buf.data(), 4096).wait();
   };
   const double cpu1 = process_cpu_s();
-  STRATA_ASSIGN_OR_RETURN(double pair, median_time(one, 9));
-  // Its CPU: per request from the 20 small ones, per byte from the 48 large ones' rest.
-  const double cpu_op = (process_cpu_s() - cpu1) / 20.0;
-  const double cpu_byte = std::max(0.0, cpu_big - 48.0 * cpu_op) / (12.0 * total);
+  STRATA_ASSIGN_OR_RETURN(double pair, median_time(one, pairs));
+  // Its CPU: per request from the small ones, per byte from the rest of the large ones' (both
+  // counts with the warm-ups).
+  const double small_requests = 2.0 * (pairs + 1), big_passes = 2.0 * (big_runs + 1);
+  const double cpu_op = (process_cpu_s() - cpu1) / small_requests;
+  const double cpu_byte =
+      std::max(0.0, cpu_big - big_passes * objects * cpu_op) / (big_passes * total);
   // Whether the disk drains (sched::Rates::disk_drains): a 64 KiB read issued together with a
   // 2 MiB one, nine times: it completes with the large one (at 0.7x its time or later) on a
-  // disk that reports what it holds done together, long before it elsewhere.
+  // disk that reports what it holds done together, long before it elsewhere. (With several
+  // directories the two may land on different disks: a draining pair then reads as not.)
   const uint64_t small_key = key0 + 1, large_key = key0 + 2;
   const size_t small = size_t{64} << 10, large = size_t{2} << 20;
   STRATA_RETURN_IF_ERROR(store.write(small_key, buf.data(), small).wait());

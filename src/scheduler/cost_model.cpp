@@ -166,6 +166,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       left += d.first;
       if (!rates.disk_drains) next = std::min(next, now + d.first * k);
     }
+    left = std::max(left, 0.0);  // (the tasks' shares, past their own work, sum to about 0)
     if (rates.disk_drains && !disk.empty()) next = std::min(next, now + left);
     for (int l = 0; l < kNumLanes; ++l) {
       if (lane_running[l] > 0) pred.busy_s[l] += next - now;
@@ -185,8 +186,9 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
     while (!running.empty() && running.top().first <= now) {
       const auto [at, t] = running.top();
       running.pop();
-      if (at != due[size_t(t)]) continue;  // its end moved later (nvme_cpu)
-      if (on_disk[size_t(t)] == 1) {       // dispatched: to the disk
+      if (at != due[size_t(t)]) continue;  // its end moved later (nvme_cpu), or taken already
+      due[size_t(t)] = NAN;  // an entry of the same time (a rounding's worth added) is not taken
+      if (on_disk[size_t(t)] == 1) {  // dispatched: to the disk
         on_disk[size_t(t)] = 2;
         const double work = duration[size_t(t)] - rates.task_overhead_s;
         if (work > 0.0) {

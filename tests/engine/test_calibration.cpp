@@ -251,7 +251,7 @@ TEST_F(Calibration, ADiskIsKnownByItsFilesystemNotItsDirectory) {
     for (auto& [name, rows] : entries.items()) {
       if (name.rfind("disk+requests+cpu ", 0) == 0) {
         if (!rows[0].is_array()) rows = nlohmann::json::array({rows});
-        rows.insert(rows.begin(), nlohmann::json::array({1.0, 2.0, 3.0}));
+        rows.push_back(nlohmann::json::array({1.0, 2.0, 3.0}));  // the newest
       }
     }
     entries["link"] = nlohmann::json::array({nlohmann::json::array({1.0, 2.0, 3.0})});

@@ -228,6 +228,19 @@ TEST(CostModel, DiskRequestsTakeTheSharedCoresCpu) {
     task(q, Lane::kCompute, 1.0, {task(q, Lane::kNvme, 2.0, {}, Work::kNvmeWriteBytes)});
     EXPECT_DOUBLE_EQ(step(q, r), 3.0);
   }
+  {
+    // A request of 0.5 s (0.5 s of CPU) between two ops: done in the idle time but for a
+    // rounding's worth (0.5 - (0.7 - 0.2)), which leaves the op after it where it was; that op
+    // ends once, and the one after it then runs to 2.7 s.
+    Rates o = unit_rates();
+    o.shared_cores = true;
+    o.nvme_cpu_op_s = 1.0;
+    Plan p;
+    const TaskId a = task(p, Lane::kCompute, 0.2);
+    const TaskId q = task(p, Lane::kNvme, 0.5, {a}, Work::kNvmeOps);
+    task(p, Lane::kCompute, 1.0, {task(p, Lane::kCompute, 1.0, {q})});
+    EXPECT_DOUBLE_EQ(step(p, o), 2.7);
+  }
 }
 
 // A hand-off is charged to the first compute task that depends on a transfer, once per transfer:
