@@ -29,11 +29,13 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   }
   const size_t n = plan.num_tasks();
   Prediction pred;
+  // Whether task i does its work in the replay simulated (`active`).
+  auto on = [active](size_t i) { return active == nullptr || i >= active->size() || (*active)[i]; };
   std::vector<double> duration(n, 0.0);
   for (size_t i = 0; i < n; ++i) {
     const Plan::Task& t = plan.task(TaskId(i));
     duration[i] = rates.task_overhead_s;
-    if (active != nullptr && i < active->size() && !(*active)[i]) continue;
+    if (!on(i)) continue;
     for (int k = 0; k < kNumWorkKinds; ++k) {
       if (t.work[k] == 0.0) continue;
       const double r = rates.per_second[k];
@@ -47,9 +49,6 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   }
   // Hand-offs: the compute tasks, in lane order, that are the first to depend on a transfer.
   if (rates.handoff_s > 0.0) {
-    auto on = [active](size_t i) {
-      return active == nullptr || i >= active->size() || (*active)[i];
-    };
     std::vector<bool> waited(n, false);
     for (TaskId t : plan.lane_tasks(Lane::kCompute)) {
       if (!on(size_t(t))) continue;
@@ -82,10 +81,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   auto uses_cores = [&](Lane lane) { return rates.shared_cores && lane != Lane::kNvme; };
   // An nvme task's CPU on the shared cores (active tasks only).
   auto nvme_cpu = [&](TaskId t) {
-    if (!rates.shared_cores ||
-        (active != nullptr && size_t(t) < active->size() && !(*active)[size_t(t)])) {
-      return 0.0;
-    }
+    if (!rates.shared_cores || !on(size_t(t))) return 0.0;
     const Plan::Task& task = plan.task(t);
     return task.work[int(Work::kNvmeOps)] * rates.nvme_cpu_op_s +
            (task.work[int(Work::kNvmeReadBytes)] + task.work[int(Work::kNvmeWriteBytes)]) *
@@ -102,11 +98,10 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
   std::vector<uint8_t> on_disk(n, 0);  // 1: a shared disk's task being dispatched, 2: on it
   std::vector<double> ready_at(n, 0.0), end(n, 0.0);
   std::vector<double> due(n, 0.0);  // a running task's end: `running` entries of others are stale
-  TaskId on_core = -1;              // the shared cores' running task
+  TaskId on_core = -1;              // the shared cores' running task (one at a time), or none
   double backlog = 0.0, backlog_at = 0.0;  // nvme CPU left over while the cores were idle
   std::vector<TaskId> last_pred(n, -1);    // the predecessor that completed last
   int lane_running[kNumLanes] = {};
-  int cores_running = 0;
   double now = 0.0, compute_free_at = 0.0;
   size_t done = 0;
   while (done < n) {
@@ -114,12 +109,11 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       const TaskId t = it->second;
       const Lane lane = plan.task(t).lane;
       const int l = static_cast<int>(lane);
-      if (lane_running[l] >= capacity[l] || (uses_cores(lane) && cores_running > 0)) {
+      if (lane_running[l] >= capacity[l] || (uses_cores(lane) && on_core >= 0)) {
         ++it;
         continue;
       }
       ++lane_running[l];
-      if (uses_cores(lane)) ++cores_running;
       if (lane == Lane::kCompute) {
         const double gap = now - std::max(compute_free_at, 0.0);
         const TaskId p = last_pred[size_t(t)];
@@ -203,10 +197,7 @@ Result<Prediction> simulate(const Plan& plan, const Rates& rates, const std::vec
       end[size_t(t)] = now;
       const Lane lane = plan.task(t).lane;
       --lane_running[static_cast<int>(lane)];
-      if (uses_cores(lane)) {
-        --cores_running;
-        on_core = -1;
-      }
+      if (uses_cores(lane)) on_core = -1;
       if (lane == Lane::kCompute) compute_free_at = now;
       for (TaskId s : succ[size_t(t)]) {
         if (now >= ready_at[size_t(s)]) {
