@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ds_config_keys.h"
+#include "model/json_input.h"
 
 namespace strata::train_gpt {
 namespace {
@@ -18,6 +19,9 @@ using ds::Ctx;
 const std::string kDsDefault = "DeepSpeed's default";
 
 // Every problem of the walk, one line each.
+// A config's problems and warnings are listed up to this many, then counted.
+constexpr size_t kListed = 20;
+
 struct Problems {
   std::vector<std::string> lines;
   void add(const Status& st) {
@@ -304,22 +308,14 @@ void apply_adam_mode(const json& j, Ctx& c) {
 Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
                     const std::function<bool(const std::string&)>& given, int ranks,
                     ConfigReport& report) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return make_error(ErrorCode::kConfig, "--config ", path,
-                      " is a directory (give a DeepSpeed JSON file)");
-  }
-  std::ifstream in(path);
-  if (!in) return make_error(ErrorCode::kIo, "--config ", path, ": cannot open the file");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    return make_error(ErrorCode::kCorrupt, "--config ", path, ": not JSON (", e.what(), ")");
-  }
+  // A DeepSpeed config is a few KB: a regular file or a pipe (--config <(...)), bounded.
+  STRATA_ASSIGN_OR_RETURN(const json j, model::read_json_input(path, "--config " + path,
+                                                               {.max_bytes = model::kMaxConfigBytes,
+                                                                .allow_pipe = true}));
   if (!j.is_object()) {
     return make_error(ErrorCode::kConfig, "--config ", path, ": the top level is not an object");
   }
+  report.content = j.dump();
   Ctx c{f, deferred, report, given};
   Problems p;
   if (j.contains("scheduler") && j["scheduler"].is_object()) {
@@ -352,7 +348,8 @@ Status apply_config(const std::string& path, Flags& f, ConfigDeferred& deferred,
       os << p.lines[0];
     } else {
       os << p.lines.size() << " problems (nothing was run):";
-      for (const std::string& l : p.lines) os << "\n  " << l;
+      for (size_t i = 0; i < p.lines.size() && i < kListed; ++i) os << "\n  " << p.lines[i];
+      if (p.lines.size() > kListed) os << "\n  and " << p.lines.size() - kListed << " more";
     }
     return make_error(ErrorCode::kConfig, os.str());
   }
@@ -379,7 +376,12 @@ std::string describe(const ConfigReport& r) {
   list("filled in:", r.filled);
   list("ignored (cannot change the results here):", r.ignored);
   list("aliases:", r.aliases);
-  for (const std::string& w : r.warnings) os << "config: warning: " << w << "\n";
+  for (size_t i = 0; i < r.warnings.size() && i < kListed; ++i) {
+    os << "config: warning: " << r.warnings[i] << "\n";
+  }
+  if (r.warnings.size() > kListed) {
+    os << "config: warning: and " << r.warnings.size() - kListed << " more\n";
+  }
   return os.str();
 }
 

@@ -55,6 +55,7 @@ struct ConfigReport {
   std::vector<std::string> ignored;   // "key (why)": accepted, cannot change the results here
   std::vector<std::string> aliases;   // "alias read as key"
   std::vector<std::string> warnings;  // unknown top-level keys (DeepSpeed ignores them too)
+  std::string content;                // the config as parsed (compared across ranks)
 };
 
 // `given(flag)`: whether that flag was on the command line (it then keeps its value); `ranks`:

@@ -1,9 +1,12 @@
 // train_gpt's files, checked before anything is opened for writing: no output is an input
-// (by file identity: links and other spellings of a path included), no two outputs are one
-// file, nothing is written inside the checkpoint --resume reads, no input lies where this run
-// writes checkpoints or swap files, and every output can be created now (its directory takes a
-// new file, a model file's bytes are free), so that a run never fails after training for an
-// output it could not write. Every refusal is one line naming both flags.
+// (by file identity: links and other spellings of a path included; a Llama's output directory
+// is the set of files a save writes or removes there, each compared), no two outputs are one
+// file, nothing is written inside the checkpoint --resume reads or a directory --init-from
+// reads (checkpoints and swap files included), no input lies where this run writes checkpoints
+// or swap files, and every output can be created now (its directory takes a new file, a model's
+// bytes are free, a Llama's directory holds nothing but files where the save writes), so that a
+// run never fails after training for an output it could not write. Every refusal is one line
+// naming both flags.
 #pragma once
 
 #include <cstdint>

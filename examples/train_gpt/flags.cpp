@@ -4,6 +4,10 @@
 #include "cpu/rank_placement.h"
 #include "lr_schedule.h"
 
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -12,12 +16,22 @@ namespace strata::train_gpt {
 namespace {
 // Sizes are not negative (CLI11 would wrap "-5" into an unsigned value). A transform, so that it
 // runs before AsSizeValue (transforms run last added, first).
+// Nor past 2^63 bytes (8 EiB), where CLI11's conversion would saturate silently.
 CLI::Validator non_negative_size() {
   return CLI::Validator(
       [](std::string& v) {
-        return !v.empty() && v[0] == '-'
-                   ? "'" + v + "' is not accepted (a size in bytes, e.g. 8GiB, 512MiB, 0)"
-                   : std::string();
+        const std::string refused =
+            "'" + v + "' is not accepted (a size in bytes below 8EiB, e.g. 8GiB, 512MiB, 0)";
+        if (!v.empty() && v[0] == '-') return refused;
+        char* end = nullptr;
+        const long double n = std::strtold(v.c_str(), &end);
+        long double scale = 1;
+        if (end != nullptr && *end != '\0') {
+          const char* units = "kmgtpe";
+          const char* u = std::strchr(units, std::tolower(static_cast<unsigned char>(*end)));
+          if (u != nullptr) scale = std::pow(1024.0L, static_cast<long double>(u - units + 1));
+        }
+        return !(n * scale < std::ldexp(1.0L, 63)) ? refused : std::string();
       },
       "");
 }
@@ -50,6 +64,17 @@ Status check_flags(const Flags& f) {
   if (f.precision != "bf16" && f.precision != "fp16" && f.precision != "fp32") {
     return make_error(ErrorCode::kConfig, "--precision '", f.precision,
                       "' is not accepted (use bf16, fp16 or fp32)");
+  }
+  // Flags that would be silently without effect.
+  if (f.resume_override && f.resume.empty()) {
+    return make_error(ErrorCode::kConfig,
+                      "--resume-override lets the flags differ from a resumed run's, and no "
+                      "--resume is given (give --resume DIR, or leave it out)");
+  }
+  if (f.microbatch_order == "layer" && f.grad_accum == 1) {
+    return make_error(ErrorCode::kConfig,
+                      "--microbatch-order layer orders a step's micro-batches, and --grad-accum "
+                      "1 makes one (give --grad-accum 2 or more, or leave the order out)");
   }
   if (f.grad_accum_dtype != "fp32" && f.grad_accum_dtype != "bf16" &&
       f.grad_accum_dtype != "fp16") {

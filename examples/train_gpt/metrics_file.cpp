@@ -5,9 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
-#include "core/interrupt.h"
+#include "model/replace_file.h"
 
 namespace strata::train_gpt {
 
@@ -19,11 +17,7 @@ Result<int64_t> trim_metrics(const std::string& path, int64_t last_step) {
   // A symbolic link: its target is rewritten (the link stays a link).
   const std::string target = std::filesystem::canonical(path, ec).string();
   if (ec) return make_error(ErrorCode::kIo, "--metrics ", path, ": ", ec.message());
-  const std::string tmp = target + ".tmp" + std::to_string(::getpid());
-  const CleanupPath cleanup(tmp);
-  std::ofstream out(tmp, std::ios::trunc);
-  if (!out) return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot create ", tmp);
-  std::string line;
+  std::string kept, line;
   int64_t dropped = 0;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -32,22 +26,13 @@ Result<int64_t> trim_metrics(const std::string& path, int64_t last_step) {
       ++dropped;
       continue;
     }
-    out << line << '\n';
+    kept += line + '\n';
   }
-  out.close();
-  if (!out) {
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot write ", tmp);
-  }
-  if (dropped == 0) {
-    std::remove(tmp.c_str());
-    return int64_t{0};
-  }
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return make_error(ErrorCode::kIo, "--metrics ", path, ": cannot replace: ", ec.message());
-  }
+  if (dropped == 0) return int64_t{0};
+  const std::string what = "--metrics " + path;
+  STRATA_RETURN_IF_ERROR(model::write_replacing(target, what, /*sync=*/true, [&](int fd) {
+    return model::write_all(fd, kept.data(), kept.size(), what);
+  }));
   return dropped;
 }
 

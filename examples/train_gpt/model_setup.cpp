@@ -47,6 +47,25 @@ Result<int64_t> checkpoint_interval_of(const Flags& f, int64_t layers) {
   return interval;
 }
 
+// --init-from DIR (a Hugging Face checkpoint) gives the shape: a shape flag beside it would not
+// be read, and is refused.
+Status shape_flags_unread(const Flags& f, const CLI::App& app) {
+  const struct {
+    const char* flag;
+    bool given;
+  } shape[] = {{"--layers", app.count("--layers") > 0},
+               {"--heads", app.count("--heads") > 0},
+               {"--channels", app.count("--channels") > 0},
+               {"--kv-heads", f.kv_heads != 0},
+               {"--intermediate", f.intermediate != 0}};
+  for (const auto& s : shape) {
+    if (!s.given) continue;
+    return make_error(ErrorCode::kConfig, s.flag, " is a shape flag, and --init-from ", f.init_from,
+                      " gives the shape (leave ", s.flag, " out)");
+  }
+  return ok_status();
+}
+
 // A Llama: a preset (shape flags beside it win) or a Hugging Face directory (its config.json the
 // shape, its weights the initial values).
 Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& source,
@@ -65,6 +84,7 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
       return make_error(ErrorCode::kConfig, "--model ", f.model_preset, " and --init-from ",
                         f.init_from, " both give the shape (give one)");
     }
+    STRATA_RETURN_IF_ERROR(shape_flags_unread(f, app));
     auto read = model::read_hf_llama_config(f.init_from);
     if (!read.ok()) return read.status().with_context("--init-from");
     c = *read;

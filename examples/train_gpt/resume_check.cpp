@@ -108,6 +108,16 @@ Result<bool> check_resume(Flags& f, const CLI::App& app, const DataSource& sourc
     (f.resume_override ? overridden : refused).push_back(line);
     restart = restart || restarts;
   };
+  // The data was read before the checkpoint was found, so it is never taken from it: a run
+  // resumed without the --data its checkpoint trained on is refused, --resume-override or not
+  // (it would train on the synthetic task).
+  if (run.contains("data") && run["data"].is_string() && app.count("--data") == 0 &&
+      f.data == defaults.data && !same_data(f.data, run["data"].get<std::string>())) {
+    const std::string theirs = run["data"].get<std::string>();
+    return make_error(ErrorCode::kConfig, "--resume ", dir, ": the checkpoint trained on --data ",
+                      theirs, " and no --data is given; give --data ", theirs,
+                      " (the data is not taken from the checkpoint)");
+  }
   check("--seed", "seed", f.seed, defaults.seed, true, false);
   check("--batch", "batch", f.batch, defaults.batch, true, true);
   check("--grad-accum", "grad_accum", f.grad_accum, defaults.grad_accum, true, true);

@@ -57,6 +57,11 @@ Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world
   rq.local_rank = world.local_rank();
   rq.local_size = world.local_size();
   rq.bind = mode;
+  // The affinity the user or the launcher gave (taskset, mpirun's binding): auto keeps to it.
+  if (std::vector<int> given = topo.given_cores();
+      static_cast<int>(given.size()) < topo.num_cores()) {
+    rq.given_cores = std::move(given);
+  }
   auto kind = gpu::parse_device_kind(f.device);
   if (!kind.ok()) return kind.status().with_context("--device");
   if (*kind == gpu::DeviceKind::kCuda) {

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@
 #include "order_choice.h"
 #include "planning.h"
 #include "progress.h"
+#include "rank_agreement.h"
 #include "resume_check.h"
 #include "run.h"
 #include "run_env.h"
@@ -65,6 +67,17 @@ int fail(const Status& engine_status, int rank = -1) {
   return 1;
 }
 
+// The rank mpirun's launcher gave this process when it started several, else -1.
+int launcher_rank() {
+  for (const auto& [rank, size] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                   std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+    const char* r = std::getenv(rank);
+    const char* n = std::getenv(size);
+    if (r != nullptr && n != nullptr && std::atoi(n) > 1) return std::atoi(r);
+  }
+  return -1;
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -85,8 +98,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    // One line, as every other refusal (CLI11's own adds a second one).
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    // One line, as every other refusal (CLI11's own adds a second one); under mpirun with the
+    // rank its launcher gave (no communicator exists yet).
+    if (const int r = launcher_rank(); r >= 0) {
+      std::fprintf(stderr, "train_gpt: rank %d: %s\n", r, e.what());
+    } else {
+      std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    }
     return e.get_exit_code();
   }
   // The ranks first: a DeepSpeed config's batch arithmetic counts them.
@@ -95,6 +113,8 @@ int main(int argc, char** argv) {
   comm::Communicator& world = *world_r.value();
   const int rank = world.rank(), ranks = world.size();
   const bool lead = rank == 0;  // rank 0 prints
+  // Under mpirun every rank says its refusal with its rank (a node's own file may differ).
+  auto fail_rank = [&](const Status& st) { return fail(st, ranks > 1 ? rank : -1); };
   // --config: a DeepSpeed JSON config under the flags given beside it.
   train_gpt::ConfigDeferred deferred;
   train_gpt::ConfigReport config_report;
@@ -102,27 +122,31 @@ int main(int argc, char** argv) {
     auto given = [&app](const std::string& flag) { return app.count(flag) > 0; };
     if (Status st = train_gpt::apply_config(f.config, f, deferred, given, ranks, config_report);
         !st.ok()) {
-      return fail(st);
+      return fail_rank(st);
     }
     if (lead) std::printf("%s", train_gpt::describe(config_report).c_str());
     train_gpt::name_config_keys(f.config_keys);
   }
-  if (Status st = train_gpt::check_flags(f); !st.ok()) return fail(st);
+  if (Status st = train_gpt::check_flags(f); !st.ok()) return fail_rank(st);
   auto source = train_gpt::parse_data(f);
-  if (!source.ok()) return fail(source.status());
+  if (!source.ok()) return fail_rank(source.status());
   // The model's shape and initial values (--model, the shape flags, --init-from, --resume).
   auto setup_r = train_gpt::setup_model(f, app, *source, deferred);
-  if (!setup_r.ok()) return fail(setup_r.status());
+  if (!setup_r.ok()) return fail_rank(setup_r.status());
   train_gpt::ModelSetup& setup = setup_r.value();
   const train_gpt::ModelSpec& spec = setup.spec;
   auto nvme_dirs = train_gpt::nvme_dirs_of(f);
-  if (!nvme_dirs.ok()) return fail(nvme_dirs.status());
+  if (!nvme_dirs.ok()) return fail_rank(nvme_dirs.status());
   // Inputs are never written, and every output can be written now (file_guard.h).
   if (Status st = train_gpt::check_files(f, *source, setup.resume_dir, *nvme_dirs, spec);
       !st.ok()) {
-    return fail(st);
+    return fail_rank(st);
   }
-  if (Status st = train_gpt::make_checkpoint_dir(f); !st.ok()) return fail(st);
+  // Every rank runs the same settings and data (rank_agreement.h).
+  if (Status st = train_gpt::check_ranks_agree(app, *source, config_report, world); !st.ok()) {
+    return lead ? fail_rank(st) : 1;  // the same line on every rank: rank 0 says it
+  }
+  if (Status st = train_gpt::make_checkpoint_dir(f); !st.ok()) return fail_rank(st);
   // Past this point every rank must stop together: a failing rank ends the whole job.
   auto die = [&](const Status& st) -> int {
     fail(st, ranks > 1 ? rank : -1);
@@ -149,6 +173,12 @@ int main(int argc, char** argv) {
   const bool zero = ranks > 1 || f.zero_stage > 0 || f.offload_activations != "none";
   auto resumed = train_gpt::open_resume(setup, rank, ranks, zero ? f.zero_stage : 0, *data);
   if (!resumed.ok()) return die(resumed.status());
+  if (f.steps > 0 && resumed->step > f.steps) {  // --steps 0: only the outputs are written
+    return die(make_error(ErrorCode::kConfig, "--steps ", f.steps,
+                          " is before the step of the checkpoint --resume reads (", resumed->step,
+                          "): nothing to train (give --steps ", resumed->step,
+                          " or more, or 0 to write the outputs only)"));
+  }
   const int host_threads = train_gpt::host_threads_of(f, *placement);
   auto devices = train_gpt::open_devices(f, *placement);
   if (!devices.ok()) return die(devices.status());
@@ -219,7 +249,7 @@ int main(int argc, char** argv) {
   const double peak = train_gpt::peak_flops_of(f.peak_flops, dev, spec.dtype(), lead);
   const double step_flops = train_gpt::flops_per_token(spec, run.seq()) * double(run.step_tokens());
   const train_gpt::LrSchedule schedule = train_gpt::schedule_of(f);
-  int64_t steps_done = 0;
+  int64_t steps_done = 0, steps_applied = 0;
   double accuracy = 0.0;
   auto summary = [&] {
     if (lead) progress.clear();
@@ -228,6 +258,15 @@ int main(int argc, char** argv) {
   auto finish = [&]() -> int {  // the save in progress completed, the summary, the outputs
     if (Status st = checkpoints.finish(); !st.ok()) return die(st);
     summary();
+    // A run whose every step was skipped (fp16 overflow at a fixed loss scale) trained nothing:
+    // no output is written and the exit says so.
+    if (steps_done > resumed->step && steps_applied == 0) {
+      return die(make_error(ErrorCode::kConfig, "every step of this run (",
+                            steps_done - resumed->step,
+                            ") overflowed fp16 and was skipped: nothing was trained and no "
+                            "output is written (lower --loss-scale, or give --loss-scale "
+                            "dynamic)"));
+    }
     const Status saved = train_gpt::save_outputs(run);
     return saved.ok() ? 0 : die(saved);
   };
@@ -282,6 +321,7 @@ int main(int argc, char** argv) {
     step_times.add(step, resumed->step + 1, ms);
     const bool eval = data->val_batches() > 0 && (step % f.val_every == 0 || step == f.steps);
     steps_done = step;
+    if (!result->skipped) ++steps_applied;
     const train_gpt::StepLine line{step,
                                    *result,
                                    lr,

@@ -89,6 +89,17 @@ Status try_create_in(const std::string& what, const std::string& shown, const st
   return ok_status();
 }
 
+Status check_free(const std::string& what, const std::string& shown, const std::string& dir,
+                  uint64_t needed_bytes) {
+  if (needed_bytes == 0) return ok_status();
+  const uint64_t free = free_bytes(dir);
+  if (free < needed_bytes) {
+    return make_error(ErrorCode::kIo, what, " ", shown, ": needs ", needed_bytes, " bytes, ", free,
+                      " free in ", dir);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status probe_directory(const std::string& what, const std::string& dir) {
@@ -119,18 +130,45 @@ Status probe_writable(const std::string& what, const std::string& path, OutputWr
   const fs::path parent = fs::path(path).parent_path();
   const std::string dir = parent.empty() ? "." : parent.string();
   if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) {
+      return make_error(ErrorCode::kConfig, what, " ", path, ": ", dir, " is not a directory");
+    }
     return make_error(ErrorCode::kConfig, what, " ", path, ": the directory ", dir,
                       " does not exist");
   }
   STRATA_RETURN_IF_ERROR(try_create_in(what, path, dir));
-  if (needed_bytes > 0) {
-    const uint64_t free = free_bytes(dir);
-    if (free < needed_bytes) {
-      return make_error(ErrorCode::kIo, what, " ", path, ": needs ", needed_bytes, " bytes, ", free,
-                        " free in ", dir);
-    }
+  return check_free(what, path, dir, needed_bytes);
+}
+
+Status probe_output_directory(const std::string& what, const std::string& dir,
+                              const std::vector<std::string>& names, uint64_t needed_bytes) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) {
+    return make_error(ErrorCode::kConfig, what, " ", dir,
+                      " is a file; this output is a directory (give a directory's path)");
   }
-  return ok_status();
+  if (fs::is_directory(st)) {
+    for (const std::string& name : names) {
+      const fs::path p = fs::path(dir) / name;
+      const fs::file_status e = fs::status(p, ec);
+      if (fs::exists(e) && !fs::is_regular_file(e)) {
+        return make_error(ErrorCode::kConfig, what, " ", dir, " holds ", name,
+                          ", which is not a file: the save would write a file of that name "
+                          "(move it away)");
+      }
+    }
+    STRATA_RETURN_IF_ERROR(try_create_in(what, dir, dir));
+    return check_free(what, dir, dir, needed_bytes);
+  }
+  // Created by the save: its nearest existing ancestor must be a directory that takes it.
+  fs::path up = fs::absolute(dir, ec).parent_path();
+  while (!up.empty() && !fs::exists(up, ec) && up != up.parent_path()) up = up.parent_path();
+  if (!fs::is_directory(up, ec)) {
+    return make_error(ErrorCode::kConfig, what, " ", dir, ": ", up.string(), " is not a directory");
+  }
+  STRATA_RETURN_IF_ERROR(try_create_in(what, dir, up.string()));
+  return check_free(what, dir, up.string(), needed_bytes);
 }
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -28,6 +29,14 @@ enum class OutputWrite { kReplace, kInPlace };
 // in the error (e.g. the flag that gave the path).
 Status probe_writable(const std::string& what, const std::string& path, OutputWrite how,
                       uint64_t needed_bytes = 0);
+
+// That a directory output (a checkpoint directory: `names` are the files a save writes or replaces
+// in it) can be written now: `dir` is a directory or can be created (its nearest existing
+// ancestor is a directory that takes a new file), none of `names` is there as anything but a
+// file, and the file system has `needed_bytes` free (the new files are complete before the old
+// ones go).
+Status probe_output_directory(const std::string& what, const std::string& dir,
+                              const std::vector<std::string>& names, uint64_t needed_bytes);
 
 // That `dir` (an existing directory) takes a new file now (created and removed at once).
 Status probe_directory(const std::string& what, const std::string& dir);

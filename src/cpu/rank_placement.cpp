@@ -118,6 +118,18 @@ Result<Placement> place_local_rank(const Topology& topo, const PlacementRequest&
   auto node_of = [&](int gpu) { return gpu >= 0 ? rq.gpu_nodes[size_t(gpu)] : -1; };
   p.gpu_node = node_of(p.gpu);
   p.gpu_ranks = std::max<int>(1, static_cast<int>(std::count(gpus.begin(), gpus.end(), p.gpu)));
+  for (size_t i = 0; i < rq.drives.size(); ++i) {
+    p.drives.emplace_back(rq.drives[i], i < rq.drive_nodes.size() ? rq.drive_nodes[i] : -1);
+  }
+  // An affinity given to the process is kept: auto places the rank on its cores, never wider.
+  if (rq.bind == BindMode::kAuto && !rq.given_cores.empty()) {
+    p.cores = topo.placement_of(rq.given_cores);
+    p.cores.local_rank = rq.local_rank;
+    p.cores.local_size = k;
+    p.binding = p.cores;
+    p.bind = true;
+    return p;
+  }
   // Cores by the GPUs' nodes when every rank's GPU sits on a node with cores.
   const std::vector<int> live = topo.nodes_with_cores();
   bool by_gpu = p.gpu >= 0;
@@ -165,9 +177,6 @@ Result<Placement> place_local_rank(const Topology& topo, const PlacementRequest&
     p.unbound_why = "more local ranks than cores";
   } else {
     p.bind = true;
-  }
-  for (size_t i = 0; i < rq.drives.size(); ++i) {
-    p.drives.emplace_back(rq.drives[i], i < rq.drive_nodes.size() ? rq.drive_nodes[i] : -1);
   }
   return p;
 }

@@ -55,6 +55,10 @@ struct PlacementRequest {
   std::vector<std::string> drives;  // --nvme-path directories
   std::vector<int> drive_nodes;     // their NUMA nodes (-1 unknown), one per drive
   BindMode bind = BindMode::kAuto;
+  // The cores the process was given (its CPU affinity, set by the user or the launcher) when they
+  // are fewer than the machine's; empty: the whole machine. --bind auto places the rank on them
+  // (never wider); cores and numa place it by the rule above.
+  std::vector<int> given_cores;
 };
 
 struct Placement {

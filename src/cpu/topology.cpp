@@ -216,6 +216,23 @@ RankPlacement Topology::placement_of(std::vector<int> cores) const {
   return p;
 }
 
+std::vector<int> Topology::given_cores() const {
+  std::vector<int> cores;
+  const hwloc_obj_type_t type = unit_type(topo_);
+  const int n = hwloc_get_nbobjs_by_type(topo_, type);
+  Bitmap set(hwloc_bitmap_alloc());
+  const bool known = this_system_ &&
+                     hwloc_get_cpubind(topo_, set.get(), HWLOC_CPUBIND_PROCESS) == 0 &&
+                     !hwloc_bitmap_iszero(set.get());
+  for (int u = 0; u < n; ++u) {
+    hwloc_obj_t obj = hwloc_get_obj_by_type(topo_, type, static_cast<unsigned>(u));
+    if (!known || (obj != nullptr && hwloc_bitmap_intersects(obj->cpuset, set.get()))) {
+      cores.push_back(u);
+    }
+  }
+  return cores;
+}
+
 std::vector<int> Topology::cores_of_node(int os_node) const {
   std::vector<int> cores;
   const hwloc_obj_type_t type = unit_type(topo_);

@@ -69,6 +69,9 @@ class Topology {
   std::vector<int> cores_of_node(int os_node) const;
   // The OS indices of the NUMA nodes that hold cores, in logical order.
   std::vector<int> nodes_with_cores() const;
+  // The cores the process may run on now (its CPU affinity: every core with a PU in it), in
+  // logical order; all cores for a synthetic topology or when the affinity cannot be read.
+  std::vector<int> given_cores() const;
   // A placement on these cores: their PUs, cpuset and the NUMA node holding most of them (the
   // local rank fields left at 0 of 1).
   RankPlacement placement_of(std::vector<int> cores) const;

@@ -26,6 +26,7 @@
 #include "cpu/pinned_memory.h"
 #include "engine/compute_probe.h"
 #include "gpu/kernels.h"
+#include "model/replace_file.h"
 #include "scheduler/executor.h"
 
 namespace strata::engine {
@@ -363,17 +364,11 @@ json read_cache(const std::string& path) {
 Status write_cache(const std::string& path, const json& j) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp);
-    out << j.dump(1) << "\n";
-    if (!out) return make_error(ErrorCode::kIo, "calibration cache ", path, ": cannot write");
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    return make_error(ErrorCode::kIo, "calibration cache ", path, ": ", ec.message());
-  }
-  return ok_status();
+  const std::string text = j.dump(1) + "\n";
+  const std::string what = "calibration cache " + path;
+  return model::write_replacing(path, what, /*sync=*/false, [&](int fd) {
+    return model::write_all(fd, text.data(), text.size(), what);
+  });
 }
 
 }  // namespace

@@ -36,6 +36,23 @@ Status GptConfig::validate() const {
     return make_error(ErrorCode::kConfig, "model vocab ", vocab,
                       " is over 65536 (token files hold uint16 tokens)");
   }
+  const struct {
+    const char* field;
+    int64_t value, max;
+  } bounds[] = {{"layers", layers, kMaxModelLayers},
+                {"channels", channels, kMaxModelWidth},
+                {"padded_vocab", padded_vocab, kMaxModelWidth},
+                {"max_seq", max_seq, kMaxModelSeq}};
+  for (const auto& b : bounds) {
+    if (b.value > b.max) {
+      return make_error(ErrorCode::kConfig, "model ", b.field, " ", b.value, " is over ", b.max,
+                        " (the largest accepted)");
+    }
+  }
+  if (num_params() > kMaxModelParams) {
+    return make_error(ErrorCode::kConfig, "model of ", num_params(), " parameters (", describe(),
+                      ") is over ", kMaxModelParams, " (the largest accepted)");
+  }
   return ok_status();
 }
 

@@ -10,6 +10,15 @@
 
 namespace strata::model {
 
+// Bounds on a model's shape, checked before anything is sized by it (a shape read from a file
+// is not trusted until it is checked): far beyond any published model, small enough that every
+// list of tensors and every product of sizes built from them fits. The parameter bound (4.4
+// trillion) is 70 TB of model states.
+inline constexpr int64_t kMaxModelLayers = 4096;
+inline constexpr int64_t kMaxModelWidth = int64_t{1} << 20;  // channels, intermediate, heads
+inline constexpr int64_t kMaxModelSeq = int64_t{1} << 24;    // max_seq (position tables)
+inline constexpr int64_t kMaxModelParams = int64_t{1} << 42;
+
 struct GptConfig {
   int64_t vocab = 0;  // V: real vocabulary size (tokens are in [0, V))
   int64_t padded_vocab =

@@ -33,7 +33,8 @@ struct OpenFile {
 
 Result<std::shared_ptr<const OpenFile>> open_token_file(const std::string& path, uint64_t& size) {
   auto f = std::make_shared<OpenFile>();
-  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking: a FIFO without a writer is refused below, not waited on.
+  f->fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f->fd < 0) {
     return make_error(ErrorCode::kIo, "token file ", path, ": cannot open: ", std::strerror(errno));
   }
@@ -123,6 +124,17 @@ Result<DataLoader> DataLoader::open(const std::vector<std::string>& files, int64
     STRATA_RETURN_IF_ERROR(read_at(file->fd, header, sizeof(header), 0, path));
     STRATA_ASSIGN_OR_RETURN(const TokenFileFormat fmt, token_file_format(path, header, size));
     const int fd = file->fd;
+    // One data set is of one tokenizer: GPT-2's uint16 shards and llama-3's uint32 ones together
+    // are two data sets.
+    if (!dl.shards_.empty() && fmt.token_bytes != dl.shards_[0].token_bytes) {
+      auto kind = [](int64_t bytes) {
+        return bytes == 2 ? std::string("uint16 tokens (GPT-2's)")
+                          : std::string("uint32 tokens (llama-3's)");
+      };
+      return make_error(ErrorCode::kConfig, "token file ", path, " holds ", kind(fmt.token_bytes),
+                        " and ", dl.shards_[0].path, " ", kind(dl.shards_[0].token_bytes),
+                        ": the files of one data set are of one kind");
+    }
     dl.shards_.push_back({path, nullptr, fd, fmt.count, std::move(file), fmt.token_bytes});
   }
   STRATA_RETURN_IF_ERROR(dl.init(batch, seq, order, seed, vocab));

@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <sstream>
+
+#include "model/config.h"
+#include "model/json_input.h"
 
 namespace strata::model {
 
@@ -16,6 +18,12 @@ using nlohmann::json;
 Status field_error(const std::string& what, const std::string& field, const std::string& value,
                    const std::string& accepted) {
   return make_error(ErrorCode::kConfig, what, ": ", field, " = ", value, ": ", accepted);
+}
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 }  // namespace
@@ -47,6 +55,23 @@ Status LlamaConfig::validate(const std::string& what) const {
   STRATA_RETURN_IF_ERROR(positive("num_attention_heads", heads));
   STRATA_RETURN_IF_ERROR(positive("num_key_value_heads", kv_heads));
   STRATA_RETURN_IF_ERROR(positive("max_position_embeddings", max_seq));
+  // Bounded before anything is sized by them (model/config.h).
+  auto at_most = [&](const char* field, int64_t v, int64_t max) -> Status {
+    if (v <= max) return ok_status();
+    return field_error(what, field, std::to_string(v),
+                       "at most " + std::to_string(max) + " is accepted");
+  };
+  STRATA_RETURN_IF_ERROR(at_most("vocab_size", vocab, (int64_t{1} << 31) - 1));
+  STRATA_RETURN_IF_ERROR(at_most("hidden_size", channels, kMaxModelWidth));
+  STRATA_RETURN_IF_ERROR(at_most("intermediate_size", intermediate, kMaxModelWidth));
+  STRATA_RETURN_IF_ERROR(at_most("num_hidden_layers", layers, kMaxModelLayers));
+  STRATA_RETURN_IF_ERROR(at_most("num_attention_heads", heads, kMaxModelWidth));
+  STRATA_RETURN_IF_ERROR(at_most("num_key_value_heads", kv_heads, kMaxModelWidth));
+  STRATA_RETURN_IF_ERROR(at_most("max_position_embeddings", max_seq, kMaxModelSeq));
+  if (num_params() > kMaxModelParams) {
+    return field_error(what, "the parameter count", std::to_string(num_params()),
+                       "at most " + std::to_string(kMaxModelParams) + " is accepted");
+  }
   if (channels % heads != 0) {
     return field_error(what, "num_attention_heads", std::to_string(heads),
                        "must divide hidden_size " + std::to_string(channels));
@@ -59,11 +84,11 @@ Status LlamaConfig::validate(const std::string& what) const {
     return field_error(what, "hidden_size / num_attention_heads", std::to_string(head_size()),
                        "the head size must be even (rotary pairs)");
   }
-  if (!(rms_eps > 0)) {
-    return field_error(what, "rms_norm_eps", std::to_string(rms_eps), "must be > 0");
+  if (!(rms_eps > 0 && rms_eps < 1)) {
+    return field_error(what, "rms_norm_eps", number_text(rms_eps), "must be in (0, 1)");
   }
-  if (!(rope_theta > 0)) {
-    return field_error(what, "rope_theta", std::to_string(rope_theta), "must be > 0");
+  if (!(rope_theta > 0 && std::isfinite(rope_theta))) {
+    return field_error(what, "rope_theta", number_text(rope_theta), "must be > 0 and finite");
   }
   if (rope_scaling.enabled) {
     const auto& r = rope_scaling;
@@ -77,9 +102,6 @@ Status LlamaConfig::validate(const std::string& what) const {
                          "llama3 needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
                          "original_max_position_embeddings > 0");
     }
-  }
-  if (vocab > (int64_t{1} << 31) - 1) {
-    return field_error(what, "vocab_size", std::to_string(vocab), "must fit int32 token ids");
   }
   return ok_status();
 }
@@ -109,12 +131,7 @@ std::vector<float> LlamaConfig::inv_freq() const {
 }
 
 Result<LlamaConfig> parse_hf_llama_config(const std::string& text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return make_error(ErrorCode::kCorrupt, what, ": not JSON: ", e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(const json j, parse_json_input(text, what));
   if (!j.is_object()) return make_error(ErrorCode::kCorrupt, what, ": not a JSON object");
   // The family.
   const std::string model_type = j.value("model_type", std::string());
@@ -167,10 +184,11 @@ Result<LlamaConfig> parse_hf_llama_config(const std::string& text, const std::st
   }
   // What would change the maths.
   for (const char* field : {"attention_bias", "mlp_bias"}) {
-    if (j.contains(field) && j[field] == true) {
-      return field_error(what, field, "true",
-                         "strata's Llama has no biases (Llama, Llama 2 and 3 have none)");
-    }
+    if (!j.contains(field) || j[field].is_null() || j[field] == false) continue;
+    return field_error(what, field, j[field].dump(),
+                       j[field] == true
+                           ? "strata's Llama has no biases (Llama, Llama 2 and 3 have none)"
+                           : "false, true or null (strata's Llama has no biases)");
   }
   if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
     return field_error(what, "hidden_act", j["hidden_act"].dump(),
@@ -182,8 +200,8 @@ Result<LlamaConfig> parse_hf_llama_config(const std::string& text, const std::st
         what, "head_dim", j["head_dim"].dump(),
         "must be hidden_size / num_attention_heads = " + std::to_string(c.channels / c.heads));
   }
-  if (j.contains("attention_dropout") && j["attention_dropout"].is_number() &&
-      j["attention_dropout"].get<double>() != 0.0) {
+  if (j.contains("attention_dropout") && !j["attention_dropout"].is_null() &&
+      (!j["attention_dropout"].is_number() || j["attention_dropout"].get<double>() != 0.0)) {
     return field_error(what, "attention_dropout", j["attention_dropout"].dump(),
                        "dropout is not implemented (0 is accepted)");
   }
@@ -203,6 +221,10 @@ Result<LlamaConfig> parse_hf_llama_config(const std::string& text, const std::st
       STRATA_RETURN_IF_ERROR(number(r, "high_freq_factor", c.rope_scaling.high_freq_factor));
       double orig = static_cast<double>(c.rope_scaling.original_max_position);
       STRATA_RETURN_IF_ERROR(number(r, "original_max_position_embeddings", orig));
+      if (!(orig >= 1 && orig <= static_cast<double>(kMaxModelSeq)) || std::floor(orig) != orig) {
+        return field_error(what, "rope_scaling.original_max_position_embeddings", number_text(orig),
+                           "an integer from 1 to " + std::to_string(kMaxModelSeq));
+      }
       c.rope_scaling.original_max_position = static_cast<int64_t>(orig);
     }
   }
@@ -215,11 +237,10 @@ Result<LlamaConfig> read_hf_llama_config(const std::string& path) {
   std::error_code ec;
   const std::string file =
       fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
-  std::ifstream in(file);
-  if (!in) return make_error(ErrorCode::kIo, "config ", file, ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_hf_llama_config(text.str(), "config " + file);
+  const std::string what = "config " + file;
+  STRATA_ASSIGN_OR_RETURN(const std::string text,
+                          read_input_file(file, what, {.max_bytes = kMaxConfigBytes}));
+  return parse_hf_llama_config(text, what);
 }
 
 std::string hf_llama_config_json(const LlamaConfig& c) {

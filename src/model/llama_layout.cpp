@@ -1,8 +1,10 @@
 #include "model/llama_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include "model/safetensors_write.h"
 
@@ -74,7 +76,21 @@ std::vector<LlamaTensor> llama_tensors(const LlamaConfig& c) {
 Status check_llama_checkpoint(SafetensorsCheckpoint& checkpoint, const LlamaConfig& c,
                               bool headers) {
   STRATA_RETURN_IF_ERROR(c.validate());
-  for (const LlamaTensor& t : llama_tensors(c)) {
+  const std::vector<LlamaTensor> tensors = llama_tensors(c);
+  // A tensor the config does not name is refused, not ignored: config.json and the weights of two
+  // models (a save killed between its renames, a config edited by hand). Buffers older
+  // checkpoints carry (rotary inverse frequencies) and a tied model's head are not weights.
+  std::set<std::string> named;
+  for (const LlamaTensor& t : tensors) named.insert(t.name);
+  for (const std::string& name : checkpoint.names()) {
+    const bool buffer = name.size() >= 20 && name.ends_with("rotary_emb.inv_freq");
+    if (named.count(name) != 0 || buffer || (c.tied && name == "lm_head.weight")) continue;
+    return make_error(ErrorCode::kConfig, "checkpoint ", checkpoint.dir(), ": holds tensor ", name,
+                      ", which its config (", c.describe(),
+                      ") does not name: the config and the weights are of different models "
+                      "(a save interrupted between them?)");
+  }
+  for (const LlamaTensor& t : tensors) {
     if (!checkpoint.has(t.name)) {
       return make_error(ErrorCode::kConfig, "checkpoint ", checkpoint.dir(), ": no tensor ", t.name,
                         " (shape ", shape_text(t.shape), ")",
@@ -105,8 +121,17 @@ Status read_llama_elements(SafetensorsCheckpoint& checkpoint, const LlamaConfig&
   for (const LlamaTensor& t : llama_block_tensors(c, block)) {
     const int64_t lo = std::max(r.begin, t.offset), hi = std::min(r.end, t.offset + t.numel());
     if (lo >= hi) continue;
-    STRATA_RETURN_IF_ERROR(
-        checkpoint.read(t.name, t.shape, host + (lo - r.begin), lo - t.offset, hi - lo));
+    float* out = host + (lo - r.begin);
+    STRATA_RETURN_IF_ERROR(checkpoint.read(t.name, t.shape, out, lo - t.offset, hi - lo));
+    // An fp16 model holds no value beyond fp16's range (it would become an infinity).
+    if (c.dtype != DType::kF16) continue;
+    for (int64_t i = 0; i < hi - lo; ++i) {
+      if (std::fabs(out[i]) > 65504.0f) {
+        return make_error(ErrorCode::kConfig, "checkpoint ", checkpoint.dir(), ": tensor ", t.name,
+                          " holds ", out[i], " at element ", lo - t.offset + i,
+                          ", beyond fp16's range (65504): train it in bf16 or fp32");
+      }
+    }
   }
   return ok_status();
 }
@@ -156,6 +181,17 @@ Result<LlamaConfig> read_llama_params_config(const std::string& path) {
                       ": no \"config\" in its metadata (not a strata Llama checkpoint)");
   }
   return parse_hf_llama_config(it->second, "safetensors file " + path + " (its config)");
+}
+
+std::vector<std::string> llama_checkpoint_names(const std::string& dir) {
+  std::vector<std::string> names = {"config.json", SafetensorsCheckpoint::kSingleFile,
+                                    SafetensorsCheckpoint::kIndexFile};
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (is_shard_file_name(name)) names.push_back(std::move(name));
+  }
+  return names;
 }
 
 Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,

@@ -73,6 +73,11 @@ Status write_llama_params_file(const std::string& path, const LlamaConfig& c, DT
                                const BlockSource& source, bool sync);
 Result<LlamaConfig> read_llama_params_config(const std::string& path);
 
+// What a save of a checkpoint to `dir` may write or remove there (names within dir): config.json,
+// model.safetensors, its index, and every shard-named file (model-NNNNN-of-NNNNN.safetensors)
+// the directory holds now. Any other name in `dir` is left alone.
+std::vector<std::string> llama_checkpoint_names(const std::string& dir);
+
 Result<std::vector<std::string>> write_llama_checkpoint(const std::string& dir,
                                                         const LlamaConfig& c, DType stored,
                                                         int64_t max_shard_bytes,

@@ -94,7 +94,8 @@ Status write_exact(int fd, const void* src, size_t bytes, uint64_t offset,
 
 Result<GptConfig> read_model_file_config(const std::string& path) {
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Without blocking, and only a regular file (a FIFO without a writer is refused at once).
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) {
     return make_error(ErrorCode::kIo, "model file ", path, ": cannot open: ", errno_text());
   }
@@ -102,6 +103,10 @@ Result<GptConfig> read_model_file_config(const std::string& path) {
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
     return make_error(ErrorCode::kIo, "model file ", path, ": cannot stat: ", errno_text());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return make_error(ErrorCode::kConfig, "model file ", path,
+                      " is not a regular file (a directory, a pipe or a device)");
   }
   if (static_cast<uint64_t>(st.st_size) < kHeaderBytes) {
     return make_error(ErrorCode::kCorrupt, "model file ", path, ": ", st.st_size,
@@ -146,7 +151,7 @@ Status read_model_file(const std::string& path, const GptConfig& expect, const B
                       ", not the ", expect.describe(), " asked for");
   }
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f.fd < 0) {
     return make_error(ErrorCode::kIo, "model file ", path, ": cannot open: ", errno_text());
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/interrupt.h"
+#include "core/temp_file.h"
 
 namespace strata::model {
 
@@ -29,12 +30,9 @@ Status write_all(int fd, const void* p, size_t bytes, const std::string& what) {
 
 Status write_replacing(const std::string& path, const std::string& what, bool sync,
                        const std::function<Status(int fd)>& body) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const std::string tmp = temp_path_for(path);
   const CleanupPath cleanup(tmp);  // an interrupted exit removes it (core/interrupt.h)
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return make_error(ErrorCode::kIo, what, ": cannot create ", tmp, ": ", errno_text());
-  }
+  STRATA_ASSIGN_OR_RETURN(const int fd, create_temp_file(path, what));
   Status st = body(fd);
   if (st.ok() && sync && ::fsync(fd) != 0) {
     st = make_error(ErrorCode::kIo, what, ": fsync: ", errno_text());

@@ -1,9 +1,10 @@
 // Writing a file so that an existing one is replaced whole or not at all: the content goes to a
-// temporary name in the same directory (PATH.tmpPID, removed by an interrupted exit,
-// core/interrupt.h, and on any error), is synced, renamed over PATH, and the directory synced.
-// With sync false the caller syncs the file and its directory itself (a checkpoint does it in
-// the background). Used by the llm.c model files, safetensors files and config.json. Free
-// functions; thread-safe (no shared state).
+// temporary name in the same directory (PATH.tmpPID, created exclusively and never through a
+// link, core/temp_file.h; removed by an interrupted exit, core/interrupt.h, and on any error;
+// one a killed process left is removed by the next save), is synced, renamed over PATH, and the
+// directory synced. With sync false the caller syncs the file and its directory itself (a
+// checkpoint does it in the background). Used by the llm.c model files, safetensors files and
+// config.json. Free functions; thread-safe (no shared state).
 #pragma once
 
 #include <cstddef>

@@ -1,17 +1,19 @@
 #include "model/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+
+#include "model/json_input.h"
 
 namespace strata::model {
 
@@ -49,115 +51,166 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
+
+namespace {
+
+// pread until `bytes` are read; a short file is kCorrupt (truncated under the reader).
+Status read_at(int fd, const std::string& path, uint64_t offset, void* out, size_t bytes) {
+  auto* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return make_error(ErrorCode::kIo, "safetensors file ", path, ": read: ", errno_text());
+    }
+    if (got == 0) {
+      return corrupt(path, "ends at byte " + std::to_string(offset) +
+                               ": truncated (or rewritten) while being read");
+    }
+    p += got;
+    offset += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return ok_status();
+}
+
+// One entry of the header: a tensor's description, checked.
+Result<SafetensorInfo> tensor_entry(const std::string& path, const std::string& name,
+                                    const json& t) {
+  const std::string where = "tensor " + name + ": ";
+  if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
+      !t.contains("data_offsets") || !t["dtype"].is_string() || !t["shape"].is_array() ||
+      !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
+    return corrupt(path, where +
+                             "needs \"dtype\" (a string), \"shape\" (an array) and "
+                             "\"data_offsets\" (two numbers)");
+  }
+  SafetensorInfo info;
+  info.name = name;
+  info.stored = t["dtype"].get<std::string>();
+  int elem = 0;
+  for (const StoredType& st : kStoredTypes) {
+    if (info.stored == st.name) elem = st.bytes;
+  }
+  if (elem == 0) return corrupt(path, where + "unknown dtype \"" + info.stored + "\"");
+  info.readable = info.stored == "F32" || info.stored == "BF16" || info.stored == "F16";
+  info.dtype = info.stored == "F32"    ? DType::kF32
+               : info.stored == "BF16" ? DType::kBF16
+                                       : DType::kF16;
+  if (t["shape"].size() > 8) {
+    return corrupt(path, where + "shape " + t["shape"].dump() + " has over 8 dimensions");
+  }
+  for (const json& d : t["shape"]) {
+    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+      return corrupt(path, where + "shape " + t["shape"].dump() + " is not a list of sizes");
+    }
+    const auto n = d.get<int64_t>();
+    if (n != 0 && info.numel > (int64_t{1} << 50) / n) {
+      return corrupt(path, where + "shape " + t["shape"].dump() + " is too large");
+    }
+    info.shape.push_back(n);
+    info.numel *= n;
+  }
+  const json& off = t["data_offsets"];
+  if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    return corrupt(path, where + "data_offsets " + off.dump() + " are not two byte offsets");
+  }
+  info.begin = off[0].get<uint64_t>();
+  info.end = off[1].get<uint64_t>();
+  if (info.end < info.begin ||
+      info.end - info.begin != static_cast<uint64_t>(info.numel) * static_cast<uint64_t>(elem)) {
+    return corrupt(path, where + "data_offsets " + off.dump() + " hold " +
+                             std::to_string(info.end - info.begin) + " bytes, shape " +
+                             shape_text(info.shape) + " of " + info.stored + " needs " +
+                             std::to_string(info.numel * elem));
+  }
+  return info;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  // Without blocking (a FIFO without a writer), and only a regular file.
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f->fd_ < 0) {
     return make_error(ErrorCode::kIo, "safetensors file ", path, ": cannot open: ", errno_text());
   }
   struct stat sb {};
-  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    ::close(fd);
+  if (::fstat(f->fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     return make_error(ErrorCode::kIo, "safetensors file ", path, ": not a regular file");
   }
   const auto file_bytes = static_cast<uint64_t>(sb.st_size);
   if (file_bytes < 8) {
-    ::close(fd);
     return corrupt(path, "only " + std::to_string(file_bytes) +
                              " bytes (the header's length alone takes 8): truncated or not "
                              "safetensors");
   }
-  void* m = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) {
-    return make_error(ErrorCode::kIo, "safetensors file ", path, ": mmap: ", errno_text());
-  }
-  f->map_ = m;
-  f->map_bytes_ = file_bytes;
-  const auto* bytes = static_cast<const std::byte*>(m);
+  uint8_t len[8];
+  STRATA_RETURN_IF_ERROR(read_at(f->fd_, path, 0, len, 8));
   uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) {
-    header_bytes = (header_bytes << 8) | std::to_integer<uint64_t>(bytes[i]);
-  }
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len[i];
   if (header_bytes > kMaxHeader || header_bytes > file_bytes - 8) {
     return corrupt(path, "header length " + std::to_string(header_bytes) + " does not fit the " +
                              std::to_string(file_bytes) +
                              "-byte file (at most 100000000 and the file's size less 8): "
                              "truncated or not safetensors");
   }
-  f->data_ = bytes + 8 + header_bytes;
+  f->data_offset_ = 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
+  std::string text(header_bytes, '\0');
+  STRATA_RETURN_IF_ERROR(read_at(f->fd_, path, 8, text.data(), text.size()));
+  // Each entry is checked and dropped from the parsed document as soon as it is complete, so
+  // parsing holds one entry's JSON at a time, whatever the header's size; a name given twice is
+  // refused.
+  Status bad;
+  std::string key;
+  std::set<std::string> seen;
+  auto entry = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
+    if (depth != 1 || !bad.ok()) return depth != 1 || event == json::parse_event_t::key;
+    if (event == json::parse_event_t::key) {
+      key = parsed.get<std::string>();
+      if (!seen.insert(key).second) bad = corrupt(path, "tensor " + key + " is named twice");
+      return true;
+    }
+    if (event != json::parse_event_t::object_end && event != json::parse_event_t::value &&
+        event != json::parse_event_t::array_end) {
+      return true;
+    }
+    if (key == "__metadata__") {
+      if (!parsed.is_object()) {
+        bad = corrupt(path, "__metadata__ is not an object");
+        return false;
+      }
+      for (auto m = parsed.begin(); m != parsed.end(); ++m) {
+        if (!m.value().is_string()) {
+          bad = corrupt(path, "__metadata__ entry " + m.key() + " is not a string");
+          return false;
+        }
+        f->metadata_[m.key()] = m.value().get<std::string>();
+      }
+      return false;
+    }
+    auto info = tensor_entry(path, key, parsed);
+    if (!info.ok()) {
+      bad = info.status();
+    } else {
+      f->tensors_.push_back(std::move(info).value());
+    }
+    return false;
+  };
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(bytes + 8),
-                         reinterpret_cast<const char*>(bytes + 8 + header_bytes));
+    header = json::parse(text, entry);
   } catch (const json::exception& e) {
     return corrupt(path, std::string("the header is not JSON: ") + e.what());
   }
+  if (!bad.ok()) return bad;
   if (!header.is_object()) return corrupt(path, "the header is not a JSON object");
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& t = it.value();
-    if (name == "__metadata__") {
-      if (!t.is_object()) return corrupt(path, "__metadata__ is not an object");
-      for (auto m2 = t.begin(); m2 != t.end(); ++m2) {
-        if (!m2.value().is_string()) {
-          return corrupt(path, "__metadata__ entry " + m2.key() + " is not a string");
-        }
-        f->metadata_[m2.key()] = m2.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor " + name + ": ";
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
-        !t.contains("data_offsets") || !t["dtype"].is_string() || !t["shape"].is_array() ||
-        !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
-      return corrupt(path, where +
-                               "needs \"dtype\" (a string), \"shape\" (an array) and "
-                               "\"data_offsets\" (two numbers)");
-    }
-    SafetensorInfo info;
-    info.name = name;
-    info.stored = t["dtype"].get<std::string>();
-    int elem = 0;
-    for (const StoredType& st : kStoredTypes) {
-      if (info.stored == st.name) elem = st.bytes;
-    }
-    if (elem == 0) return corrupt(path, where + "unknown dtype \"" + info.stored + "\"");
-    info.readable = info.stored == "F32" || info.stored == "BF16" || info.stored == "F16";
-    info.dtype = info.stored == "F32"    ? DType::kF32
-                 : info.stored == "BF16" ? DType::kBF16
-                                         : DType::kF16;
-    for (const json& d : t["shape"]) {
-      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
-        return corrupt(path, where + "shape " + t["shape"].dump() + " is not a list of sizes");
-      }
-      const auto n = d.get<int64_t>();
-      if (n != 0 && info.numel > (int64_t{1} << 50) / n) {
-        return corrupt(path, where + "shape " + t["shape"].dump() + " is too large");
-      }
-      info.shape.push_back(n);
-      info.numel *= n;
-    }
-    const json& off = t["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      return corrupt(path, where + "data_offsets " + off.dump() + " are not two byte offsets");
-    }
-    info.begin = off[0].get<uint64_t>();
-    info.end = off[1].get<uint64_t>();
-    if (info.end < info.begin ||
-        info.end - info.begin != static_cast<uint64_t>(info.numel) * static_cast<uint64_t>(elem)) {
-      return corrupt(path, where + "data_offsets " + off.dump() + " hold " +
-                               std::to_string(info.end - info.begin) + " bytes, shape " +
-                               shape_text(info.shape) + " of " + info.stored + " needs " +
-                               std::to_string(info.numel * elem));
-    }
-    f->tensors_.push_back(std::move(info));
-  }
+  text = std::string();
   // In data order, so a truncated file names the first tensor it cuts.
   std::vector<const SafetensorInfo*> by_offset;
   for (const auto& t : f->tensors_) by_offset.push_back(&t);
@@ -203,20 +256,22 @@ Status SafetensorsFile::read(const std::string& name, const std::vector<int64_t>
                       ": elements [", first, ", ", first + count, ") are outside its ", t->numel);
   }
   const size_t es = dtype_size(t->dtype);
-  const std::byte* src = data_ + t->begin + static_cast<uint64_t>(first) * es;
-  // Converted in pieces, each piece's pages dropped after it is read: the mapping never holds
-  // more than a piece of the checkpoint in memory.
-  constexpr int64_t kPiece = int64_t{1} << 22;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // Read in pieces with pread (a file cut under the reader is an error, not a SIGBUS), each
+  // converted and checked: a weight that is not finite is refused naming it.
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  std::vector<std::byte> raw(static_cast<size_t>(std::min(kPiece, count)) * es);
   for (int64_t at = 0; at < count; at += kPiece) {
     const int64_t n = std::min(kPiece, count - at);
-    const std::byte* p = src + static_cast<uint64_t>(at) * es;
-    convert(p, t->dtype, out + at, DType::kF32, static_cast<size_t>(n));
-    // Whole pages inside this piece only (a neighbour's page may be read next).
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-    const uintptr_t hi =
-        (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(n) * es) & ~(page - 1);
-    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    const uint64_t offset = data_offset_ + t->begin + static_cast<uint64_t>(first + at) * es;
+    STRATA_RETURN_IF_ERROR(read_at(fd_, path_, offset, raw.data(), static_cast<size_t>(n) * es));
+    convert(raw.data(), t->dtype, out + at, DType::kF32, static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(out[at + i])) {
+        return make_error(ErrorCode::kCorrupt, "safetensors file ", path_, ": tensor ", name,
+                          " holds ", out[at + i], " at element ", first + at + i,
+                          " (weights must be finite)");
+      }
+    }
   }
   return ok_status();
 }
@@ -244,13 +299,9 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(const
                       " nor ", kIndexFile, " is there");
   }
   c->sharded_ = true;
-  std::ifstream in(index);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    return make_error(ErrorCode::kCorrupt, "index ", index.string(), ": not JSON: ", e.what());
-  }
+  // The index of a 405B model is 100 KB; 64 MiB bounds what its parse may take.
+  STRATA_ASSIGN_OR_RETURN(const json j, read_json_input(index.string(), "index " + index.string(),
+                                                        {.max_bytes = uint64_t{64} << 20}));
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     return make_error(ErrorCode::kCorrupt, "index ", index.string(),
                       ": needs a \"weight_map\" object of tensor names to files");
@@ -270,9 +321,16 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open(const
   std::map<std::string, std::string> files;  // file -> a tensor it holds (for the error)
   for (const auto& [name, file] : c->weight_map_) files.emplace(file, name);
   for (const auto& [file, name] : files) {
-    if (!fs::is_regular_file(fs::path(dir) / file, ec)) {
+    const fs::file_status st = fs::status(fs::path(dir) / file, ec);
+    if (!fs::exists(st)) {
       return make_error(ErrorCode::kIo, "index ", index.string(), ": tensor ", name, " is in ",
                         file, ", which is not in ", dir);
+    }
+    if (!fs::is_regular_file(st)) {
+      return make_error(ErrorCode::kConfig, "index ", index.string(), ": tensor ", name, " is in ",
+                        file, ", which is ",
+                        fs::is_directory(st) ? "a directory" : "not a regular file",
+                        " (a shard is a file)");
     }
   }
   return c;

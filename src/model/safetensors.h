@@ -7,14 +7,17 @@
 // or shards named in model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor:
 // file}}), e.g. model-00001-of-00004.safetensors.
 //
-// A file is memory-mapped read-only (opened O_RDONLY: an input is never opened for writing) and
-// its header checked whole on open: the JSON, every tensor's dtype, its shape's size against its
-// offsets, and the offsets against the file's length (a truncated file is refused naming the
-// first tensor it cuts). Values are converted to fp32 as they are read (F32, BF16 and F16 are
-// accepted; other dtypes are refused naming the tensor), a part of a tensor at a time, and the
-// pages read are dropped again, so loading never needs the whole model in host memory. A
-// checkpoint opens a shard only when one of its tensors is first read: a rank that reads only its
-// own tensors maps only their shards. Errors are one line naming the file and the tensor.
+// A file is opened read-only (an input is never opened for writing; only a regular file, opened
+// without blocking) and its header checked whole on open, one entry at a time (parsing holds one
+// entry's JSON, whatever the header's size): the JSON, a name given twice, every tensor's dtype,
+// its shape's size against its offsets, and the offsets against the file's length (a truncated
+// file is refused naming the first tensor it cuts). Values are read with pread, a part of a
+// tensor at a time, converted to fp32 (F32, BF16 and F16 are accepted; other dtypes are refused
+// naming the tensor) and checked finite (a NaN or an infinity is refused naming the tensor and
+// the element), so loading never needs the whole model in host memory and a file cut or
+// rewritten under the reader is an error, not a SIGBUS. A checkpoint opens a shard only when one
+// of its tensors is first read: a rank that reads only its own tensors opens only their shards.
+// Errors are one line naming the file and the tensor.
 //
 // Threads: a SafetensorsFile is immutable after open and may be read from several threads; a
 // SafetensorsCheckpoint opens shards lazily and is for one thread.
@@ -63,15 +66,12 @@ class SafetensorsFile {
   // must have exactly `shape` (count = -1: all of it). Errors name the file and the tensor.
   Status read(const std::string& name, const std::vector<int64_t>& shape, float* out,
               int64_t first = 0, int64_t count = -1) const;
-  // The stored bytes of a tensor (for bit-exact comparisons).
-  const std::byte* raw(const SafetensorInfo& t) const { return data_ + t.begin; }
 
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
-  const std::byte* data_ = nullptr;  // after the header
+  int fd_ = -1;               // open read-only while the object lives
+  uint64_t data_offset_ = 0;  // of the data section: 8 + the header's length
   std::vector<SafetensorInfo> tensors_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
@@ -103,7 +103,7 @@ class SafetensorsCheckpoint {
               int64_t first = 0, int64_t count = -1);
   // The tensor's description (opening its shard); null when absent.
   Result<const SafetensorInfo*> info(const std::string& name);
-  // Files mapped so far (names within dir).
+  // Files opened so far (names within dir).
   std::vector<std::string> opened() const;
 
  private:

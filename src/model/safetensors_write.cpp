@@ -27,13 +27,11 @@ const char* stored_name(DType t) {
 
 // Shards of an earlier save that `keep` does not list (the index no longer names them).
 void remove_stale_shards(const std::string& dir, const std::vector<std::string>& keep) {
-  const std::regex shard_name(R"(model-\d{5}-of-\d{5}\.safetensors)");
   std::error_code ec;
   std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (std::regex_match(name, shard_name) &&
-        std::find(keep.begin(), keep.end(), name) == keep.end()) {
+    if (is_shard_file_name(name) && std::find(keep.begin(), keep.end(), name) == keep.end()) {
       stale.push_back(e.path());
     }
   }
@@ -67,6 +65,11 @@ Result<const float*> HeldBlocks::get(int64_t b) {
     }
   }
   return held.data();
+}
+
+bool is_shard_file_name(const std::string& name) {
+  static const std::regex shard_name(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return std::regex_match(name, shard_name);
 }
 
 std::string shard_file_name(int64_t k, int64_t n) {

@@ -70,7 +70,8 @@ class HeldBlocks {
 // A small text file (config.json, an index) at `path`: a temporary name, synced, renamed.
 Status write_text_file(const std::string& path, const std::string& text);
 
-// Hugging Face's shard name: model-00002-of-00005.safetensors.
+// Hugging Face's shard name: model-00002-of-00005.safetensors, and whether a name is one.
 std::string shard_file_name(int64_t k, int64_t n);
+bool is_shard_file_name(const std::string& name);
 
 }  // namespace strata::model

@@ -102,11 +102,29 @@ TEST(LlamaConfig, RefusesWhatWouldChangeTheMathsNamingTheField) {
     return parse_hf_llama_config(text, "config.json");
   };
   const std::pair<std::string, std::string> bad[] = {
-      {"attention_bias", "true"},   {"mlp_bias", "true"},
-      {"hidden_act", "\"gelu\""},   {"head_dim", "64"},
-      {"attention_dropout", "0.1"}, {"rope_scaling", R"({"type": "linear", "factor": 2.0})"},
-      {"num_key_value_heads", "5"}, {"model_type", "\"mistral\""},
+      {"attention_bias", "true"},
+      {"mlp_bias", "true"},
+      {"hidden_act", "\"gelu\""},
+      {"head_dim", "64"},
+      {"attention_dropout", "0.1"},
+      {"rope_scaling", R"({"type": "linear", "factor": 2.0})"},
+      {"num_key_value_heads", "5"},
+      {"model_type", "\"mistral\""},
       {"vocab_size", "\"big\""},
+      // Mistyped fields (not read as off) and sizes past their bounds, refused before anything
+      // is sized by them (issue 47).
+      {"attention_bias", "\"true\""},
+      {"mlp_bias", "1"},
+      {"attention_dropout", "\"0.1\""},
+      {"rms_norm_eps", "1e300"},
+      {"num_hidden_layers", "100000000"},
+      {"num_hidden_layers", "1099511627776"},
+      {"hidden_size", "4194304"},
+      {"intermediate_size", "4194304"},
+      {"max_position_embeddings", "1099511627776"},
+      {"vocab_size", "4294967296"},
+      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 1e300})"},
   };
   for (const auto& [key, value] : bad) {
     auto c = with(key, value);
@@ -115,6 +133,17 @@ TEST(LlamaConfig, RefusesWhatWouldChangeTheMathsNamingTheField) {
     EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
   }
   EXPECT_FALSE(parse_hf_llama_config("{", "config.json").ok());
+  // A key given twice.
+  auto twice = parse_hf_llama_config(base.substr(0, base.size() - 1) + R"(, "hidden_size": 64})",
+                                     "config.json");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("hidden_size is given twice"), std::string::npos)
+      << twice.status().message();
+  // Within each bound, a model past the parameter bound (2^42) is refused too.
+  auto many = with("hidden_size", "1048576");
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("parameter count"), std::string::npos)
+      << many.status().message();
 }
 
 // Hugging Face's _compute_llama3_parameters, written out again in float64.

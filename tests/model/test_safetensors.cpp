@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -351,6 +352,57 @@ TEST_F(SafetensorsTest, CheckpointErrorsNameTheFileAndTensor) {
   auto empty = SafetensorsCheckpoint::open(path("empty"));
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("model.safetensors"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::model
+
+namespace strata::model {
+namespace {
+
+// Issue 47: a name given twice, a weight that is not finite, a file cut while it is read (an
+// error, not a SIGBUS: values are read with pread), a header of many entries parsed one entry at
+// a time, and a checkpoint holding a tensor its config does not name.
+TEST_F(SafetensorsTest, HostileFilesAreRefusedNamingWhatIsWrong) {
+  const std::vector<float> v = ramp(8, 0.5f);
+  write_raw(path("dup.safetensors"),
+            {{"w", "F32", {8}, bytes_of(v)}, {"w", "F32", {8}, bytes_of(v)}});
+  auto dup = SafetensorsFile::open(path("dup.safetensors"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("tensor w is named twice"), std::string::npos)
+      << dup.status().to_string();
+
+  std::vector<float> bad = v;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  write_raw(path("nan.safetensors"), {{"w", "F32", {8}, bytes_of(bad)}});
+  auto nan = SafetensorsFile::open(path("nan.safetensors"));
+  ASSERT_TRUE(nan.ok()) << nan.status().to_string();
+  std::vector<float> out(8);
+  Status st = nan.value()->read("w", {8}, out.data());
+  EXPECT_NE(st.message().find("tensor w holds nan at element 5"), std::string::npos)
+      << st.to_string();
+  EXPECT_TRUE(nan.value()->read("w", {8}, out.data(), 0, 5).ok());  // the part before it
+
+  // Cut after open: the read that reaches past the end says so.
+  const std::vector<float> big = ramp(1 << 16, 0.001f);
+  write_raw(path("cut.safetensors"), {{"w", "F32", {1 << 16}, bytes_of(big)}});
+  auto cut = SafetensorsFile::open(path("cut.safetensors"));
+  ASSERT_TRUE(cut.ok());
+  fs::resize_file(path("cut.safetensors"), 4096);
+  std::vector<float> all(1 << 16);
+  Status c = cut.value()->read("w", {1 << 16}, all.data());
+  EXPECT_EQ(c.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(c.message().find("truncated (or rewritten) while being read"), std::string::npos)
+      << c.to_string();
+
+  // 200000 entries: parsed entry by entry (the whole document is never built).
+  std::vector<RawTensor> many;
+  for (int i = 0; i < 200000; ++i) many.push_back({"t" + std::to_string(i), "F32", {0}, {}});
+  write_raw(path("many.safetensors"), many);
+  auto m = SafetensorsFile::open(path("many.safetensors"));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m.value()->tensors().size(), 200000u);
+  EXPECT_EQ(m.value()->metadata().at("format"), "pt");
 }
 
 }  // namespace
