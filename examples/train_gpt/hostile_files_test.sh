@@ -112,7 +112,21 @@ for layers in 100000000 1099511627776; do
   (ulimit -v 4194304; refuse "num_hidden_layers|$layers" "${hf_llama[@]}" --init-from "$s/big$layers") ||
     exit 1
 done
-echo "train_gpt: num_hidden_layers of 10^8 and 2^40 refused under ulimit -v"
+# A checkpoint's stored shape (params.safetensors' metadata) is read only after its checksum.
+"$train" "${llama[@]}" --steps 1 --checkpoint-dir "$s/ck2" --checkpoint-every 1 >"$s/out.txt" 2>&1 ||
+  fail "2: the Llama checkpoint: $(cat "$s/out.txt")"
+params=$(ls -d "$s"/ck2/step_*)/params.safetensors
+python3 - "$params" <<'PY'
+import sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+b = b.replace(b'num_hidden_layers\\": 2', b'num_hidden_layers\\": 9', 1)
+open(p, "wb").write(b)
+PY
+(ulimit -v 4194304; refuse "params.safetensors|the manifest says" "${llama[@]}" --steps 2 \
+  --resume "$s/ck2") || exit 1
+echo "train_gpt: num_hidden_layers of 10^8 and 2^40 refused under ulimit -v; a checkpoint's" \
+  "stored shape read only after its checksum"
 
 # 3. Llama outputs that cannot be written, refused before step 1.
 echo x >"$s/a_file"

@@ -76,6 +76,10 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
   // --resume: the checkpoint's parameters file holds the shape (its metadata) and the values.
   const std::string params = m.resume_dir.empty() ? "" : m.resume_dir + "/params.safetensors";
   if (!params.empty()) {
+    // Its checksum first: the shape its metadata holds is trusted only in the file the
+    // checkpoint's manifest records.
+    STRATA_RETURN_IF_ERROR(engine::verify_checkpoint_file(m.resume_dir, "params.safetensors")
+                               .with_context("--resume"));
     auto read = model::read_llama_params_config(params);
     if (!read.ok()) return read.status().with_context("--resume");
     c = *read;
@@ -231,6 +235,10 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
   if (!m.resume_dir.empty()) f.init_from = m.resume_dir + "/params.bin";
   // --init-from: the file's shape, its values as every block's initial parameters.
   if (!f.init_from.empty()) {
+    if (!m.resume_dir.empty()) {  // the checksum first, then what the file says of its shape
+      STRATA_RETURN_IF_ERROR(
+          engine::verify_checkpoint_file(m.resume_dir, "params.bin").with_context("--resume"));
+    }
     auto fc = model::read_model_file_config(f.init_from);
     // Resuming, the file is the checkpoint's: errors name --resume.
     const char* flag = m.resume_dir.empty() ? "--init-from" : "--resume";

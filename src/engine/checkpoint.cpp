@@ -66,6 +66,13 @@ Result<json> read_manifest(const std::string& dir) {
                         have["xxh3"].get<std::string>(), ", the DONE marker says '", want, "'");
     }
   }
+  // Bounded before it is parsed (a manifest names a few files per rank).
+  constexpr uintmax_t kMaxManifestBytes = uintmax_t{64} << 20;
+  std::error_code ec;
+  if (fs::file_size(mpath, ec) > kMaxManifestBytes) {
+    return make_error(ErrorCode::kCorrupt, "checkpoint ", mpath, ": over ", kMaxManifestBytes,
+                      " bytes (not a strata manifest)");
+  }
   json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object() || m.value("format", "") != "strata-checkpoint" ||
       m.value("version", 0) != kVersion || !m.contains("files")) {
@@ -74,6 +81,18 @@ Result<json> read_manifest(const std::string& dir) {
   }
   return m;
 }
+
+namespace {
+// dir/name against the manifest's entry `want` ({"bytes", "xxh3"}).
+Status check_hash(const std::string& dir, const std::string& name, const json& want) {
+  STRATA_ASSIGN_OR_RETURN(const json have, hash_file(dir + "/" + name));
+  if (have == want) return ok_status();
+  return make_error(
+      ErrorCode::kCorrupt, "checkpoint ", dir, "/", name, ": ", have["bytes"].get<uint64_t>(),
+      " bytes with xxh3 ", have["xxh3"].get<std::string>(), ", the manifest says ",
+      want.value("bytes", uint64_t{0}), " bytes with xxh3 ", want.value("xxh3", std::string("?")));
+}
+}  // namespace
 
 Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
                                          const CheckpointInfo& expect) {
@@ -103,16 +122,18 @@ Result<CheckpointInfo> verify_checkpoint(const std::string& dir, int rank,
                             name.find("-rank" + std::to_string(rank) + ".") == std::string::npos;
     // The optimizer file is checked by load_checkpoint as it reads it (one pass, not two).
     if (other_rank || name == "optimizer-rank" + std::to_string(rank) + ".bin") continue;
-    STRATA_ASSIGN_OR_RETURN(const json have, hash_file(dir + "/" + name));
-    if (have != want) {
-      return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/", name, ": ",
-                        have["bytes"].get<uint64_t>(), " bytes with xxh3 ",
-                        have["xxh3"].get<std::string>(), ", the manifest says ",
-                        want.value("bytes", uint64_t{0}), " bytes with xxh3 ",
-                        want.value("xxh3", std::string("?")));
-    }
+    STRATA_RETURN_IF_ERROR(check_hash(dir, name, want));
   }
   return got;
+}
+
+Status verify_checkpoint_file(const std::string& dir, const std::string& name) {
+  STRATA_ASSIGN_OR_RETURN(const json m, read_manifest(dir));
+  if (!m["files"].is_object() || !m["files"].contains(name)) {
+    return make_error(ErrorCode::kCorrupt, "checkpoint ", dir, "/manifest.json: no entry for ",
+                      name);
+  }
+  return check_hash(dir, name, m["files"][name]);
 }
 
 Result<StepScaling::State> load_checkpoint(const std::string& dir, int rank,

@@ -132,6 +132,11 @@ Result<std::string> find_checkpoint(const std::string& path);
 // naming the file otherwise).
 Result<nlohmann::json> read_manifest(const std::string& dir);
 
+// That dir/`name` holds the bytes the checkpoint's manifest (read_manifest) records for it
+// (kCorrupt naming the file otherwise): what a reader checks before it trusts what the file says
+// of itself (a parameters file's stored shape).
+Status verify_checkpoint_file(const std::string& dir, const std::string& name);
+
 // Reads and checks dir/manifest.json against `expect` (ranks, stage, model; step and extra are
 // filled in from the manifest) and the checksums of this rank's files and the shared ones (but
 // the optimizer file, which load_checkpoint checks as it reads it).
