@@ -21,7 +21,7 @@
 #  15. duplicate tensor names and duplicate DeepSpeed keys;
 #  16. config.json fields of the wrong JSON type, rms_norm_eps 1e300;
 #  17. the messages of a shard that is a directory, config.json a directory, --save-model
-#      under a file;
+#      under a file, a config.json field's limit (named as the field), a resume past --steps;
 #  18. under mpirun a refusal names its rank;
 #  20. --checkpoint-dir and --nvme-path inside the --init-from directory;
 #  21. flags that would be silently ignored;
@@ -183,6 +183,7 @@ copy("typed_bias", config={"attention_bias": "true"})
 copy("typed_mlp", config={"mlp_bias": 1})
 copy("typed_dropout", config={"attention_dropout": "0.1"})
 copy("eps", config={"rms_norm_eps": 1e300})
+copy("vocab8", config={"vocab_size": 8})
 # A name given twice: the header written by hand.
 dup = copy("dup")
 header, data = load(dup + "/model.safetensors")
@@ -209,6 +210,8 @@ refuse "attention_bias|\"true\"" "${hf_llama[@]}" --init-from "$s/typed_bias"
 refuse "mlp_bias" "${hf_llama[@]}" --init-from "$s/typed_mlp"
 refuse "attention_dropout" "${hf_llama[@]}" --init-from "$s/typed_dropout"
 refuse "rms_norm_eps|1e+300" "${hf_llama[@]}" --init-from "$s/eps"
+# A config.json field's limit is reported as the field's, not as a flag's.
+refuse "--init-from $s/vocab8: vocab_size 8 is smaller" "${hf_llama[@]}" --init-from "$s/vocab8"
 refuse "model.norm.weight|named twice" "${hf_llama[@]}" --init-from "$s/dup"
 # Parsed within 2 GiB of address space (the whole document took 3.8 GB), then refused for its
 # tensors the config does not name.

@@ -106,7 +106,11 @@ Result<ModelSetup> setup_llama(Flags& f, const CLI::App& app, const DataSource& 
   }
   c.dtype = precision_dtype(f);
   if (task && c.vocab < model::AdditionTask::kVocab) {
-    return make_error(ErrorCode::kConfig, "--vocab ", c.vocab,
+    // Named where the value came from: the checkpoint's config, or the flag (or preset).
+    const std::string named = !params.empty() ? "--resume " + m.resume_dir + ": vocab_size"
+                              : hf_dir        ? "--init-from " + f.init_from + ": vocab_size"
+                                              : std::string("--vocab");
+    return make_error(ErrorCode::kConfig, named, " ", c.vocab,
                       " is smaller than the data's vocabulary (", model::AdditionTask::kVocab,
                       " tokens for synthetic:addition)");
   }
