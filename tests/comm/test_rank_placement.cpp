@@ -163,6 +163,33 @@ TEST(RankPlacement, BindModes) {
   EXPECT_NE(bad.status().message().find("--bind: 'socket'"), std::string::npos);
 }
 
+// An affinity the process was given (taskset, a launcher's binding) is kept by auto, never
+// widened; cores and numa place the rank by the rule whatever it was given (issue 47).
+TEST(RankPlacement, AutoKeepsTheAffinityTheProcessWasGiven) {
+  auto topo = Topology::synthetic(kServer);
+  ASSERT_TRUE(topo.ok());
+  EXPECT_EQ(topo->given_cores(), range(0, 32));  // a synthetic machine: every core
+  PlacementRequest rq;
+  rq.local_rank = 1;
+  rq.local_size = 2;
+  rq.gpu_nodes = kGpuNodes;
+  rq.given_cores = {20, 21, 22};
+  auto kept = place_local_rank(*topo, rq);
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_EQ(kept->cores.cores, (std::vector<int>{20, 21, 22}));
+  EXPECT_EQ(kept->binding.cores, kept->cores.cores);
+  EXPECT_EQ(kept->threads(), 6);
+  EXPECT_EQ(kept->cores.numa_node, 1);
+  EXPECT_EQ(kept->cores.local_rank, 1);
+  EXPECT_TRUE(kept->bind);
+  EXPECT_EQ(kept->gpu, 4);  // the GPU is chosen as without an affinity
+  rq.bind = BindMode::kCores;
+  auto ruled = place_local_rank(*topo, rq);
+  ASSERT_TRUE(ruled.ok());
+  EXPECT_EQ(ruled->cores.cores, place(*topo, 1, 2, kGpuNodes, BindMode::kCores).cores.cores);
+  EXPECT_NE(ruled->cores.cores, kept->cores.cores);
+}
+
 TEST(RankPlacement, TheLineNamesGpuCoresNodeAndDrives) {
   auto topo = Topology::synthetic(kServer);
   ASSERT_TRUE(topo.ok());
