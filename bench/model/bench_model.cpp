@@ -2,16 +2,19 @@
 // device's dense matmul rate measured in the same run.
 //
 //   tokens_per_s       B*T / (median time of zero_grad + forward + backward), after a warm-up
-//   flops_per_token    6*N + 6*L*C*T (llm.c's convention: N = all parameters including the padded
-//                      vocabulary rows and wpe; attention counted as 6*L*C*T, recompute from
-//                      activation checkpointing not counted)
+//   flops_per_token    6*N + 6*L*C*T (model/flops.h, llm.c's: N = all parameters including the
+//                      padded vocabulary rows and wpe; attention counted as 6*L*C*T, recompute
+//                      from activation checkpointing not counted)
 //   matmul_flops_per_s 2*M*N*K / (median time of one square matmul via Kernels::matmul, in the
 //                      model's dtype, fp32 accumulation)
-//   mfu                tokens_per_s * flops_per_token / matmul_flops_per_s
-// On CpuDevice this is a CPU figure; on a GPU it is the model FLOPs utilisation against the
-// measured (not datasheet) matmul rate. Also timed alone, on the model's shapes: the attention
-// kernels (L forwards + L backwards; attention_ms, attention_share of the step) and the step's
-// matmuls (matmuls_ms, matmuls_share), so a low MFU says at once where the time goes.
+//   mfu                tokens_per_s * flops_per_token / peak_flops_per_s: the GPU's datasheet
+//                      dense peak (gpu/peak_flops.h; peak_source "datasheet"), else the
+//                      measured matmul rate (the CpuDevice; "measured matmul")
+//   mfu_vs_matmul      tokens_per_s * flops_per_token / matmul_flops_per_s
+// One definition of model FLOPs with the trainer (model/flops.h). Also timed alone, on the
+// model's shapes: the attention kernels (L forwards + L backwards; attention_ms, attention_share
+// of the step) and the step's matmuls (matmuls_ms, matmuls_share), so a low MFU says at once
+// where the time goes.
 // Default model: on the CpuDevice L=4 C=256 NH=4 T=128 B=8; on CUDA GPT-2 small (124M:
 // L=12 C=768 NH=12 T=1024 B=8), the size the GPU figures are compared at. Flags override.
 #include <CLI/CLI.hpp>
@@ -29,6 +32,8 @@
 #include "core/dtype.h"
 #include "gpu/device.h"
 #include "gpu/kernels.h"
+#include "gpu/peak_flops.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 
 namespace {
@@ -178,7 +183,8 @@ Result<double> time_model_matmuls(gpu::Device& dev, const model::GptConfig& cfg,
 
 int run(int argc, char** argv) {
   CLI::App app{
-      "bench_model: GPT forward+backward tokens/s and MFU against the measured matmul rate"};
+      "bench_model: GPT forward+backward tokens/s and MFU against the datasheet's peak (a GPU) "
+      "or the measured matmul rate"};
   std::string device_name = "auto", dtype_name_flag = "bf16";
   int64_t layers = 4, channels = 256, heads = 4, seq = 128, batch = 8, vocab = 50257;
   int64_t ckpt = 0, matmul_n = 0;
@@ -290,10 +296,14 @@ int run(int argc, char** argv) {
   }
   const double step = median(step_s);
   const double tokens_per_s = static_cast<double>(batch * seq) / step;
-  const double flops_per_token = 6.0 * static_cast<double>(cfg.num_params()) +
-                                 6.0 * static_cast<double>(layers * channels * seq);
+  const double flops_per_token =
+      model::training_flops_per_token(cfg.num_params(), layers, channels, seq);
   const double matmul_rate = 2.0 * std::pow(static_cast<double>(matmul_n), 3) / mm_s.value();
-  const double mfu = tokens_per_s * flops_per_token / matmul_rate;
+  const double mfu_vs_matmul = tokens_per_s * flops_per_token / matmul_rate;
+  // MFU against the datasheet's peak where the device has one, else the measured rate.
+  const double datasheet = gpu::datasheet_peak_flops(dev.name(), cfg.dtype);
+  const double peak = datasheet > 0.0 ? datasheet : matmul_rate;
+  const double mfu = tokens_per_s * flops_per_token / peak;
 
   std::printf("device            %s\n", dev.name().c_str());
   std::printf("model             %s, B=%lld T=%lld K=%lld, %.2fM params\n", cfg.describe().c_str(),
@@ -305,7 +315,15 @@ int run(int argc, char** argv) {
   std::printf("model FLOP/s      %.3g\n", tokens_per_s * flops_per_token);
   std::printf("matmul FLOP/s     %.3g (%lld^3 %s)\n", matmul_rate, static_cast<long long>(matmul_n),
               dtype_name(cfg.dtype).data());
-  std::printf("MFU vs matmul     %.3f\n", mfu);
+  if (datasheet > 0.0) {
+    std::printf("datasheet peak    %.4g FLOP/s (dense %s)\n", datasheet,
+                dtype_name(cfg.dtype).data());
+    std::printf("MFU               %.3f (against the datasheet's peak)\n", mfu);
+  } else {
+    std::printf("MFU               %.3f (against the measured matmul rate: no datasheet peak)\n",
+                mfu);
+  }
+  std::printf("MFU vs matmul     %.3f\n", mfu_vs_matmul);
   std::printf("attention alone   %.2f ms (L fwd + L bwd), %.2f of the step\n", attn_s.value() * 1e3,
               attn_s.value() / step);
   std::printf("matmuls alone     %.2f ms (the step's 12L+3 products), %.2f of the step\n",
@@ -333,7 +351,10 @@ int run(int argc, char** argv) {
   j["flops_per_token_formula"] = "6N+6LCT";
   j["matmul_size"] = matmul_n;
   j["matmul_flops_per_s"] = matmul_rate;
+  j["peak_flops_per_s"] = peak;
+  j["peak_source"] = datasheet > 0.0 ? "datasheet" : "measured matmul";
   j["mfu"] = mfu;
+  j["mfu_vs_matmul"] = mfu_vs_matmul;
   j["attention_ms"] = attn_s.value() * 1e3;
   j["attention_share"] = attn_s.value() / step;
   j["matmuls_ms"] = lin_s.value() * 1e3;

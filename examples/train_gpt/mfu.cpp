@@ -6,12 +6,13 @@
 #include <string>
 
 #include "gpu/kernels.h"
+#include "gpu/peak_flops.h"
+#include "model/flops.h"
 
 namespace strata::train_gpt {
 
 double flops_per_token(const ModelSpec& spec, int64_t seq) {
-  return 6.0 * static_cast<double>(spec.num_params()) +
-         12.0 * static_cast<double>(spec.layers() * spec.channels() * seq);
+  return model::training_flops_per_token(spec.num_params(), spec.layers(), spec.channels(), seq);
 }
 
 Result<double> measure_matmul_rate(gpu::Device& dev, DType dt) {
@@ -44,12 +45,26 @@ Result<double> measure_matmul_rate(gpu::Device& dev, DType dt) {
 
 double peak_flops_of(double flag, gpu::Device& dev, DType dt, bool lead) {
   if (flag != 0.0 || !lead) return flag;
+  const double datasheet = gpu::datasheet_peak_flops(dev.name(), dt);
   auto rate = measure_matmul_rate(dev, dt);
+  const std::string type(dtype_name(dt));
+  if (datasheet > 0.0) {
+    std::printf(
+        "mfu: against the datasheet's dense %s peak of %s, %.4g FLOP/s per rank "
+        "(--peak-flops sets it)",
+        type.c_str(), dev.name().c_str(), datasheet);
+    if (rate.ok()) {
+      std::printf("; the measured matmul rate is %.4g, %.1f%% of it", rate.value(),
+                  100.0 * rate.value() / datasheet);
+    }
+    std::printf("\n");
+    return datasheet;
+  }
   if (!rate.ok()) return 0.0;  // without room for the buffers: no MFU column
   std::printf(
-      "mfu: against the device's measured %s matmul rate, %.3g FLOP/s per rank "
-      "(--peak-flops sets it)\n",
-      std::string(dtype_name(dt)).c_str(), rate.value());
+      "mfu: against the device's measured %s matmul rate, %.3g FLOP/s per rank (no datasheet "
+      "peak for %s; --peak-flops sets it)\n",
+      type.c_str(), rate.value(), dev.name().c_str());
   return rate.value();
 }
 
