@@ -69,8 +69,11 @@ Result<double> time_matmul(gpu::Device& dev, int64_t n, DType dt, int repeats, i
   }
   std::vector<char> host(bytes);
   convert(host_f32.data(), DType::kF32, host.data(), dt, host_f32.size());
-  STRATA_RETURN_IF_ERROR(stream->copy(a.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
-  STRATA_RETURN_IF_ERROR(stream->copy(b.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
+  // From a pageable vector: the synchronous set-up copy (DESIGN.md §3).
+  STRATA_RETURN_IF_ERROR(
+      stream->copy_now(a.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      stream->copy_now(b.data(), host.data(), bytes, gpu::CopyKind::kHostToDevice));
   gpu::MatmulArgs mm;
   mm.a = a.data();
   mm.b = b.data();

@@ -145,10 +145,11 @@ Result<std::vector<double>> measure_host(const CalibrationRequest& rq) {
   STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer ds, dev.allocate(static_cast<size_t>(3 * n) * 4));
   STRATA_ASSIGN_OR_RETURN(gpu::DeviceBuffer dg, dev.allocate(static_cast<size_t>(n) * 2));
   STRATA_ASSIGN_OR_RETURN(auto s, dev.create_stream());
+  // Set-up copies from pageable vectors: the synchronous copy (DESIGN.md §3).
   STRATA_RETURN_IF_ERROR(
-      s->copy(ds.data(), state.data(), ds.size_bytes(), gpu::CopyKind::kHostToDevice));
+      s->copy_now(ds.data(), state.data(), ds.size_bytes(), gpu::CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(
-      s->copy(dg.data(), grads.data(), dg.size_bytes(), gpu::CopyKind::kHostToDevice));
+      s->copy_now(dg.data(), grads.data(), dg.size_bytes(), gpu::CopyKind::kHostToDevice));
   STRATA_ASSIGN_OR_RETURN(cpu::AdamConstants k,
                           cpu::CpuAdam(cpu::AdamHyper{}).constants({1, 1.0f}));
   gpu::AdamArgs args;
