@@ -21,4 +21,6 @@ fail() { echo "FAILED: $*" >&2; cat "$out.txt" >&2; exit 1; }
 [ "$took" -le 10 ] || fail "gpu-check without a GPU took ${took}s"
 grep -q "no NVIDIA GPU on this machine" "$out/summary.log" || fail "summary.log: $(cat "$out/summary.log")"
 grep -q "RESULT: NOT RUN (no GPU)" "$out/summary.log" || fail "summary.log: $(cat "$out/summary.log")"
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["result"] == "NOT RUN (no GPU)", j' \
+  "$out/summary.json" || fail "summary.json: $(cat "$out/summary.json")"
 echo "gpu-check: without a GPU it stops in ${took}s with exit 2 and says why"
