@@ -33,12 +33,13 @@ bool strict();
 
 // Counts since the process started (for tests of the runtime itself).
 struct Counters {
-  uint64_t launches = 0;         // kernels run
-  uint64_t async_copies = 0;     // cudaMemcpyAsync calls accepted
-  uint64_t pageable_copies = 0;  // of which with pageable host memory (outside strict mode)
-  uint64_t host_functions = 0;   // cudaLaunchHostFunc functions run
-  uint64_t matmuls = 0;          // cublasLtMatmul calls run
-  uint64_t collectives = 0;      // NCCL operations run
+  uint64_t launches = 0;          // kernels run
+  uint64_t async_copies = 0;      // cudaMemcpyAsync calls accepted
+  uint64_t pageable_copies = 0;   // of which with pageable host memory (outside strict mode)
+  uint64_t host_functions = 0;    // cudaLaunchHostFunc functions run
+  uint64_t matmuls = 0;           // cublasLtMatmul calls run
+  uint64_t collectives = 0;       // NCCL operations run
+  uint64_t set_device_calls = 0;  // cudaSetDevice calls
 };
 Counters counters();
 

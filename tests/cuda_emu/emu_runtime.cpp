@@ -436,6 +436,7 @@ Counters counters() {
   out.host_functions = c.host_functions;
   out.matmuls = c.matmuls;
   out.collectives = c.collectives;
+  out.set_device_calls = c.set_device_calls;
   return out;
 }
 
@@ -474,6 +475,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device) {
 
 cudaError_t cudaSetDevice(int device) {
   STRATA_EMU_ENTER("cudaSetDevice");
+  counters().set_device_calls++;
   if (!valid_device(device)) {
     return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) +
                                             "): " + std::to_string(state().devices.size()) +

@@ -7,8 +7,12 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <thread>
 #include <vector>
 
+#if defined(STRATA_CUDA_EMULATE) && STRATA_CUDA_EMULATE
+#include "cuda_emu.h"
+#endif
 #include "cpu/pinned_memory.h"
 #include "cpu/pinned_registry.h"
 #include "gpu/cuda/cuda_backend.h"
@@ -146,6 +150,33 @@ TEST_F(CudaDeviceTest, WaitOrdersStreams) {
   EXPECT_TRUE((*event)->query());
   ASSERT_TRUE((*event)->synchronize().ok());
   for (int64_t i = 0; i < kN; i += 4099) ASSERT_EQ(back->as<float>()[i], 3.0f) << i;
+}
+
+// cudaSetDevice only when the calling thread's device is another: a hundred memsets on one
+// thread call it not once more (the emulated runtime counts the calls; a GPU's does not).
+TEST_F(CudaDeviceTest, SetsTheDeviceOnlyWhenTheThreadHasAnother) {
+  if (!kEmulated) GTEST_SKIP() << "counts the runtime's calls: the emulated runtime only";
+#if defined(STRATA_CUDA_EMULATE) && STRATA_CUDA_EMULATE
+  auto s = stream();
+  ASSERT_TRUE(s);
+  auto buf = device_->allocate(4096);
+  ASSERT_TRUE(buf.ok()) << buf.status().to_string();
+  ASSERT_TRUE(s->memset(buf->data(), 0, 4096).ok());
+  ASSERT_TRUE(s->synchronize().ok());
+  const uint64_t before = cuda_emu::counters().set_device_calls;
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(s->memset(buf->data(), i, 4096).ok());
+  ASSERT_TRUE(s->synchronize().ok());
+  EXPECT_EQ(cuda_emu::counters().set_device_calls - before, 0u);
+  // A thread whose device is another (here: none chosen yet, the runtime's 0 is this one's
+  // ordinal) is set once at most.
+  std::thread other([&] {
+    const uint64_t at = cuda_emu::counters().set_device_calls;
+    for (int i = 0; i < 10; ++i) EXPECT_TRUE(s->memset(buf->data(), i, 4096).ok());
+    EXPECT_LE(cuda_emu::counters().set_device_calls - at, 1u);
+  });
+  other.join();
+  ASSERT_TRUE(s->synchronize().ok());
+#endif
 }
 
 TEST_F(CudaDeviceTest, HostCallbacksRunInStreamOrder) {

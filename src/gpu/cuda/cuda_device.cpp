@@ -163,6 +163,10 @@ CudaDevice::~CudaDevice() {
 }
 
 Status CudaDevice::activate() const {
+  // Only when the calling thread's device is another: cudaGetDevice reads the thread's state,
+  // where cudaSetDevice on every launch and copy costs a call into the runtime each time.
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == ordinal_) return ok_status();
   return cuda_status(cudaSetDevice(ordinal_), "cudaSetDevice");
 }
 
