@@ -36,6 +36,8 @@ train=$2
 s=$3/train_gpt_hostile_files
 rm -rf "$s"
 mkdir -p "$s"
+# Calibrations of these runs go to a cache of their own, not the user's.
+export STRATA_CACHE_DIR=$s/cache
 root_flag=()
 if [ "$(id -u)" = 0 ]; then root_flag=(--allow-run-as-root); fi
 # STRATA_TEST_KEEP_GOING=1 reports every failing case and goes on (to see which cases an older
