@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "nvme/swap_store.h"
 
@@ -70,13 +71,24 @@ std::map<std::string, std::string>& config_keys() {
 
 void name_config_keys(const std::map<std::string, std::string>& keys) { config_keys() = keys; }
 
+std::string with_placement_flags(std::string text) {
+  static const std::pair<const char*, const char*> kPlacement[] = {
+      {"`bind`", "--bind"}, {"`device_ids`", "--device-ids"}};
+  for (const auto& [field, flag] : kPlacement) {
+    for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at)) {
+      text.replace(at, std::string_view(field).size(), flag);
+    }
+  }
+  return text;
+}
+
 Status with_flag_names(const Status& st) {
   if (st.ok()) return st;
-  return Status(st.code(), engine::render_fields(st.message(), [](Field f) {
+  return Status(st.code(), with_placement_flags(engine::render_fields(st.message(), [](Field f) {
                   const std::string flag(field_names(f).flag);
                   const auto k = config_keys().find(flag);
                   return k == config_keys().end() ? flag : k->second + " (" + flag + ")";
-                }));
+                })));
 }
 
 Result<engine::EngineConfig> engine_config(const Flags& f) {

@@ -26,6 +26,9 @@ const FieldNames& field_names(engine::Field field);
 // name_config_keys once, from Flags::config_keys) as its key and the flag:
 // "zero_optimization.offload_optimizer.device (--offload-optimizer)".
 Status with_flag_names(const Status& st);
+// The placement's settings (cpu/rank_placement.h: `bind`, `device_ids`) as train_gpt's flags;
+// with_flag_names renders them too.
+std::string with_placement_flags(std::string text);
 void name_config_keys(const std::map<std::string, std::string>& keys);
 
 // The engine's settings from the flags (whose strings check_flags has accepted); kConfig naming

@@ -7,6 +7,7 @@
 #include "comm/comm.h"
 #include "comm/gather_text.h"
 #include "comm/mpi_comm.h"
+#include "config_fields.h"
 #include "engine/checkpoint.h"
 #include "nvme/swap_store.h"
 
@@ -82,8 +83,9 @@ Result<cpu::Placement> place_this_rank(const Flags& f, comm::Communicator& world
   }
   // One line per rank, in rank order, printed by rank 0 (many --nvme-path directories make long
   // lines; gather_text carries any length).
-  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> lines,
-                          comm::gather_text(world, "placement " + p.describe(world.rank())));
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<std::string> lines,
+      comm::gather_text(world, "placement " + with_placement_flags(p.describe(world.rank()))));
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);
   return p;

@@ -49,7 +49,7 @@ Result<BindMode> parse_bind_mode(std::string_view t) {
   if (t == "none") return BindMode::kNone;
   if (t == "cores") return BindMode::kCores;
   if (t == "numa") return BindMode::kNuma;
-  return make_error(ErrorCode::kConfig, "--bind: '", t,
+  return make_error(ErrorCode::kConfig, "`bind`: '", t,
                     "' is not accepted (use auto, none, cores or numa)");
 }
 
@@ -70,7 +70,7 @@ Result<std::vector<int>> choose_gpus(int k, const std::vector<int>& gpu_nodes,
   if (!ids.empty()) {
     for (int id : ids) {
       if (id < 0 || id >= g) {
-        return make_error(ErrorCode::kConfig, "--device-ids: GPU ", id, " does not exist (",
+        return make_error(ErrorCode::kConfig, "`device_ids`: GPU ", id, " does not exist (",
                           g == 0 ? std::string("this machine has no GPU")
                                  : "GPUs 0-" + std::to_string(g - 1) + " are visible",
                           ")");
@@ -167,12 +167,12 @@ Result<Placement> place_local_rank(const Topology& topo, const PlacementRequest&
     p.binding = topo.placement_of(topo.cores_of_node(p.cores.numa_node));
   }
   if (crowded && (rq.bind == BindMode::kCores || rq.bind == BindMode::kNuma)) {
-    return make_error(ErrorCode::kConfig, "--bind ", bind_mode_name(rq.bind), ": ", k,
+    return make_error(ErrorCode::kConfig, "`bind` ", bind_mode_name(rq.bind), ": ", k,
                       " local ranks cannot each have a core of their own here (", topo.summary(),
-                      "); use --bind none or fewer ranks per machine");
+                      "); use `bind` none or fewer ranks per machine");
   }
   if (rq.bind == BindMode::kNone) {
-    p.unbound_why = "--bind none";
+    p.unbound_why = "`bind` none";
   } else if (crowded) {
     p.unbound_why = "more local ranks than cores";
   } else {

@@ -2,7 +2,7 @@
 // and the NUMA node of each swap drive.
 //
 // The rule (place_local_rank), for local rank r of k on a machine whose topology is `topo`:
-//   GPU     with --device-ids, rank r takes ids[r % n] (each id must exist); else with G GPUs
+//   GPU     with `device_ids`, rank r takes ids[r % n] (each id must exist); else with G GPUs
 //           and k >= G, GPU r % G (as CUDA numbers them: the visible devices of
 //           CUDA_VISIBLE_DEVICES); with k < G, the ranks are spread over the NUMA nodes: GPUs
 //           are taken one node at a time in turn (node order, each node's GPUs in order), the
@@ -16,11 +16,11 @@
 //   memory  the NUMA node holding the rank's cores: the process's memory policy prefers it, so
 //           every buffer allocated afterwards (pinned pools, the plan's arena, staging) has its
 //           pages there from the first touch.
-//   binding --bind cores: the process on its block; numa: on every core of its node (threads
+//   binding `bind` cores: the process on its block; numa: on every core of its node (threads
 //           still sized to the block); none: neither cores nor memory bound; auto (the default):
 //           cores, unless the machine has fewer cores than local ranks, then none, saying why.
 //           cores or numa with fewer cores than ranks on a node is refused, naming the flag.
-//   drives  each --nvme-path directory's block device's NUMA node, read from sysfs (-1 when the
+//   drives  each swap directory's block device's NUMA node, read from sysfs (-1 when the
 //           device has none: a virtual disk, tmpfs, a single-node machine's -1), printed, a
 //           drive on another node than the rank's said to be so. The swap store's I/O thread
 //           stays in the rank's binding even then: it hashes and verifies every byte of the
@@ -28,6 +28,8 @@
 //           the socket link a second time, where the drive's DMA crosses it once either way.
 //
 // Values; thread-safe, except apply_placement (process-wide state).
+// Settings are named by field between backticks (`bind`, `device_ids`); a front end renders them
+// in its own words, as the engine's fields are (DESIGN.md §5).
 #pragma once
 
 #include <string>
@@ -41,7 +43,7 @@
 namespace strata::cpu {
 
 enum class BindMode { kAuto, kNone, kCores, kNuma };
-// "auto", "none", "cores", "numa"; anything else is kConfig naming --bind and the value.
+// "auto", "none", "cores", "numa"; anything else is kConfig naming `bind` and the value.
 Result<BindMode> parse_bind_mode(std::string_view text);
 const char* bind_mode_name(BindMode mode);
 
@@ -51,12 +53,12 @@ struct PlacementRequest {
   int local_size = 1;
   // The NUMA node (OS index) of each GPU this process can see, -1 where unknown; empty: no GPU.
   std::vector<int> gpu_nodes;
-  std::vector<int> device_ids;      // --device-ids; empty: by locality (above)
-  std::vector<std::string> drives;  // --nvme-path directories
+  std::vector<int> device_ids;      // `device_ids`; empty: by locality (above)
+  std::vector<std::string> drives;  // the swap directories
   std::vector<int> drive_nodes;     // their NUMA nodes (-1 unknown), one per drive
   BindMode bind = BindMode::kAuto;
   // The cores the process was given (its CPU affinity, set by the user or the launcher) when they
-  // are fewer than the machine's; empty: the whole machine. --bind auto places the rank on them
+  // are fewer than the machine's; empty: the whole machine. `bind` auto places the rank on them
   // (never wider); cores and numa place it by the rule above.
   std::vector<int> given_cores;
 };
@@ -77,7 +79,7 @@ struct Placement {
   std::string describe(int world_rank) const;
 };
 
-// The GPU ordinal of every local rank (above); kConfig naming --device-ids for an id that does
+// The GPU ordinal of every local rank (above); kConfig naming `device_ids` for an id that does
 // not exist.
 Result<std::vector<int>> choose_gpus(int local_size, const std::vector<int>& gpu_nodes,
                                      const std::vector<int>& device_ids);
@@ -89,7 +91,7 @@ Result<Placement> place_local_rank(const Topology& topo, const PlacementRequest&
 Status apply_placement(const Topology& topo, const Placement& placement);
 
 // For tools without a GPU (bench_comm): discovers the topology, places this rank by the rule
-// above (--bind auto when `bind`, else none), binds it (logging a warning and going on unbound
+// above (`bind` auto when `bind`, else none), binds it (logging a warning and going on unbound
 // when the OS refuses) and logs its line; returns its cores.
 Result<RankPlacement> place_and_bind(int world_rank, int local_rank, int local_size, bool bind);
 

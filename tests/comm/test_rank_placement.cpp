@@ -108,7 +108,7 @@ TEST(RankPlacement, ExplicitDeviceIdsAreTakenInTurn) {
   rq.device_ids = {0, 9};
   auto bad = place_local_rank(*topo, rq);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("--device-ids: GPU 9 does not exist"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("`device_ids`: GPU 9 does not exist"), std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("0-7"), std::string::npos);
 }
@@ -141,7 +141,7 @@ TEST(RankPlacement, BindModes) {
   EXPECT_EQ(n.binding.pus.size(), 32u);
   const Placement off = place(*topo, 0, 8, kGpuNodes, BindMode::kNone);
   EXPECT_FALSE(off.bind);
-  EXPECT_NE(off.describe(0).find("not bound (--bind none)"), std::string::npos);
+  EXPECT_NE(off.describe(0).find("not bound (`bind` none)"), std::string::npos);
   // 40 ranks on 32 cores (20 per socket, GPUs shared): auto runs unbound, cores and numa refuse.
   const Placement crowded = place(*topo, 39, 40, kGpuNodes);
   EXPECT_FALSE(crowded.bind);
@@ -154,13 +154,13 @@ TEST(RankPlacement, BindModes) {
     rq.bind = m;
     auto refused = place_local_rank(*topo, rq);
     ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.status().message().rfind(std::string("--bind ") + bind_mode_name(m), 0), 0u)
+    EXPECT_EQ(refused.status().message().rfind(std::string("`bind` ") + bind_mode_name(m), 0), 0u)
         << refused.status().message();
   }
   EXPECT_EQ(parse_bind_mode("numa").value(), BindMode::kNuma);
   auto bad = parse_bind_mode("socket");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("--bind: 'socket'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("`bind`: 'socket'"), std::string::npos);
 }
 
 // An affinity the process was given (taskset, a launcher's binding) is kept by auto, never
