@@ -26,6 +26,7 @@ struct Output {
   const char* flag;
   std::string path;
   bool directory = false;
+  std::vector<std::string> names;  // a directory's files, by name (the directory read once)
   std::vector<std::string> files;  // paths
 };
 
@@ -51,15 +52,14 @@ bool touches(const Output& out, const std::string& path) {
 }
 
 Output output(const Named& n, bool directory) {
-  Output o{n.flag, n.path, directory, {}};
+  Output o{n.flag, n.path, directory, {}, {}};
   if (n.path.empty()) return o;
   if (!directory) {
     o.files.push_back(n.path);
     return o;
   }
-  for (const std::string& name : model::llama_checkpoint_names(n.path)) {
-    o.files.push_back((fs::path(n.path) / name).string());
-  }
+  o.names = model::llama_checkpoint_names(n.path);
+  for (const std::string& name : o.names) o.files.push_back((fs::path(n.path) / name).string());
   return o;
 }
 
@@ -161,9 +161,8 @@ Status check_files(const Flags& f, const DataSource& source, const std::string& 
     if (outputs[o].path.empty()) continue;
     // A Llama's model outputs are checkpoint directories (each file in it replaced whole).
     if (outputs[o].directory) {
-      STRATA_RETURN_IF_ERROR(probe_output_directory(outputs[o].flag, outputs[o].path,
-                                                    model::llama_checkpoint_names(outputs[o].path),
-                                                    needs[o]));
+      STRATA_RETURN_IF_ERROR(
+          probe_output_directory(outputs[o].flag, outputs[o].path, outputs[o].names, needs[o]));
       continue;
     }
     const OutputWrite how = o < 2 ? OutputWrite::kInPlace : OutputWrite::kReplace;

@@ -23,9 +23,9 @@
 
 #include "engine/calibration.h"
 #include "gpu/cpu_device.h"
-#include "model/gpt.h"
 #include "mpi_world.h"
 #include "scratch_dir.h"
+#include "tiny_calibration.h"
 
 namespace strata::engine {
 namespace {
@@ -33,21 +33,7 @@ namespace {
 comm::Communicator& world() { return comm::testing::mpi_world(); }
 
 CalibrationRequest request(gpu::Device& device, const std::string& cache) {
-  model::GptConfig cfg;
-  cfg.vocab = 32;
-  cfg.max_seq = 8;
-  cfg.layers = 2;
-  cfg.heads = 2;
-  cfg.channels = 16;
-  cfg.dtype = DType::kF32;
-  CalibrationRequest rq;
-  rq.device = &device;
-  rq.probe = model::GptModel::probe(cfg);
-  rq.shape = model::RunShape{2, 8, 0};
-  rq.comm = &world();
-  rq.host_threads = 1;
-  rq.cache_path = cache;
-  return rq;
+  return testing::tiny_calibration_request(device, world(), cache, DType::kF32);
 }
 
 // Each test: a scratch directory of this rank's own, its cache file, a one-thread CpuDevice.

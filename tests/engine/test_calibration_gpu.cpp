@@ -11,8 +11,8 @@
 #include "comm/local_comm.h"
 #include "engine/calibration.h"
 #include "gpu/device.h"
-#include "model/gpt.h"
 #include "scratch_dir.h"
+#include "tiny_calibration.h"
 
 namespace strata::engine {
 namespace {
@@ -30,19 +30,8 @@ TEST(CalibrationGpu, MeasuresEveryRateWithoutPageableAsyncCopies) {
   auto world = comm::create_local_comm();
   test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  model::GptConfig cfg;
-  cfg.vocab = 32;
-  cfg.max_seq = 8;
-  cfg.layers = 2;
-  cfg.heads = 2;
-  cfg.channels = 16;
-  cfg.dtype = DType::kBF16;
-  CalibrationRequest rq;
-  rq.device = dev->get();
-  rq.probe = model::GptModel::probe(cfg);
-  rq.shape = model::RunShape{2, 8, 0};
-  rq.comm = world.get();
-  rq.cache_path = dir.path() + "/calibration.json";
+  const CalibrationRequest rq = testing::tiny_calibration_request(
+      **dev, *world, dir.path() + "/calibration.json", DType::kBF16);
   auto c = calibrate(rq);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_GT(c->measured, 0);
