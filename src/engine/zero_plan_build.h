@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "engine/collective_work.h"
+#include "engine/zero/plan/checkpoints.h"
+#include "engine/zero/plan/gathers.h"
+#include "engine/zero/plan/ops.h"
 #include "engine/zero_step.h"
 
 namespace strata::engine {
@@ -119,22 +122,11 @@ struct ZeroStep::PlanBuild {
   std::vector<sched::TaskId> grad_up;
   std::vector<sched::BufferId> grad_up_buf;
 
-  // The compute ops of a step, in order, with the gathered parameter copies they use (stage 3:
-  // phase 0 = the forward copy, 1 = the backward copy of a block) and the gradients they write.
-  struct Op {
-    std::string name;
-    std::function<Status(gpu::Stream&, const sched::TaskContext&)> fn;
-    std::vector<std::pair<int64_t, int>> uses;  // (block, phase) gathered copies
-    int64_t first_use_of = -1;                  // a resident block whose update it must see
-    int64_t zero_grad = -1;                     // stage >= 2: acquires and zeroes block's grad
-    int64_t grad_done = -1;                     // the block's gradient is complete after it
-    int slot = 0;                               // the gradient slot of zero_grad and grad_done
-    int micro = -1;          // segment-major: the micro-batch (model slot) it acts on
-    int64_t adds_grad = -1;  // stage >= 2: adds into block's grad, neither zeroing nor completing
-    sched::Work work = sched::Work::kFlops;  // its compute, for the cost model
-    double flops = 0.0;
-  };
-  std::vector<Op> ops;
+  // The compute ops (stage 1 of the compiler, zero/plan/ops.h), their gathers (stage 2) and
+  // the offloaded checkpoints' moves (stage 3); the lowering's state of each below.
+  zero::OpList ops;
+  std::vector<zero::Gather> gathers;
+  std::vector<zero::CheckpointMove> ck_moves;
   // Device buffers: gathered copies (stage 3) and per-block gradients (stages 2-3).
   std::array<std::vector<sched::BufferId>, 2> gathered_dev, gathered_host;
   std::vector<sched::BufferId> dgrad;  // by at(slot, block)
@@ -142,27 +134,14 @@ struct ZeroStep::PlanBuild {
   // the device shard or the model's block) and its gradient of a slot (stages 2-3: dgrad).
   std::function<const void*(int64_t b, int ph, const sched::TaskContext&)> params;
   std::function<void*(int64_t b, int slot, const sched::TaskContext&)> grads;
-  // The gathered copies an op of block b in phase ph uses (none when the block is not sharded).
-  std::function<std::vector<std::pair<int64_t, int>>(int64_t b, int ph)> use;
-  std::vector<size_t> last_read;  // by block: the op that reads its parameters last
-  // The index of the op named `op_name` (it must exist).
-  size_t op_index(const std::string& op_name) const;
-
-  // Gather events (stage 3): one per (block, phase), in the order of first use.
-  struct Gather {
-    int64_t block;
-    int phase;
-    size_t first = 0, last = 0;  // ops
-    sched::TaskId upload = -1;
-  };
-  std::vector<Gather> gathers;
-  // The gather of (b, ph); gathers.size() if none.
-  size_t find_gather(int64_t b, int ph) const;
+  std::vector<sched::TaskId> upload;  // by gather: its upload task
   std::vector<sched::TaskId> op_task;
   size_t emitted = 0;                                      // gathers emitted so far
   std::vector<std::pair<size_t, sched::TaskId>> deferred;  // (op, gather that waits for it)
 
-  // Offloaded activation checkpoints (zero_plan_checkpoints.cpp).
+  // Offloaded activation checkpoints (zero_plan_checkpoints.cpp), by op: the checkpoints it
+  // touches (seg, checkpoint, buffer, writes (acquiring), releases), those that go down and
+  // come up after it.
   int64_t nseg = 0;
   Home act_home = Home::kDevice;
   size_t cb = 0;  // the model's checkpoint_bytes()
@@ -174,11 +153,8 @@ struct ZeroStep::PlanBuild {
   };
   std::vector<std::vector<CkUse>> ck_uses;
   std::vector<std::vector<int64_t>> ck_down_after, ck_up_after;
-  // By checkpoint: its buffers, name ("checkpoint 2", "checkpoint 2 (micro-batch 1)"), segment.
+  // By checkpoint: its buffers and tasks.
   std::vector<sched::BufferId> ckf, ckb, ckh, ckr;
-  std::vector<std::string> ck_name;
-  std::vector<int64_t> ck_seg;
-  std::vector<size_t> ck_writer;
   std::vector<sched::TaskId> ck_up, ck_stored;
 
   std::vector<sched::TaskId> checks;  // by block: its gradient check

@@ -1,5 +1,5 @@
-// ZeroStep::build_plan, the stage-3 gathers: one event per (block, phase) that the compute ops
-// use, and each one's tasks (the shard fetched from its home, the all-gather, the upload).
+// ZeroStep::build_plan, the stage-3 gathers: the schedule's (zero/plan/gathers.h) tasks, per
+// gather the shard fetched from its home, the all-gather and the upload.
 #include <string>
 
 #include "engine/zero_plan_build.h"
@@ -12,33 +12,19 @@ using sched::TaskContext;
 using sched::TaskId;
 using sched::Tier;
 
-size_t ZeroStep::PlanBuild::find_gather(int64_t b, int ph) const {
-  for (size_t k = 0; k < gathers.size(); ++k) {
-    if (gathers[k].block == b && gathers[k].phase == ph) return k;
-  }
-  return gathers.size();
-}
-
-// Gather events (stage 3): one per (block, phase), in the order of first use.
+// The gather schedule (stage 2, zero/plan/gathers.h) and the lowering's slots for it.
 void ZeroStep::plan_gathers(PlanBuild& pb) {
-  for (size_t i = 0; i < pb.ops.size(); ++i) {
-    for (const auto& [b, ph] : pb.ops[i].uses) {
-      if (!gathered(b)) continue;
-      const size_t k = pb.find_gather(b, ph);
-      if (k == pb.gathers.size()) {
-        pb.gathers.push_back({b, ph, i, i});
-      } else {
-        pb.gathers[k].last = i;
-      }
-    }
-  }
-  pb.op_task.assign(pb.ops.size(), -1);
+  std::vector<bool> need(pb.nb);
+  for (size_t b = 0; b < pb.nb; ++b) need[b] = gathered(int64_t(b));
+  pb.gathers = zero::schedule_gathers(pb.ops.ops, need);
+  pb.upload.assign(pb.gathers.size(), -1);
+  pb.op_task.assign(pb.ops.ops.size(), -1);
 }
 
 void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
-  PlanBuild::Gather& gt = pb.gathers[k];
+  const zero::Gather& gt = pb.gathers[k];
   const int64_t b = gt.block;
   const int ph = gt.phase;
   const BufferId gh = pb.gathered_host[ph][size_t(b)], gd = pb.gathered_dev[ph][size_t(b)];
@@ -59,7 +45,7 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   // so that no gather starts more than `depth` ahead of the compute (without any wait, every
   // backward gather's NVMe read would start with the step and hold its staging throughout).
   if (k > pb.depth) {
-    const PlanBuild::Gather& prev = pb.gathers[k - pb.depth - 1];
+    const zero::Gather& prev = pb.gathers[k - pb.depth - 1];
     const size_t after = prev.last < gt.first ? prev.last : prev.first;
     if (pb.op_task[after] >= 0) {
       deps.push_back(pb.op_task[after]);
@@ -138,19 +124,19 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   }
   plan.writes(gather, gh);
   const size_t bytes = static_cast<size_t>(pb.numel(b)) * pb.es;
-  gt.upload = plan.add("upload " + what, Lane::kH2D,
-                       [this, gh, gd, bytes](const TaskContext& c) -> Status {
-                         if (c.args<Replay>().flushing) return ok_status();
-                         moved(kH2D, bytes);
-                         return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
-                                               gpu::CopyKind::kHostToDevice);
-                       },
-                       {gather});
-  pb.work(gt.upload, sched::Work::kH2DBytes, double(bytes));
-  plan.reads(gt.upload, gh);
-  plan.release(gt.upload, gh);
-  plan.acquire(gt.upload, gd);
-  plan.writes(gt.upload, gd);
+  pb.upload[k] = plan.add("upload " + what, Lane::kH2D,
+                          [this, gh, gd, bytes](const TaskContext& c) -> Status {
+                            if (c.args<Replay>().flushing) return ok_status();
+                            moved(kH2D, bytes);
+                            return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
+                                                  gpu::CopyKind::kHostToDevice);
+                          },
+                          {gather});
+  pb.work(pb.upload[k], sched::Work::kH2DBytes, double(bytes));
+  plan.reads(pb.upload[k], gh);
+  plan.release(pb.upload[k], gh);
+  plan.acquire(pb.upload[k], gd);
+  plan.writes(pb.upload[k], gd);
 }
 
 }  // namespace strata::engine

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "core/check.h"
 #include "engine/zero_plan_build.h"
 
 namespace strata::engine {
@@ -16,6 +17,8 @@ using sched::TaskContext;
 using sched::TaskId;
 using sched::Tier;
 
+// The device buffers of the ops (the gradients at stages 2-3, the gathered copies at stage 3),
+// the pointers they pass the model, and the op list (stage 1, zero/plan/ops.h).
 void ZeroStep::plan_ops(PlanBuild& pb) {
   model::Model& m = model_;
   const int stage = pb.stage;
@@ -58,244 +61,87 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
     const sched::BufferId g = dgrad[static_cast<size_t>(slot) * nb + size_t(b)];
     return g >= 0 ? c.buffer(g) : m.grad_block(b);
   };
-  pb.use = [this](int64_t b, int ph) {
-    return sharded_params(b) ? std::vector<std::pair<int64_t, int>>{{b, ph}}
-                             : std::vector<std::pair<int64_t, int>>{};
-  };
-  const auto& params = pb.params;
-  const auto& use = pb.use;
-  auto grads = [g = pb.grads](int64_t b, const TaskContext& c) { return g(b, 0, c); };
-  const int64_t L = pb.layers;
-  std::vector<PlanBuild::Op>& ops = pb.ops;
-  // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the others
-  // add to them).
-  ops.push_back({"zero grads", [this, &m, stage](gpu::Stream& s, const TaskContext& c) -> Status {
-                   if (stage >= 2 || c.args<Replay>().micro > 0) return ok_status();
-                   for (int64_t b = 0; b < m.num_blocks(); ++b) {
-                     STRATA_RETURN_IF_ERROR(
-                         s.memset(m.grad_block(b), 0,
-                                  static_cast<size_t>(m.block_numel(b)) * dtype_size(m.dtype())));
-                   }
-                   return ok_status();
-                 }});
-  if (options_.layer_major_micros > 1) {
-    plan_segment_major_ops(pb);
-    return;
+  zero::OpInput in;
+  in.layers = pb.layers;
+  for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
+    in.segments.emplace_back(m.segment_begin(seg), m.segment_end(seg));
   }
-  ops.push_back({"set batch", [this](gpu::Stream& s, const TaskContext&) {
-                   return model_.set_batch(s, tokens_.data(), targets_.data());
-                 }});
-  ops.push_back({"embedding forward",
-                 [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                   return m.embedding_forward(s, params(L, 0, c));
-                 },
-                 use(L, 0), L});
-  for (int64_t l = 0; l < L; ++l) {
-    ops.push_back({"forward " + std::to_string(l),
-                   [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                     return m.layer_forward(s, l, params(l, 0, c));
-                   },
-                   use(l, 0), l});
-    ops.back().flops = m.block_cost(l).forward_flops;
+  for (size_t b = 0; b < nb; ++b) {
+    const model::BlockCost cost = m.block_cost(int64_t(b));
+    in.forward_flops.push_back(cost.forward_flops);
+    in.backward_flops.push_back(cost.backward_flops);
+    in.sharded.push_back(sharded_params(int64_t(b)));
   }
-  ops.push_back({"head forward",
-                 [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                   return m.head_forward(s, params(L, 0, c));
-                 },
-                 use(L, 0)});
-  const model::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
-  ops.back().work = sched::Work::kFlopsHead;
-  ops.back().flops = head.forward_flops;
-  ops.push_back({"head backward",
-                 [&m, params, grads, L](gpu::Stream& s, const TaskContext& c) {
-                   return m.head_backward(s, params(L, 0, c), grads(L, c));
-                 },
-                 use(L, 0), -1, stage >= 2 ? L : -1});
-  ops.back().work = sched::Work::kFlopsHead;
-  ops.back().flops = head.backward_flops;
-  pb.last_read.assign(nb, 0);
-  pb.last_read[size_t(L)] = ops.size() - 1;
-  const int64_t last_seg = m.num_segments() - 1;
-  for (int64_t seg = last_seg; seg >= 0; --seg) {
-    if (seg != last_seg) {
-      for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
-        ops.push_back({"recompute " + std::to_string(l),
-                       [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                         return m.layer_recompute(s, l, params(l, 1, c));
-                       },
-                       use(l, 1)});
-        ops.back().flops = layer.forward_flops;
-      }
-    }
-    for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
-      ops.push_back({"backward " + std::to_string(l),
-                     [&m, params, grads, l](gpu::Stream& s, const TaskContext& c) {
-                       return m.layer_backward(s, l, params(l, 1, c), grads(l, c));
-                     },
-                     use(l, 1), -1, stage >= 2 ? l : -1, l});
-      ops.back().flops = layer.backward_flops;
-      pb.last_read[size_t(l)] = ops.size() - 1;
-    }
-  }
-  ops.push_back({"embedding backward",
-                 [&m, grads, L](gpu::Stream& s, const TaskContext& c) {
-                   return m.embedding_backward(s, grads(L, c));
-                 },
-                 // The embedding gradient is a scatter-add of the output gradient: it reads no
-                 // parameter, so the shared block needs no backward gather.
-                 {},
-                 -1,
-                 -1,
-                 stage >= 2 ? L : -1});
-  if (stage <= 1) add_fold_op(pb);
+  in.stage = stage;
+  in.micros = std::max(1, options_.layer_major_micros);
+  in.device_sum = stage <= 1 || (in.micros > 1 && options_.device_grad_sum);
+  pb.ops = zero::make_ops(in);
+  STRATA_CHECK(pb.ops.slots == pb.slots, "ZeRO plan: gradient slots disagree");
 }
 
-// Where the micro-batches' gradients add up on the device (stages 0-1, or device_grad_sum): after
-// the last micro-batch's embedding backward, a tied head's gradient kept apart over the
-// micro-batches joins the embedding's (Model::fold_head_grads; nothing when it is not kept
-// apart); the shared block's gradient is complete after it.
-void ZeroStep::add_fold_op(PlanBuild& pb) {
+// What op's task asks of the model.
+ZeroStep::OpBody ZeroStep::op_body(const PlanBuild& pb, const zero::Op& op) {
   model::Model& m = model_;
-  const int64_t L = pb.layers;
-  pb.ops.push_back({"fold head gradient",
-                    [&m, L, grads = pb.grads](gpu::Stream& s, const TaskContext& c) -> Status {
-                      if (!c.args<Replay>().last_micro()) return ok_status();
-                      return m.fold_head_grads(s, grads(L, 0, c));
-                    },
-                    {},
-                    -1,
-                    -1,
-                    L});
-}
-
-// The segment-major order of K micro-batches (layer_major_micros): each op acts on its
-// micro-batch's model slot. Forward: every micro-batch's embedding, then segment by segment every
-// micro-batch (from the last to the first, so the first micro-batch's activations of the last
-// segment are resident when the backward starts). Heads in order; the backward segment by segment
-// in reverse, within a segment micro-batch by micro-batch in order (recomputing each but the
-// first one's last segment); the embeddings' backward last, in order. At stage 3 a layer is
-// gathered once per pass: its forward copy serves every micro-batch's forward of it, its
-// backward copy every recompute and backward (the gathers span their first to last use).
-// Gradients, summed on the device (stages 0-1 in the model's blocks; device_grad_sum at 2-3 in
-// the plan's one buffer per block, zeroed by micro-batch 0's first writer and reduced after
-// micro-batch K-1's last): micro-batch by micro-batch in order as one replay per micro-batch adds
-// them at stages 0-1 (a tied head's gradient is kept apart until the last embedding backward:
-// Session turns it on). Otherwise at stages 2-3 each micro-batch's gradient of a block is a slot
-// of its own, zeroed by its first writer and reduced after its last, into the rank's shard in
-// micro-batch order (the shared block's slot of micro-batch k lives on the device from its head
-// backward to its embedding backward).
-void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
-  model::Model& m = model_;
-  const int micros = options_.layer_major_micros;
-  const int stage = pb.stage;
-  const int64_t L = pb.layers;
-  const size_t rows = tokens_.size() / static_cast<size_t>(micros);
-  std::vector<PlanBuild::Op>& ops = pb.ops;
-  const model::BlockCost head = m.block_cost(L), layer = m.block_cost(0);
   const auto& params = pb.params;
   const auto& grads = pb.grads;
-  const auto& use = pb.use;
-  // Whether the micro-batches' gradients add up on the device; the gradient slot of micro-batch
-  // k (one per micro-batch when they do not), and whether its op zeroes (stages 2-3) and
-  // completes a block's gradient.
-  const bool summed = pb.slots == 1;
-  auto gslot = [summed](int k) { return summed ? 0 : k; };
-  auto zeroes = [stage, summed](int k) { return stage >= 2 && (!summed || k == 0); };
-  auto completes = [micros, summed](int k) { return !summed || k + 1 == micros; };
-  auto micro = [](int k) { return " (micro-batch " + std::to_string(k) + ")"; };
-  for (int k = 0; k < micros; ++k) {
-    ops.push_back({"set batch" + micro(k), [this, k, rows](gpu::Stream& s, const TaskContext&) {
-                     return model_.set_batch(s, tokens_.data() + size_t(k) * rows,
-                                             targets_.data() + size_t(k) * rows);
-                   }});
-    ops.back().micro = k;
-    ops.push_back({"embedding forward" + micro(k),
-                   [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                     return m.embedding_forward(s, params(L, 0, c));
-                   },
-                   use(L, 0), L});
-    ops.back().micro = k;
-  }
-  for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
-    for (int k = micros - 1; k >= 0; --k) {
-      for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
-        ops.push_back({"forward " + std::to_string(l) + micro(k),
-                       [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                         return m.layer_forward(s, l, params(l, 0, c));
-                       },
-                       use(l, 0), l});
-        ops.back().micro = k;
-        ops.back().flops = m.block_cost(l).forward_flops;
-      }
-    }
-  }
-  for (int k = 0; k < micros; ++k) {
-    ops.push_back({"head forward" + micro(k),
-                   [&m, params, L](gpu::Stream& s, const TaskContext& c) {
-                     return m.head_forward(s, params(L, 0, c));
-                   },
-                   use(L, 0)});
-    ops.back().micro = k;
-    ops.back().work = sched::Work::kFlopsHead;
-    ops.back().flops = head.forward_flops;
-    const int g = gslot(k);
-    ops.push_back({"head backward" + micro(k),
-                   [&m, params, grads, L, g](gpu::Stream& s, const TaskContext& c) {
-                     return m.head_backward(s, params(L, 0, c), grads(L, g, c));
-                   },
-                   use(L, 0), -1, zeroes(k) ? L : -1});
-    ops.back().micro = k;
-    ops.back().slot = g;
-    if (stage >= 2 && !zeroes(k)) ops.back().adds_grad = L;
-    ops.back().work = sched::Work::kFlopsHead;
-    ops.back().flops = head.backward_flops;
-  }
-  pb.last_read.assign(pb.nb, 0);
-  pb.last_read[size_t(L)] = ops.size() - 1;
-  const int64_t last_seg = m.num_segments() - 1;
-  for (int64_t seg = last_seg; seg >= 0; --seg) {
-    for (int k = 0; k < micros; ++k) {
-      if (seg != last_seg || k != 0) {
-        for (int64_t l = m.segment_begin(seg); l < m.segment_end(seg); ++l) {
-          ops.push_back({"recompute " + std::to_string(l) + micro(k),
-                         [&m, params, l](gpu::Stream& s, const TaskContext& c) {
-                           return m.layer_recompute(s, l, params(l, 1, c));
-                         },
-                         use(l, 1)});
-          ops.back().micro = k;
-          ops.back().flops = layer.forward_flops;
+  const int64_t b = op.block;
+  const int g = op.slot;
+  switch (op.kind) {
+    case zero::OpKind::kZeroGrads:
+      // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the
+      // others add to them).
+      return [&m, stage = pb.stage](gpu::Stream& s, const TaskContext& c) -> Status {
+        if (stage >= 2 || c.args<Replay>().micro > 0) return ok_status();
+        for (int64_t blk = 0; blk < m.num_blocks(); ++blk) {
+          STRATA_RETURN_IF_ERROR(
+              s.memset(m.grad_block(blk), 0,
+                       static_cast<size_t>(m.block_numel(blk)) * dtype_size(m.dtype())));
         }
-      }
-      const int g = gslot(k);
-      for (int64_t l = m.segment_end(seg) - 1; l >= m.segment_begin(seg); --l) {
-        ops.push_back({"backward " + std::to_string(l) + micro(k),
-                       [&m, params, grads, l, g](gpu::Stream& s, const TaskContext& c) {
-                         return m.layer_backward(s, l, params(l, 1, c), grads(l, g, c));
-                       },
-                       use(l, 1), -1, zeroes(k) ? l : -1, completes(k) ? l : -1});
-        ops.back().micro = k;
-        ops.back().slot = g;
-        if (stage >= 2 && !zeroes(k) && !completes(k)) ops.back().adds_grad = l;
-        ops.back().flops = layer.backward_flops;
-        pb.last_read[size_t(l)] = ops.size() - 1;
-      }
+        return ok_status();
+      };
+    case zero::OpKind::kSetBatch: {
+      const size_t at = size_t(op.micro) * (tokens_.size() / size_t(pb.ops.micros));
+      return [this, at](gpu::Stream& s, const TaskContext&) {
+        return model_.set_batch(s, tokens_.data() + at, targets_.data() + at);
+      };
     }
+    case zero::OpKind::kEmbeddingForward:
+      return [&m, params, b](gpu::Stream& s, const TaskContext& c) {
+        return m.embedding_forward(s, params(b, 0, c));
+      };
+    case zero::OpKind::kLayerForward:
+      return [&m, params, b](gpu::Stream& s, const TaskContext& c) {
+        return m.layer_forward(s, b, params(b, 0, c));
+      };
+    case zero::OpKind::kHeadForward:
+      return [&m, params, b](gpu::Stream& s, const TaskContext& c) {
+        return m.head_forward(s, params(b, 0, c));
+      };
+    case zero::OpKind::kHeadBackward:
+      return [&m, params, grads, b, g](gpu::Stream& s, const TaskContext& c) {
+        return m.head_backward(s, params(b, 0, c), grads(b, g, c));
+      };
+    case zero::OpKind::kLayerRecompute:
+      return [&m, params, b](gpu::Stream& s, const TaskContext& c) {
+        return m.layer_recompute(s, b, params(b, 1, c));
+      };
+    case zero::OpKind::kLayerBackward:
+      return [&m, params, grads, b, g](gpu::Stream& s, const TaskContext& c) {
+        return m.layer_backward(s, b, params(b, 1, c), grads(b, g, c));
+      };
+    case zero::OpKind::kEmbeddingBackward:
+      return [&m, grads, b, g](gpu::Stream& s, const TaskContext& c) {
+        return m.embedding_backward(s, grads(b, g, c));
+      };
+    case zero::OpKind::kFoldHeadGradient:
+      // After the last micro-batch's embedding backward, a tied head's gradient kept apart over
+      // the micro-batches joins the embedding's (nothing when it is not kept apart).
+      return [&m, grads, b](gpu::Stream& s, const TaskContext& c) -> Status {
+        if (!c.args<Replay>().last_micro()) return ok_status();
+        return m.fold_head_grads(s, grads(b, 0, c));
+      };
   }
-  for (int k = 0; k < micros; ++k) {
-    const int g = gslot(k);
-    ops.push_back({"embedding backward" + micro(k),
-                   [&m, grads, L, g](gpu::Stream& s, const TaskContext& c) {
-                     return m.embedding_backward(s, grads(L, g, c));
-                   },
-                   {},
-                   -1,
-                   -1,
-                   summed ? -1 : L});
-    ops.back().micro = k;
-    ops.back().slot = g;
-    if (stage >= 2 && summed) ops.back().adds_grad = L;
-  }
-  if (summed) add_fold_op(pb);
+  return {};
 }
 
 // Emit the compute ops, the gathers ahead of them, and after each gradient: its transfer to
@@ -303,10 +149,10 @@ void ZeroStep::plan_segment_major_ops(PlanBuild& pb) {
 void ZeroStep::emit_ops(PlanBuild& pb) {
   pb.checks.assign(pb.nb, -1);
   size_t need = 0;  // gathers [0, need) are used by the ops so far
-  for (size_t i = 0; i < pb.ops.size(); ++i) {
-    const PlanBuild::Op& op = pb.ops[i];
+  for (size_t i = 0; i < pb.ops.ops.size(); ++i) {
+    const zero::Op& op = pb.ops.ops[i];
     for (const auto& [b, ph] : op.uses) {
-      if (gathered(b)) need = std::max(need, pb.find_gather(b, ph) + 1);
+      if (gathered(b)) need = std::max(need, zero::find_gather(pb.gathers, b, ph) + 1);
     }
     if (need > 0) {
       const size_t upto = std::min(pb.gathers.size(), need + pb.depth);
@@ -324,7 +170,7 @@ void ZeroStep::emit_ops(PlanBuild& pb) {
 TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   model::Model& m = model_;
   sched::Plan& plan = pb.plan;
-  const PlanBuild::Op& op = pb.ops[i];
+  const zero::Op& op = pb.ops.ops[i];
   if (op.zero_grad >= 0) {
     const BufferId dg = pb.dgrad[pb.at(op.slot, op.zero_grad)];
     const size_t bytes = static_cast<size_t>(pb.numel(op.zero_grad)) * pb.es;
@@ -336,10 +182,10 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
     plan.acquire(z, dg);
     plan.writes(z, dg);
   }
-  auto fn = op.fn;
+  OpBody fn = op_body(pb, op);
   std::vector<std::pair<int64_t, BufferId>> cks;  // the offloaded checkpoints it touches
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) cks.emplace_back(u.seg, u.buf);
-  const int micro = op.micro;
+  const int micro = pb.ops.micros > 1 ? op.micro : -1;
   const TaskId t =
       plan.add(op.name, Lane::kCompute, [this, &m, fn, cks, micro](const TaskContext& c) -> Status {
         if (c.args<Replay>().flushing) return ok_status();
@@ -371,7 +217,7 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
 // wait for it, delayed), the gathered copies it reads, the gradients it writes.
 void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
   sched::Plan& plan = pb.plan;
-  const PlanBuild::Op& op = pb.ops[i];
+  const zero::Op& op = pb.ops.ops[i];
   const std::vector<TaskId>& ready = pb.ready;
   for (const auto& [after, gather] : pb.deferred) {
     if (after == i) plan.depend(gather, t);
@@ -382,7 +228,7 @@ void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
   }
   // Delayed: a block's new parameters go up after this step's last use of the old ones.
   for (size_t b = 0; pb.delayed && b < pb.nb; ++b) {
-    if (pb.last_read[b] == i && ready[b] >= 0) plan.depend(ready[b], t);
+    if (pb.ops.last_read[b] == i && ready[b] >= 0) plan.depend(ready[b], t);
   }
   for (const auto& [b, ph] : op.uses) {
     if (!gathered(b)) {  // a device shard used in place (one rank)
@@ -390,8 +236,9 @@ void ZeroStep::order_op(PlanBuild& pb, size_t i, TaskId t) {
       if (ready[size_t(b)] >= 0) plan.depend(t, ready[size_t(b)]);
       continue;
     }
-    const PlanBuild::Gather& gt = pb.gathers[pb.find_gather(b, ph)];
-    plan.depend(t, gt.upload);
+    const size_t k = zero::find_gather(pb.gathers, b, ph);
+    const zero::Gather& gt = pb.gathers[k];
+    plan.depend(t, pb.upload[k]);
     plan.reads(t, pb.gathered_dev[ph][size_t(b)]);
     if (gt.last == i) plan.release(t, pb.gathered_dev[ph][size_t(b)]);
   }

@@ -84,6 +84,10 @@
 
 namespace strata::engine {
 
+namespace zero {
+struct Op;
+}
+
 struct ZeroStepOptions {
   OffloadStepOptions step;
   sched::ExecutorOptions executor;
@@ -296,8 +300,8 @@ class ZeroStep : public TrainStep {
   // The compute ops and their device buffers (zero_plan_ops.cpp), their gathers
   // (zero_plan_gather.cpp) and offloaded checkpoints (zero_plan_checkpoints.cpp).
   void plan_ops(PlanBuild& pb);
-  void plan_segment_major_ops(PlanBuild& pb);
-  void add_fold_op(PlanBuild& pb);
+  using OpBody = std::function<Status(gpu::Stream&, const sched::TaskContext&)>;
+  OpBody op_body(const PlanBuild& pb, const zero::Op& op);
   void plan_gathers(PlanBuild& pb);
   void plan_checkpoints(PlanBuild& pb);
   // The tasks, in plan order: per op, the gathers ahead of it, its task, its checkpoints' moves,
