@@ -14,8 +14,8 @@ ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
       buffer_kind(step.buffer_kind_),
       task_when(step.task_when_),
       stage(step.options_.stage),
-      layers(step.model_.num_layers()),
-      dt(step.model_.dtype()),
+      layers(step.rt_->model.num_layers()),
+      dt(step.rt_->model.dtype()),
       es(dtype_size(dt)),
       acc(step.options_.stage >= 2 && step.options_.fp32_grad_accum ? DType::kF32 : dt),
       acc_es(dtype_size(acc)),
@@ -23,14 +23,10 @@ ZeroStep::PlanBuild::PlanBuild(ZeroStep& step)
       slots(step.options_.stage >= 2 && !step.options_.device_grad_sum
                 ? std::max(1, step.options_.layer_major_micros)
                 : 1),
-      rank(step.rank_),
-      ranks(step.ranks_),
+      rank(step.rt_->rank),
+      ranks(step.rt_->ranks),
       delayed(step.options_.delayed_update_warmup >= 0),
       depth(static_cast<size_t>(step.options_.prefetch_depth)) {}
-
-void ZeroStep::count_traffic(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field) {
-  counting_.*field += comm::textbook_bytes(call, rank_, ranks_).sent;
-}
 
 Result<sched::Plan> ZeroStep::build_plan() {
   buffer_kind_.clear();
@@ -41,10 +37,10 @@ Result<sched::Plan> ZeroStep::build_plan() {
   // the step, Adam per partition, the new shards all-gathered (stages 1-3, whole blocks) and
   // uploaded. first_use[b] waits for `ready[b]`.
   plan_state_reads(pb);
-  if (device_opt_ && !(pb.ranks == 1 && pb.stage == 0)) {
+  if (rt_->device_opt && !(pb.ranks == 1 && pb.stage == 0)) {
     const sched::TaskId first = pb.next_task();
     for (size_t p : pb.visit) {
-      if (device_opt_->on_device(p)) add_grad_up(pb, p, {});
+      if (rt_->device_opt->on_device(p)) add_grad_up(pb, p, {});
     }
     pb.runs_when(first, RunsWhen::kUpdate);
   }
@@ -154,7 +150,7 @@ sched::Budgets ZeroStep::plan_budgets(const PlanBuild& pb) const {
       (pb.gathers.empty() ? 0 : (depth + 2) * (round_page(pb.largest) + pb.largest_nvme));
   // The device optimizer's gradient and new-parameter buffers: two of each in flight.
   if (pb.stage >= 2 || pb.largest_opt > 0) {
-    const uint64_t k = static_cast<uint64_t>(model_.checkpoint_interval());
+    const uint64_t k = static_cast<uint64_t>(rt_->model.checkpoint_interval());
     const uint64_t segment = k == 0 ? uint64_t(pb.layers) : k;
     const uint64_t grads = options_.layer_major_micros <= 1 ? 3
                            : pb.slots > 1                   ? 2 + uint64_t(pb.slots)

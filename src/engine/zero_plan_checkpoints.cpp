@@ -17,7 +17,7 @@ using sched::Tier;
 // device buffers (forward and backward copies) and pinned ones (the copy down; from NVMe), and
 // per op the checkpoints it touches and those that move after it.
 void ZeroStep::plan_checkpoints(PlanBuild& pb) {
-  const model::Model& m = model_;
+  const model::Model& m = rt_->model;
   pb.nseg = offloaded_segments();
   pb.act_home = options_.offload_activations;
   pb.cb = m.checkpoint_bytes();
@@ -63,9 +63,9 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     const auto us = size_t(ck);
     const BufferId f = pb.ckf[us], h = pb.ckh[us];
     const TaskId down = plan.add(pb.ck_moves[us].name + " down", Lane::kD2H,
-                                 [this, f, h, cb](const TaskContext& c) -> Status {
-                                   if (c.args<Replay>().flushing) return ok_status();
-                                   moved(kD2H, cb);
+                                 [rt = rt_.get(), f, h, cb](const TaskContext& c) -> Status {
+                                   if (c.args<zero::Replay>().flushing) return ok_status();
+                                   rt->moved(zero::Moved::kD2H, cb);
                                    return c.stream->copy(c.buffer(h), c.buffer(f), cb,
                                                          gpu::CopyKind::kDeviceToHost);
                                  },
@@ -79,10 +79,10 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     if (act_home != Home::kNvme) continue;
     pb.ck_stored[us] =
         plan.add("write " + pb.ck_moves[us].name, Lane::kNvme,
-                 [this, h, ck, cb](const TaskContext& c) -> Status {
-                   if (c.args<Replay>().flushing) return ok_status();
-                   moved(kNvmeWrite, cb);
-                   return options_.swap_store->write(checkpoint_key(ck), c.buffer(h), cb).wait();
+                 [rt = rt_.get(), h, ck, cb](const TaskContext& c) -> Status {
+                   if (c.args<zero::Replay>().flushing) return ok_status();
+                   rt->moved(zero::Moved::kNvmeWrite, cb);
+                   return rt->swap.store->write(rt->swap.checkpoint(ck), c.buffer(h), cb).wait();
                  },
                  {down});
     pb.nvme_work(pb.ck_stored[us], sched::Work::kNvmeWriteBytes, double(cb));
@@ -97,10 +97,10 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
       src = pb.ckr[us];
       prev =
           plan.add("read " + pb.ck_moves[us].name, Lane::kNvme,
-                   [this, src, ck, cb](const TaskContext& c) -> Status {
-                     if (c.args<Replay>().flushing) return ok_status();
-                     moved(kNvmeRead, cb);
-                     return options_.swap_store->read(checkpoint_key(ck), c.buffer(src), cb).wait();
+                   [rt = rt_.get(), src, ck, cb](const TaskContext& c) -> Status {
+                     if (c.args<zero::Replay>().flushing) return ok_status();
+                     rt->moved(zero::Moved::kNvmeRead, cb);
+                     return rt->swap.store->read(rt->swap.checkpoint(ck), c.buffer(src), cb).wait();
                    },
                    {prev, t});
       pb.nvme_work(prev, sched::Work::kNvmeReadBytes, double(cb));
@@ -109,9 +109,9 @@ void ZeroStep::emit_checkpoint_moves(PlanBuild& pb, size_t i, TaskId t) {
     }
     const BufferId d = pb.ckb[us];
     pb.ck_up[us] = plan.add(pb.ck_moves[us].name + " up", Lane::kH2D,
-                            [this, src, d, cb](const TaskContext& c) -> Status {
-                              if (c.args<Replay>().flushing) return ok_status();
-                              moved(kH2D, cb);
+                            [rt = rt_.get(), src, d, cb](const TaskContext& c) -> Status {
+                              if (c.args<zero::Replay>().flushing) return ok_status();
+                              rt->moved(zero::Moved::kH2D, cb);
                               return c.stream->copy(c.buffer(d), c.buffer(src), cb,
                                                     gpu::CopyKind::kHostToDevice);
                             },

@@ -63,11 +63,12 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
     sh = pb.add_buffer(Kind::kNvmeStaging, "param shard " + what, Tier::kPinnedHost, sbytes);
     fetch = plan.add(
         "read param shard " + what, Lane::kNvme,
-        [this, sh, b, sbytes, from_staging](const TaskContext& c) -> Status {
-          if (c.args<Replay>().flushing || (from_staging && c.args<Replay>().update_step != 0))
+        [rt = rt_.get(), sh, b, sbytes, from_staging](const TaskContext& c) -> Status {
+          if (c.args<zero::Replay>().flushing ||
+              (from_staging && c.args<zero::Replay>().update_step != 0))
             return ok_status();
-          moved(kNvmeRead, sbytes);
-          return options_.swap_store->read(shard_key(b), c.buffer(sh), sbytes).wait();
+          rt->moved(zero::Moved::kNvmeRead, sbytes);
+          return rt->swap.store->read(rt->swap.shard(b), c.buffer(sh), sbytes).wait();
         },
         deps);
     // A gather from staging reads the new shard there, not from NVMe, in a replay that applies
@@ -82,9 +83,9 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
     const BufferId d = dshard_[size_t(b)];
     fetch = plan.add(
         "param shard down " + what, Lane::kD2H,
-        [this, d, gh, send_off, sbytes](const TaskContext& c) -> Status {
-          if (c.args<Replay>().flushing) return ok_status();
-          moved(kD2H, sbytes);
+        [rt = rt_.get(), d, gh, send_off, sbytes](const TaskContext& c) -> Status {
+          if (c.args<zero::Replay>().flushing) return ok_status();
+          rt->moved(zero::Moved::kD2H, sbytes);
           return c.stream->copy(static_cast<std::byte*>(c.buffer(gh)) + send_off, c.buffer(d),
                                 sbytes, gpu::CopyKind::kDeviceToHost);
         },
@@ -99,17 +100,17 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   if (from_staging) deps.push_back(pb.shard_acquirer[p]);
   const TaskId gather = plan.add(
       "gather " + what, Lane::kComm,
-      [this, sh, staged, send_off, gh, c16, dt](const TaskContext& c) -> Status {
-        if (c.args<Replay>().flushing) return ok_status();
+      [rt = rt_.get(), sh, staged, send_off, gh, c16, dt](const TaskContext& c) -> Status {
+        if (c.args<zero::Replay>().flushing) return ok_status();
         comm::CollectiveCall call;
         call.kind = comm::CollectiveKind::kAllGather;
-        const BufferId src = staged >= 0 && c.args<Replay>().update_step != 0 ? staged : sh;
+        const BufferId src = staged >= 0 && c.args<zero::Replay>().update_step != 0 ? staged : sh;
         call.send = static_cast<const std::byte*>(c.buffer(src)) + send_off;
         call.recv = c.buffer(gh);
         call.count = c16;
         call.dtype = dt;
-        count_traffic(call, &ZeroTraffic::param_all_gather);
-        return comm_.start(call).wait();
+        rt->count(call, &ZeroTraffic::param_all_gather);
+        return rt->comm.start(call).wait();
       },
       deps);
   pb.collective_work(gather, comm::CollectiveKind::kAllGather, c16);
@@ -125,9 +126,9 @@ void ZeroStep::emit_gather(PlanBuild& pb, size_t k) {
   plan.writes(gather, gh);
   const size_t bytes = static_cast<size_t>(pb.numel(b)) * pb.es;
   pb.upload[k] = plan.add("upload " + what, Lane::kH2D,
-                          [this, gh, gd, bytes](const TaskContext& c) -> Status {
-                            if (c.args<Replay>().flushing) return ok_status();
-                            moved(kH2D, bytes);
+                          [rt = rt_.get(), gh, gd, bytes](const TaskContext& c) -> Status {
+                            if (c.args<zero::Replay>().flushing) return ok_status();
+                            rt->moved(zero::Moved::kH2D, bytes);
                             return c.stream->copy(c.buffer(gd), c.buffer(gh), bytes,
                                                   gpu::CopyKind::kHostToDevice);
                           },

@@ -3,6 +3,7 @@
 // with its dependencies on updates, gathered copies and checkpoints; then its gradient's chain,
 // zero_plan_grads.cpp).
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <string>
 
@@ -20,7 +21,7 @@ using sched::Tier;
 // The device buffers of the ops (the gradients at stages 2-3, the gathered copies at stage 3),
 // the pointers they pass the model, and the op list (stage 1, zero/plan/ops.h).
 void ZeroStep::plan_ops(PlanBuild& pb) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   const int stage = pb.stage;
   const size_t nb = pb.nb;
   for (auto* v :
@@ -52,10 +53,20 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
                         Tier::kDevice, static_cast<size_t>(pb.numel(bb)) * pb.es);
     }
   }
-  pb.params = [this, &m, gathered_dev = pb.gathered_dev](int64_t b, int ph,
-                                                         const TaskContext& c) -> const void* {
-    if (gathered(b)) return c.buffer(gathered_dev[ph][size_t(b)]);
-    return sharded_params(b) ? c.buffer(dshard_[size_t(b)]) : m.param_block(b);
+  // The buffer block b's phase-ph op reads: its gathered copy, its shard used in place (a device
+  // shard of one rank), or none (-1: the model's own block).
+  std::array<std::vector<BufferId>, 2> reads;
+  for (int ph = 0; ph < 2; ++ph) {
+    for (size_t b = 0; b < nb; ++b) {
+      const int64_t bb = int64_t(b);
+      reads[ph].push_back(gathered(bb)         ? pb.gathered_dev[ph][b]
+                          : sharded_params(bb) ? dshard_[b]
+                                               : -1);
+    }
+  }
+  pb.params = [&m, reads](int64_t b, int ph, const TaskContext& c) -> const void* {
+    const BufferId id = reads[ph][size_t(b)];
+    return id >= 0 ? c.buffer(id) : m.param_block(b);
   };
   pb.grads = [&m, dgrad = pb.dgrad, nb](int64_t b, int slot, const TaskContext& c) -> void* {
     const sched::BufferId g = dgrad[static_cast<size_t>(slot) * nb + size_t(b)];
@@ -81,7 +92,7 @@ void ZeroStep::plan_ops(PlanBuild& pb) {
 
 // What op's task asks of the model.
 ZeroStep::OpBody ZeroStep::op_body(const PlanBuild& pb, const zero::Op& op) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   const auto& params = pb.params;
   const auto& grads = pb.grads;
   const int64_t b = op.block;
@@ -91,7 +102,7 @@ ZeroStep::OpBody ZeroStep::op_body(const PlanBuild& pb, const zero::Op& op) {
       // Stages 0-1: the model's gradients, zeroed before the first micro-batch only (the
       // others add to them).
       return [&m, stage = pb.stage](gpu::Stream& s, const TaskContext& c) -> Status {
-        if (stage >= 2 || c.args<Replay>().micro > 0) return ok_status();
+        if (stage >= 2 || c.args<zero::Replay>().micro > 0) return ok_status();
         for (int64_t blk = 0; blk < m.num_blocks(); ++blk) {
           STRATA_RETURN_IF_ERROR(
               s.memset(m.grad_block(blk), 0,
@@ -100,9 +111,9 @@ ZeroStep::OpBody ZeroStep::op_body(const PlanBuild& pb, const zero::Op& op) {
         return ok_status();
       };
     case zero::OpKind::kSetBatch: {
-      const size_t at = size_t(op.micro) * (tokens_.size() / size_t(pb.ops.micros));
-      return [this, at](gpu::Stream& s, const TaskContext&) {
-        return model_.set_batch(s, tokens_.data() + at, targets_.data() + at);
+      const size_t at = size_t(op.micro) * (rt_->tokens.size() / size_t(pb.ops.micros));
+      return [rt = rt_.get(), at](gpu::Stream& s, const TaskContext&) {
+        return rt->model.set_batch(s, rt->tokens.data() + at, rt->targets.data() + at);
       };
     }
     case zero::OpKind::kEmbeddingForward:
@@ -137,7 +148,7 @@ ZeroStep::OpBody ZeroStep::op_body(const PlanBuild& pb, const zero::Op& op) {
       // After the last micro-batch's embedding backward, a tied head's gradient kept apart over
       // the micro-batches joins the embedding's (nothing when it is not kept apart).
       return [&m, grads, b](gpu::Stream& s, const TaskContext& c) -> Status {
-        if (!c.args<Replay>().last_micro()) return ok_status();
+        if (!c.args<zero::Replay>().last_micro()) return ok_status();
         return m.fold_head_grads(s, grads(b, 0, c));
       };
   }
@@ -168,17 +179,18 @@ void ZeroStep::emit_ops(PlanBuild& pb) {
 
 // Op i's task (after zeroing the gradient it starts, stages 2-3), with its checkpoints' uses.
 TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   sched::Plan& plan = pb.plan;
   const zero::Op& op = pb.ops.ops[i];
   if (op.zero_grad >= 0) {
     const BufferId dg = pb.dgrad[pb.at(op.slot, op.zero_grad)];
     const size_t bytes = static_cast<size_t>(pb.numel(op.zero_grad)) * pb.es;
-    const TaskId z = plan.add("zero grad " + pb.name(op.zero_grad) + pb.slot_name(op.slot),
-                              Lane::kCompute, [this, dg, bytes](const TaskContext& c) -> Status {
-                                if (c.args<Replay>().flushing) return ok_status();
-                                return c.stream->memset(c.buffer(dg), 0, bytes);
-                              });
+    const TaskId z =
+        plan.add("zero grad " + pb.name(op.zero_grad) + pb.slot_name(op.slot), Lane::kCompute,
+                 [rt = rt_.get(), dg, bytes](const TaskContext& c) -> Status {
+                   if (c.args<zero::Replay>().flushing) return ok_status();
+                   return c.stream->memset(c.buffer(dg), 0, bytes);
+                 });
     plan.acquire(z, dg);
     plan.writes(z, dg);
   }
@@ -186,16 +198,16 @@ TaskId ZeroStep::add_op_task(PlanBuild& pb, size_t i) {
   std::vector<std::pair<int64_t, BufferId>> cks;  // the offloaded checkpoints it touches
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) cks.emplace_back(u.seg, u.buf);
   const int micro = pb.ops.micros > 1 ? op.micro : -1;
-  const TaskId t =
-      plan.add(op.name, Lane::kCompute, [this, &m, fn, cks, micro](const TaskContext& c) -> Status {
-        if (c.args<Replay>().flushing) return ok_status();
-        // Segment-major: the op's micro-batch's model slot, before its checkpoints (a slot's
-        // kept inputs are its own).
-        if (micro >= 0) STRATA_RETURN_IF_ERROR(m.select_micro(micro));
-        for (const auto& [seg, buf] : cks)
-          STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
-        return fn(*c.stream, c);
-      });
+  const TaskId t = plan.add(op.name, Lane::kCompute,
+                            [rt = rt_.get(), &m, fn, cks, micro](const TaskContext& c) -> Status {
+                              if (c.args<zero::Replay>().flushing) return ok_status();
+                              // Segment-major: the op's micro-batch's model slot, before its
+                              // checkpoints (a slot's kept inputs are its own).
+                              if (micro >= 0) STRATA_RETURN_IF_ERROR(m.select_micro(micro));
+                              for (const auto& [seg, buf] : cks)
+                                STRATA_RETURN_IF_ERROR(m.set_checkpoint(seg, c.buffer(buf)));
+                              return fn(*c.stream, c);
+                            });
   pb.op_task[i] = t;
   if (op.flops > 0.0) pb.work(t, op.work, op.flops);
   for (const PlanBuild::CkUse& u : pb.ck_uses[i]) {

@@ -34,20 +34,21 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
   pb.grad_up.assign(nb, -1);
   pb.grad_up_buf.assign(nb, -1);
   for (size_t p : pb.visit) {
-    if (!opt_.on_nvme(p)) continue;
+    if (!rt_->opt.on_nvme(p)) continue;
     const std::string n = pb.name(blocks_[p]);
     pb.staging[p] =
-        pb.add_buffer(Kind::kNvmeStaging, "state " + n, Tier::kPinnedHost, opt_.state_bytes(p));
+        pb.add_buffer(Kind::kNvmeStaging, "state " + n, Tier::kPinnedHost, rt_->opt.state_bytes(p));
     const BufferId buf = pb.staging[p];
-    pb.read[p] = pb.plan.add("read state " + n, Lane::kNvme, [this, p, buf](const TaskContext& c) {
-      if (c.args<Replay>().update_step == 0) return ok_status();
-      moved(kNvmeRead, opt_.state_bytes(p));
-      return opt_.read_partition(p, c.buffer(buf)).wait();
-    });
-    pb.nvme_work(pb.read[p], sched::Work::kNvmeReadBytes, double(opt_.state_bytes(p)));
+    pb.read[p] =
+        pb.plan.add("read state " + n, Lane::kNvme, [rt = rt_.get(), p, buf](const TaskContext& c) {
+          if (c.args<zero::Replay>().update_step == 0) return ok_status();
+          rt->moved(zero::Moved::kNvmeRead, rt->opt.state_bytes(p));
+          return rt->opt.read_partition(p, c.buffer(buf)).wait();
+        });
+    pb.nvme_work(pb.read[p], sched::Work::kNvmeReadBytes, double(rt_->opt.state_bytes(p)));
     pb.plan.acquire(pb.read[p], buf);
     pb.plan.writes(pb.read[p], buf);
-    pb.slot_bytes = std::max(pb.slot_bytes, round_page(opt_.state_bytes(p)));
+    pb.slot_bytes = std::max(pb.slot_bytes, round_page(rt_->opt.state_bytes(p)));
   }
   pb.runs_when(first, RunsWhen::kUpdate);
 }
@@ -55,7 +56,7 @@ void ZeroStep::plan_state_reads(PlanBuild& pb) {
 // The new parameters of a block kept whole on the device: after `after` wrote the rank's part
 // into pbuf, all-gathered (stages 1-3) and uploaded into the model's block.
 TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
   const size_t es = pb.es;
@@ -65,8 +66,8 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
   if (pb.stage >= 1) {
     const size_t c16 = static_cast<size_t>(pb.shard(b));
     before_up = plan.add("gather params " + pb.name(b), Lane::kComm,
-                         [this, u, c16, dt, rank, es](const TaskContext& c) -> Status {
-                           if (c.args<Replay>().update_step == 0) return ok_status();
+                         [rt = rt_.get(), u, c16, dt, rank, es](const TaskContext& c) -> Status {
+                           if (c.args<zero::Replay>().update_step == 0) return ok_status();
                            auto* base = static_cast<std::byte*>(c.buffer(u));
                            comm::CollectiveCall call;
                            call.kind = comm::CollectiveKind::kAllGather;
@@ -74,8 +75,8 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
                            call.recv = base;
                            call.count = c16;
                            call.dtype = dt;
-                           count_traffic(call, &ZeroTraffic::param_all_gather);
-                           return comm_.start(call).wait();
+                           rt->count(call, &ZeroTraffic::param_all_gather);
+                           return rt->comm.start(call).wait();
                          },
                          {after});
     pb.collective_work(before_up, comm::CollectiveKind::kAllGather, c16);
@@ -84,9 +85,9 @@ TaskId ZeroStep::add_params_up(PlanBuild& pb, int64_t b, TaskId after) {
   }
   const size_t bytes = static_cast<size_t>(pb.numel(b)) * es;
   const TaskId up = plan.add("params up " + pb.name(b), Lane::kH2D,
-                             [this, &m, b, u, bytes](const TaskContext& c) {
-                               if (c.args<Replay>().update_step == 0) return ok_status();
-                               moved(kH2D, bytes);
+                             [rt = rt_.get(), &m, b, u, bytes](const TaskContext& c) {
+                               if (c.args<zero::Replay>().update_step == 0) return ok_status();
+                               rt->moved(zero::Moved::kH2D, bytes);
                                return c.stream->copy(m.param_block(b), c.buffer(u), bytes,
                                                      gpu::CopyKind::kHostToDevice);
                              },
@@ -103,15 +104,15 @@ void ZeroStep::add_grad_up(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
   const int64_t b = blocks_[p];
   const BufferId g = pb.stage >= 2 ? pb.gshard[size_t(b)] : pb.gfull[size_t(b)];
   const size_t grad_off = pb.stage == 1 ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
-  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * (pb.stage >= 2 ? pb.acc_es : pb.es);
+  const size_t bytes = static_cast<size_t>(rt_->opt.numel(p)) * (pb.stage >= 2 ? pb.acc_es : pb.es);
   pb.largest_opt = std::max<uint64_t>(pb.largest_opt, (bytes + 255) / 256 * 256);
   const BufferId gdev =
       pb.add_buffer(Kind::kOptimizerIo, "grad up " + pb.name(b), Tier::kDevice, bytes);
   const TaskId gup = pb.plan.add(
       "grad up " + pb.name(b), Lane::kH2D,
-      [this, g, gdev, grad_off, bytes](const TaskContext& c) {
-        if (c.args<Replay>().update_step == 0) return ok_status();
-        moved(kH2D, bytes);
+      [rt = rt_.get(), g, gdev, grad_off, bytes](const TaskContext& c) {
+        if (c.args<zero::Replay>().update_step == 0) return ok_status();
+        rt->moved(zero::Moved::kH2D, bytes);
         return c.stream->copy(c.buffer(gdev), static_cast<const std::byte*>(c.buffer(g)) + grad_off,
                               bytes, gpu::CopyKind::kHostToDevice);
       },
@@ -134,19 +135,19 @@ TaskId ZeroStep::finish_shard(PlanBuild& pb, int64_t b, TaskId after) {
   const TaskId t =
       home == Home::kDevice
           ? pb.plan.add("param shard up " + pb.name(b), Lane::kH2D,
-                        [this, u, d, bytes](const TaskContext& c) -> Status {
-                          if (c.args<Replay>().update_step == 0) return ok_status();
-                          moved(kH2D, bytes);
+                        [rt = rt_.get(), u, d, bytes](const TaskContext& c) -> Status {
+                          if (c.args<zero::Replay>().update_step == 0) return ok_status();
+                          rt->moved(zero::Moved::kH2D, bytes);
                           return c.stream->copy(c.buffer(d), c.buffer(u), bytes,
                                                 gpu::CopyKind::kHostToDevice);
                         },
                         {after})
           : pb.plan.add(
                 "write param shard " + pb.name(b), Lane::kNvme,
-                [this, u, b, bytes](const TaskContext& c) -> Status {
-                  if (c.args<Replay>().update_step == 0) return ok_status();
-                  moved(kNvmeWrite, bytes);
-                  return options_.swap_store->write(shard_key(b), c.buffer(u), bytes).wait();
+                [rt = rt_.get(), u, b, bytes](const TaskContext& c) -> Status {
+                  if (c.args<zero::Replay>().update_step == 0) return ok_status();
+                  rt->moved(zero::Moved::kNvmeWrite, bytes);
+                  return rt->swap.store->write(rt->swap.shard(b), c.buffer(u), bytes).wait();
                 },
                 {after});
   if (home == Home::kDevice) {
@@ -181,14 +182,15 @@ TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> d
   const size_t grad_off = pb.stage == 1 ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
   const size_t out_off =
       pb.stage >= 1 && !sharded ? static_cast<size_t>(pb.rank) * pb.shard_bytes(b) : 0;
-  const int64_t opt_numel = opt_.numel(p);
+  const int64_t opt_numel = rt_->opt.numel(p);
   if (pb.read[p] >= 0) deps.push_back(pb.read[p]);
-  if (device_opt_ && device_opt_->on_device(p)) return add_device_update(pb, p, std::move(deps));
+  if (rt_->device_opt && rt_->device_opt->on_device(p))
+    return add_device_update(pb, p, std::move(deps));
   const TaskId adam = plan.add(
       "adam " + pb.name(b), Lane::kCpu,
-      [this, p, g, u, st, grad_off, out_off, opt_numel, dt,
+      [rt = rt_.get(), p, g, u, st, grad_off, out_off, opt_numel, dt,
        gdt = pb.stage >= 2 ? pb.acc : dt](const TaskContext& c) -> Status {
-        if (c.args<Replay>().update_step == 0) return ok_status();
+        if (c.args<zero::Replay>().update_step == 0) return ok_status();
         void* state = st >= 0 ? c.buffer(st) : nullptr;
         auto* out = static_cast<std::byte*>(c.buffer(u)) + out_off;
         PartitionGrad pg;
@@ -196,11 +198,12 @@ TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> d
         pg.grad_dtype = gdt;
         pg.out16 = dt == DType::kF32 ? nullptr : out;
         pg.out_dtype = dt;
-        STRATA_RETURN_IF_ERROR(opt_.step_partition(
-            p, state, pg,
-            cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale}));
+        STRATA_RETURN_IF_ERROR(
+            rt->opt.step_partition(p, state, pg,
+                                   cpu::AdamStep{c.args<zero::Replay>().update_step,
+                                                 c.args<zero::Replay>().update_grad_scale}));
         if (dt == DType::kF32) {
-          std::memcpy(out, opt_.master_params(p, state), static_cast<size_t>(opt_numel) * 4);
+          std::memcpy(out, rt->opt.master_params(p, state), static_cast<size_t>(opt_numel) * 4);
         }
         return ok_status();
       },
@@ -214,13 +217,13 @@ TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> d
     plan.reads(adam, st);
     plan.writes(adam, st);
     const TaskId write = plan.add("write state " + pb.name(b), Lane::kNvme,
-                                  [this, p, st](const TaskContext& c) {
-                                    if (c.args<Replay>().update_step == 0) return ok_status();
-                                    moved(kNvmeWrite, opt_.state_bytes(p));
-                                    return opt_.write_partition(p, c.buffer(st)).wait();
+                                  [rt = rt_.get(), p, st](const TaskContext& c) {
+                                    if (c.args<zero::Replay>().update_step == 0) return ok_status();
+                                    rt->moved(zero::Moved::kNvmeWrite, rt->opt.state_bytes(p));
+                                    return rt->opt.write_partition(p, c.buffer(st)).wait();
                                   },
                                   {adam});
-    pb.nvme_work(write, sched::Work::kNvmeWriteBytes, double(opt_.state_bytes(p)));
+    pb.nvme_work(write, sched::Work::kNvmeWriteBytes, double(rt_->opt.state_bytes(p)));
     plan.reads(write, st);
     plan.release(write, st);
     pb.state_written[p] = write;
@@ -236,7 +239,7 @@ TaskId ZeroStep::add_update_tasks(PlanBuild& pb, size_t p, std::vector<TaskId> d
 
 // add_update() of a partition the device optimizer updates (deps include its state read).
 TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> deps) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   sched::Plan& plan = pb.plan;
   const DType dt = pb.dt;
   const int64_t b = blocks_[p];
@@ -249,19 +252,20 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
     // identity), still in its block when the rotated update runs before "zero grads".
     const TaskId t = plan.add(
         "adam " + pb.name(b) + " (device)", Lane::kCompute,
-        [this, &m, p, b, dt](const TaskContext& c) -> Status {
-          if (c.args<Replay>().update_step == 0) return ok_status();
-          return device_opt_->update(
-              *c.stream, opt_, p, m.grad_block(b), dt, m.param_block(b), dt,
-              cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
+        [rt = rt_.get(), &m, p, b, dt](const TaskContext& c) -> Status {
+          if (c.args<zero::Replay>().update_step == 0) return ok_status();
+          return rt->device_opt->update(*c.stream, rt->opt, p, m.grad_block(b), dt,
+                                        m.param_block(b), dt,
+                                        cpu::AdamStep{c.args<zero::Replay>().update_step,
+                                                      c.args<zero::Replay>().update_grad_scale});
         },
         deps);
-    pb.work(t, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
+    pb.work(t, sched::Work::kDeviceAdamElements, double(rt_->opt.numel(p)));
     return t;
   }
   // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
   // runs in order); the new values into the model's block (stage 0) or down into pbuf.
-  const size_t bytes = static_cast<size_t>(opt_.numel(p)) * pb.es;
+  const size_t bytes = static_cast<size_t>(rt_->opt.numel(p)) * pb.es;
   if (pb.grad_up[p] < 0) add_grad_up(pb, p, deps);
   const TaskId gup = pb.grad_up[p];
   const BufferId gdev = pb.grad_up_buf[p];
@@ -271,15 +275,16 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
           : -1;
   const TaskId dadam = plan.add(
       "adam " + pb.name(b) + " (device)", Lane::kCompute,
-      [this, &m, p, b, gdev, odev, dt,
+      [rt = rt_.get(), &m, p, b, gdev, odev, dt,
        gdt = pb.stage >= 2 ? pb.acc : dt](const TaskContext& c) -> Status {
-        if (c.args<Replay>().update_step == 0) return ok_status();
-        return device_opt_->update(
-            *c.stream, opt_, p, c.buffer(gdev), gdt, odev >= 0 ? c.buffer(odev) : m.param_block(b),
-            dt, cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
+        if (c.args<zero::Replay>().update_step == 0) return ok_status();
+        return rt->device_opt->update(*c.stream, rt->opt, p, c.buffer(gdev), gdt,
+                                      odev >= 0 ? c.buffer(odev) : m.param_block(b), dt,
+                                      cpu::AdamStep{c.args<zero::Replay>().update_step,
+                                                    c.args<zero::Replay>().update_grad_scale});
       },
       {gup});
-  pb.work(dadam, sched::Work::kDeviceAdamElements, double(opt_.numel(p)));
+  pb.work(dadam, sched::Work::kDeviceAdamElements, double(rt_->opt.numel(p)));
   plan.reads(dadam, gdev);
   plan.release(dadam, gdev);
   if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
@@ -287,9 +292,9 @@ TaskId ZeroStep::add_device_update(PlanBuild& pb, size_t p, std::vector<TaskId> 
   plan.writes(dadam, odev);
   const TaskId down =
       plan.add("new params down " + pb.name(b), Lane::kD2H,
-               [this, u, odev, out_off, bytes](const TaskContext& c) {
-                 if (c.args<Replay>().update_step == 0) return ok_status();
-                 moved(kD2H, bytes);
+               [rt = rt_.get(), u, odev, out_off, bytes](const TaskContext& c) {
+                 if (c.args<zero::Replay>().update_step == 0) return ok_status();
+                 rt->moved(zero::Moved::kD2H, bytes);
                  return c.stream->copy(static_cast<std::byte*>(c.buffer(u)) + out_off,
                                        c.buffer(odev), bytes, gpu::CopyKind::kDeviceToHost);
                },

@@ -82,9 +82,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                       "memory: use the MPI communicator");
   }
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
-  s->rank_ = comm.rank();
-  s->ranks_ = comm.size();
-  STRATA_ASSIGN_OR_RETURN(s->parts_, Partitioning::create(model.block_numels(), s->ranks_,
+  STRATA_ASSIGN_OR_RETURN(s->parts_, Partitioning::create(model.block_numels(), s->rt_->ranks,
                                                           options.persistence_threshold));
   s->blocks_ = partition_blocks(model);
   STRATA_RETURN_IF_ERROR(s->choose_homes());
@@ -128,9 +126,10 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   const auto rows = static_cast<size_t>(model.shape().batch * model.shape().seq);
   const int slots = std::max(1, options.layer_major_micros);
   if (slots > 1) STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
-  s->tokens_.assign(rows * static_cast<size_t>(slots), 0);
-  s->targets_.assign(rows * static_cast<size_t>(slots), 0);
-  s->stats_.assign(static_cast<size_t>(s->ranks_) * s->blocks_.size() * 2, 0.0);
+  s->rt_->tokens.assign(rows * static_cast<size_t>(slots), 0);
+  s->rt_->targets.assign(rows * static_cast<size_t>(slots), 0);
+  s->rt_->stats.blocks = s->blocks_.size();
+  s->rt_->stats.slots.assign(static_cast<size_t>(s->rt_->ranks) * s->blocks_.size() * 2, 0.0);
   STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.dtype()));
   const bool delayed = options.delayed_update_warmup >= 0;
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
@@ -143,8 +142,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   bool any_on_device = false;
   for (bool b : on_device) any_on_device = any_on_device || b;
   if (any_on_device) {
-    STRATA_ASSIGN_OR_RETURN(s->device_opt_, DeviceOptimizer::create(optimizer, model.device(),
-                                                                    model.stream(), on_device));
+    STRATA_ASSIGN_OR_RETURN(s->rt_->device_opt, DeviceOptimizer::create(optimizer, model.device(),
+                                                                        model.stream(), on_device));
   }
   STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
   if (plan_only) {
@@ -171,7 +170,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
 }
 
 Status ZeroStep::choose_homes() {
-  const int64_t nb = model_.num_blocks();
+  const int64_t nb = rt_->model.num_blocks();
   home_.assign(size_t(nb), Home::kDevice);
   const double f = options_.param_gpu_fraction;
   const bool offloaded = options_.offload_param != Home::kDevice;
@@ -190,7 +189,7 @@ Status ZeroStep::choose_homes() {
     if (resident) taken += n;
     home_[size_t(b)] = resident ? Home::kDevice : options_.offload_param;
     if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr &&
-        !opt_.options().plan_only) {
+        !rt_->opt.options().plan_only) {
       return make_error(ErrorCode::kConfig, ref(Field::kOffloadParam), " nvme needs a swap store (",
                         ref(Field::kNvmePath), " DIR[,DIR...])");
     }
@@ -199,16 +198,16 @@ Status ZeroStep::choose_homes() {
 }
 
 Status ZeroStep::check_budgets(const sched::Plan& plan) const {
-  const uint64_t es = dtype_size(model_.dtype());
+  const uint64_t es = dtype_size(rt_->model.dtype());
   PinnedNeeds pn;
-  pn.optimizer_state = opt_.host_state_bytes();
-  pn.optimizer_staging = opt_.staging_bytes();
+  pn.optimizer_state = rt_->opt.host_state_bytes();
+  pn.optimizer_staging = rt_->opt.staging_bytes();
   pn.plan = plan.peak_bytes(sched::Tier::kPinnedHost);
   std::vector<int64_t> numel;
-  for (size_t p = 0; p < opt_.num_partitions(); ++p) numel.push_back(opt_.numel(p));
+  for (size_t p = 0; p < rt_->opt.num_partitions(); ++p) numel.push_back(rt_->opt.numel(p));
   // At most: the host arena, the optimizer's staging slots and the plan's staging (its budget:
   // staging_slots of the largest NVMe partition, or fewer when fewer partitions are there).
-  const int opt_slots = opt_.options().staging_slots, plan_slots = options_.staging_slots;
+  const int opt_slots = rt_->opt.options().staging_slots, plan_slots = options_.staging_slots;
   pn.optimizer_at = [numel, opt_slots, plan_slots](double f) {
     const OffloadedOptimizer::Split s = OffloadedOptimizer::split(numel, f);
     int on_nvme = 0;
@@ -217,11 +216,11 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
     return s.host_bytes + OffloadedOptimizer::staging_bound_bytes(
                               opt_slots + std::min(plan_slots, on_nvme), s.max_nvme_numel);
   };
-  pn.optimizer_fraction = opt_.options().nvme_fraction;
-  pn.optimizer_now =
-      opt_.host_state_bytes() + opt_.staging_bytes() + plan.peak_bytes_of([&](sched::BufferId id) {
-        return buffer_kind_[size_t(id)] == Kind::kNvmeStaging;
-      });
+  pn.optimizer_fraction = rt_->opt.options().nvme_fraction;
+  pn.optimizer_now = rt_->opt.host_state_bytes() + rt_->opt.staging_bytes() +
+                     plan.peak_bytes_of([&](sched::BufferId id) {
+                       return buffer_kind_[size_t(id)] == Kind::kNvmeStaging;
+                     });
   DeviceNeeds dn;
   dn.stage = options_.stage;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
@@ -231,29 +230,29 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
     if (home_[b] == Home::kDevice) dn.param_shards += shard;
   }
   if (options_.offload_activations == Home::kPinned) {
-    pn.checkpoints = uint64_t(offloaded_checkpoints()) * model_.checkpoint_bytes();
+    pn.checkpoints = uint64_t(offloaded_checkpoints()) * rt_->model.checkpoint_bytes();
   }
   if (options_.offload_activations == Home::kDevice) {
-    dn.activations = uint64_t(model_.num_segments() - 1) * model_.checkpoint_bytes();
+    dn.activations = uint64_t(rt_->model.num_segments() - 1) * rt_->model.checkpoint_bytes();
   }
   STRATA_RETURN_IF_ERROR(check_pinned_budget(pn, options_.host_memory_limit));
-  const gpu::MemoryInfo info = model_.device().memory_info();
+  const gpu::MemoryInfo info = rt_->model.device().memory_info();
   dn.in_use = info.used_bytes;
   dn.plan = plan.peak_bytes(sched::Tier::kDevice);
-  dn.device_optimizer = device_opt_.has_value();
+  dn.device_optimizer = rt_->device_opt.has_value();
   dn.prefetch_depth = options_.prefetch_depth;
   return check_device_budget(dn, info.limit_bytes);
 }
 
 Status ZeroStep::init_param_shards() {
-  const DType dt = model_.dtype();
+  const DType dt = rt_->model.dtype();
   for (size_t p = 0; p < blocks_.size(); ++p) {
     const int64_t b = blocks_[p];
     if (!sharded_params(b)) continue;
-    const auto n = static_cast<size_t>(opt_.numel(p));  // the shard, padding included
+    const auto n = static_cast<size_t>(rt_->opt.numel(p));  // the shard, padding included
     std::vector<float> state(3 * n);
     STRATA_RETURN_IF_ERROR(
-        opt_.read_state(p, state.data(), state.data() + n, state.data() + 2 * n));
+        rt_->opt.read_state(p, state.data(), state.data() + n, state.data() + 2 * n));
     std::vector<std::byte> shard(n * dtype_size(dt));
     convert(state.data(), DType::kF32, shard.data(), dt, n);
     STRATA_RETURN_IF_ERROR(store_shard(b, shard.data()));
@@ -263,20 +262,20 @@ Status ZeroStep::init_param_shards() {
 
 Status ZeroStep::load_shard(int64_t b, void* host) {
   const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.dtype());
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(rt_->model.dtype());
   switch (home_[size_t(b)]) {
     case Home::kPinned:
       std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
       return ok_status();
     case Home::kDevice:
-      return model_.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]), bytes,
-                                      gpu::CopyKind::kDeviceToHost);
+      return rt_->model.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]), bytes,
+                                          gpu::CopyKind::kDeviceToHost);
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
       }
       STRATA_RETURN_IF_ERROR(
-          options_.swap_store->read(shard_key(b), shard_io_.data(), bytes).wait());
+          rt_->swap.store->read(rt_->swap.shard(b), shard_io_.data(), bytes).wait());
       std::memcpy(host, shard_io_.data(), bytes);
       return ok_status();
   }
@@ -285,26 +284,26 @@ Status ZeroStep::load_shard(int64_t b, void* host) {
 
 Status ZeroStep::store_shard(int64_t b, const void* host) {
   const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(model_.dtype());
+      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(rt_->model.dtype());
   switch (home_[size_t(b)]) {
     case Home::kPinned:
       std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
       return ok_status();
     case Home::kDevice:
-      return model_.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host, bytes,
-                                      gpu::CopyKind::kHostToDevice);
+      return rt_->model.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host, bytes,
+                                          gpu::CopyKind::kHostToDevice);
     case Home::kNvme:
       if (shard_io_.size_bytes() < bytes) {
         STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
       }
       std::memcpy(shard_io_.data(), host, bytes);
-      return options_.swap_store->write(shard_key(b), shard_io_.data(), bytes).wait();
+      return rt_->swap.store->write(rt_->swap.shard(b), shard_io_.data(), bytes).wait();
   }
   return ok_status();
 }
 
 Status ZeroStep::gather_block(int64_t b, void* dst) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   STRATA_RETURN_IF_ERROR(gather_host(b));
   return m.stream().copy_now(dst, host_scratch_.data(),
                              static_cast<size_t>(m.block_numel(b)) * dtype_size(m.dtype()),
@@ -312,38 +311,38 @@ Status ZeroStep::gather_block(int64_t b, void* dst) {
 }
 
 Status ZeroStep::gather_params(int64_t b, float* host) {
-  if (b < 0 || b >= model_.num_blocks()) {
+  if (b < 0 || b >= rt_->model.num_blocks()) {
     return make_error(ErrorCode::kConfig, "parameter block ", b, " is not in [0, ",
-                      model_.num_blocks(), ")");
+                      rt_->model.num_blocks(), ")");
   }
-  if (!sharded_params(b)) return model_.download_params(b, host);
+  if (!sharded_params(b)) return rt_->model.download_params(b, host);
   STRATA_RETURN_IF_ERROR(gather_host(b));
-  convert(host_scratch_.data(), model_.dtype(), host, DType::kF32,
+  convert(host_scratch_.data(), rt_->model.dtype(), host, DType::kF32,
           static_cast<size_t>(parts_.block(size_t(b)).numel));
   return ok_status();
 }
 
 Status ZeroStep::gather_host(int64_t b) {
-  const DType dt = model_.dtype();
+  const DType dt = rt_->model.dtype();
   const BlockPartition& bp = parts_.block(size_t(b));
   const size_t shard_bytes = static_cast<size_t>(bp.shard_numel) * dtype_size(dt);
-  host_scratch_.resize(shard_bytes * static_cast<size_t>(ranks_));
-  std::byte* mine = host_scratch_.data() + static_cast<size_t>(rank_) * shard_bytes;
+  host_scratch_.resize(shard_bytes * static_cast<size_t>(rt_->ranks));
+  std::byte* mine = host_scratch_.data() + static_cast<size_t>(rt_->rank) * shard_bytes;
   STRATA_RETURN_IF_ERROR(load_shard(b, mine));
-  return comm_.all_gather(mine, host_scratch_.data(), static_cast<size_t>(bp.shard_numel), dt);
+  return rt_->comm.all_gather(mine, host_scratch_.data(), static_cast<size_t>(bp.shard_numel), dt);
 }
 
 Status ZeroStep::gather_into_model() {
-  for (int64_t b = 0; b < model_.num_blocks(); ++b) {
-    if (sharded_params(b) && model_.param_block(b) != nullptr) {
-      STRATA_RETURN_IF_ERROR(gather_block(b, model_.param_block(b)));
+  for (int64_t b = 0; b < rt_->model.num_blocks(); ++b) {
+    if (sharded_params(b) && rt_->model.param_block(b) != nullptr) {
+      STRATA_RETURN_IF_ERROR(gather_block(b, rt_->model.param_block(b)));
     }
   }
   return ok_status();
 }
 
 Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets) {
-  model::Model& m = model_;
+  model::Model& m = rt_->model;
   // Checked before the first gather (a collective): a rank that stopped here would leave the
   // others waiting.
   STRATA_RETURN_IF_ERROR(m.check_batch(tokens, targets));
@@ -405,7 +404,7 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
 ZeroMemory ZeroStep::memory() const {
   ZeroMemory z;
   const sched::Plan& plan = this->plan();
-  const int64_t es = static_cast<int64_t>(dtype_size(model_.dtype()));
+  const int64_t es = static_cast<int64_t>(dtype_size(rt_->model.dtype()));
   int64_t pinned_homes = 0;
   for (size_t b = 0; b < parts_.num_blocks(); ++b) {
     const int64_t shard = parts_.block(b).shard_numel * es;
@@ -421,19 +420,19 @@ ZeroMemory ZeroStep::memory() const {
       pinned_homes += acc;
     }
   }
-  z.params16 += static_cast<int64_t>(model_.param_bytes());
-  z.params_device += static_cast<int64_t>(model_.param_bytes());
-  z.grads16 += static_cast<int64_t>(model_.grad_bytes());
-  z.grads_device = static_cast<int64_t>(model_.grad_bytes());
+  z.params16 += static_cast<int64_t>(rt_->model.param_bytes());
+  z.params_device += static_cast<int64_t>(rt_->model.param_bytes());
+  z.grads16 += static_cast<int64_t>(rt_->model.grad_bytes());
+  z.grads_device = static_cast<int64_t>(rt_->model.grad_bytes());
   int64_t elements = 0;
-  for (size_t p = 0; p < opt_.num_partitions(); ++p) elements += opt_.numel(p);
+  for (size_t p = 0; p < rt_->opt.num_partitions(); ++p) elements += rt_->opt.numel(p);
   z.master = z.exp_avg = z.exp_avg_sq = 4 * elements;
-  z.optimizer_nvme = static_cast<int64_t>(opt_.nvme_state_bytes());
-  z.optimizer_device = device_opt_ ? static_cast<int64_t>(device_opt_->bytes()) : 0;
-  z.device_activations =
-      static_cast<int64_t>(model_.device_bytes() - model_.param_bytes() - model_.grad_bytes());
+  z.optimizer_nvme = static_cast<int64_t>(rt_->opt.nvme_state_bytes());
+  z.optimizer_device = rt_->device_opt ? static_cast<int64_t>(rt_->device_opt->bytes()) : 0;
+  z.device_activations = static_cast<int64_t>(rt_->model.device_bytes() - rt_->model.param_bytes() -
+                                              rt_->model.grad_bytes());
   z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice)) -
-                     (z.params_device - static_cast<int64_t>(model_.param_bytes()));
+                     (z.params_device - static_cast<int64_t>(rt_->model.param_bytes()));
   z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
   // Each kind's own peak along the plan's order.
   auto peak = [&](Kind kind, sched::Tier tier) {
@@ -453,7 +452,8 @@ ZeroMemory ZeroStep::memory() const {
   z.device_checkpoints = peak(Kind::kCheckpoint, Tier::kDevice);
   z.pinned_checkpoints = peak(Kind::kCheckpoint, Tier::kPinnedHost);
   if (options_.offload_activations == Home::kNvme) {
-    z.nvme_checkpoints = offloaded_checkpoints() * static_cast<int64_t>(model_.checkpoint_bytes());
+    z.nvme_checkpoints =
+        offloaded_checkpoints() * static_cast<int64_t>(rt_->model.checkpoint_bytes());
   }
   return z;
 }
@@ -495,8 +495,8 @@ Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro
 
 ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   ZeroTraffic t;
-  const uint64_t n = static_cast<uint64_t>(ranks_);
-  const uint64_t es = dtype_size(model_.dtype());
+  const uint64_t n = static_cast<uint64_t>(rt_->ranks);
+  const uint64_t es = dtype_size(rt_->model.dtype());
   const auto k = static_cast<uint64_t>(std::max(1, micro_batches));
   const uint64_t reductions = options_.stage >= 2 && !options_.device_grad_sum ? k : 1;
   const uint64_t gathers = options_.layer_major_micros > 1 ? 1 : k;
@@ -509,7 +509,7 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
     // Stage 3: gathers for the forward and the backward instead of one after the update; the
     // shared block is gathered once (its forward copy serves the head backward too).
     if (sharded_params(int64_t(b))) {
-      t.param_all_gather += gathers * (int64_t(b) != model_.num_layers() ? 2 : 1) * one;
+      t.param_all_gather += gathers * (int64_t(b) != rt_->model.num_layers() ? 2 : 1) * one;
     } else if (options_.stage >= 1) {
       t.param_all_gather += one;
     }
@@ -538,9 +538,9 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
                       " micro-batches, but the segment-major plan runs ", slots);
   }
-  const size_t bt = tokens_.size() / static_cast<size_t>(slots);
+  const size_t bt = rt_->tokens.size() / static_cast<size_t>(slots);
   for (int k = 0; k < micro_batches; ++k) {
-    STRATA_RETURN_IF_ERROR(model_.check_batch(tokens + k * bt, targets + k * bt));
+    STRATA_RETURN_IF_ERROR(rt_->model.check_batch(tokens + k * bt, targets + k * bt));
   }
   // Delayed update, warm-up (steps up to warmup + 1): the previous update is applied whole first,
   // so the step sees it.
@@ -549,8 +549,8 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   }
   step_ = step;
   last_micros_ = micro_batches;
-  const double accumulated = static_cast<double>(ranks_) * micro_batches;
-  Replay replay;
+  const double accumulated = static_cast<double>(rt_->ranks) * micro_batches;
+  zero::Replay replay;
   replay.step = step;
   // The segment-major plan runs every micro-batch in one replay (as the first and the last).
   replay.micros = slots > 1 ? 1 : micro_batches;
@@ -558,66 +558,64 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (rotate_) {  // the previous step's update, if it is to be applied
     this_update = pending_adam_step_;
     replay.update_grad_scale = pending_grad_scale_;
-    if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
+    if (pending_lr_ >= 0.0f) rt_->opt.adam().set_lr(pending_lr_);
   } else {  // this step's, with no clipping and no loss scale: decide()'s multiplier
     this_update = scaling_.applied() + 1;
     replay.update_grad_scale = static_cast<float>(1.0 / accumulated);
-    if (lr_ >= 0.0f) opt_.adam().set_lr(lr_);
+    if (lr_ >= 0.0f) rt_->opt.adam().set_lr(lr_);
   }
   StepResult r;
   r.loss_scale = scaling_.loss_scale();
-  model_.set_loss_scale(scaling_.loss_scale());
-  counting_ = ZeroTraffic{};
-  for (auto& c : lane_counting_) c.store(0, std::memory_order_relaxed);
+  rt_->model.set_loss_scale(scaling_.loss_scale());
+  rt_->reset_counts();
   // One replay per micro-batch: the rotated update with the first, the unrotated one with the
   // last (where the gradients are complete).
   double loss_sum = 0.0;
   if (slots > 1) {  // one replay of every micro-batch
     replay.micro = 0;
     replay.update_step = this_update;
-    std::copy(tokens, tokens + slots * bt, tokens_.begin());
-    std::copy(targets, targets + slots * bt, targets_.begin());
+    std::copy(tokens, tokens + slots * bt, rt_->tokens.begin());
+    std::copy(targets, targets + slots * bt, rt_->targets.begin());
     STRATA_RETURN_IF_ERROR(executor_->replay(&replay).with_context("step " + std::to_string(step)));
     for (int k = 0; k < slots; ++k) {
-      STRATA_RETURN_IF_ERROR(model_.select_micro(k));
-      loss_sum += static_cast<double>(model_.mean_loss());
+      STRATA_RETURN_IF_ERROR(rt_->model.select_micro(k));
+      loss_sum += static_cast<double>(rt_->model.mean_loss());
     }
-    STRATA_RETURN_IF_ERROR(model_.select_micro(0));
+    STRATA_RETURN_IF_ERROR(rt_->model.select_micro(0));
   } else {
     for (int k = 0; k < micro_batches; ++k) {
       replay.micro = k;
       replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
-      std::copy(tokens + k * bt, tokens + (k + 1) * bt, tokens_.begin());
-      std::copy(targets + k * bt, targets + (k + 1) * bt, targets_.begin());
+      std::copy(tokens + k * bt, tokens + (k + 1) * bt, rt_->tokens.begin());
+      std::copy(targets + k * bt, targets + (k + 1) * bt, rt_->targets.begin());
       STRATA_RETURN_IF_ERROR(
           executor_->replay(&replay).with_context("step " + std::to_string(step)));
-      loss_sum += static_cast<double>(model_.mean_loss());
+      loss_sum += static_cast<double>(rt_->model.mean_loss());
     }
   }
   // The mean loss over the ranks (every rank's micro-batch has the same weight).
   const float local = static_cast<float>(loss_sum / micro_batches);
   float total = local;
-  if (ranks_ > 1) {
+  if (rt_->ranks > 1) {
     comm::CollectiveCall call;
     call.kind = comm::CollectiveKind::kAllReduce;
     call.send = &local;
     call.recv = &total;
     call.count = 1;
     call.dtype = DType::kF32;
-    counting_.stats += comm::textbook_bytes(call, rank_, ranks_).sent;
-    STRATA_RETURN_IF_ERROR(comm_.start(call).wait());
+    rt_->count(call, &ZeroTraffic::stats);
+    STRATA_RETURN_IF_ERROR(rt_->comm.start(call).wait());
   }
-  traffic_ = counting_;
-  lane_bytes_ = ZeroLaneBytes{lane_counting_[0].load(), lane_counting_[1].load(),
-                              lane_counting_[2].load(), lane_counting_[3].load()};
+  traffic_ = rt_->traffic();
+  lane_bytes_ = rt_->lane_bytes();
   STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
-                          scaling_.decide(sum_, finite_, step, accumulated));
+                          scaling_.decide(rt_->stats.sum, rt_->stats.finite, step, accumulated));
   if (rotate_) {
     pending_adam_step_ = d.apply ? d.adam_step : 0;
     pending_grad_scale_ = d.grad_scale;
     pending_lr_ = lr_;
   }
-  r.loss = ranks_ > 1 ? total / static_cast<float>(ranks_) : local;
+  r.loss = rt_->ranks > 1 ? total / static_cast<float>(rt_->ranks) : local;
   r.grad_norm = d.norm;
   r.skipped = !d.apply;
   return r;
@@ -625,16 +623,17 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
 
 Status ZeroStep::flush() {
   if (pending_adam_step_ != 0) {
-    Replay replay;
+    zero::Replay replay;
     replay.step = step_;
     replay.flushing = true;
     replay.update_step = pending_adam_step_;
     replay.update_grad_scale = pending_grad_scale_;
-    if (pending_lr_ >= 0.0f) opt_.adam().set_lr(pending_lr_);
+    if (pending_lr_ >= 0.0f) rt_->opt.adam().set_lr(pending_lr_);
     STRATA_RETURN_IF_ERROR(executor_->replay(&replay));
     pending_adam_step_ = 0;
   }
-  if (device_opt_) STRATA_RETURN_IF_ERROR(device_opt_->download(opt_, model_.stream()));
+  if (rt_->device_opt)
+    STRATA_RETURN_IF_ERROR(rt_->device_opt->download(rt_->opt, rt_->model.stream()));
   return gather_into_model();
 }
 

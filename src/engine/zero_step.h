@@ -79,6 +79,7 @@
 #include "engine/partition.h"
 #include "engine/step_reports.h"
 #include "engine/train_step.h"
+#include "engine/zero/runtime.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/executor.h"
 
@@ -253,11 +254,11 @@ class ZeroStep : public TrainStep {
   // device (stages 0-2, persistent blocks), else the shard's home.
   Home param_home(int64_t b) const { return home_[size_t(b)]; }
   // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
-  size_t dtype_bytes() const { return dtype_size(model_.dtype()); }
+  size_t dtype_bytes() const { return dtype_size(rt_->model.dtype()); }
   int64_t checkpoints_on_nvme() const {
     return options_.offload_activations == Home::kNvme ? offloaded_checkpoints() : 0;
   }
-  size_t checkpoint_bytes() const { return model_.checkpoint_bytes(); }
+  size_t checkpoint_bytes() const { return rt_->model.checkpoint_bytes(); }
   // The traffic theory for one step of K micro-batches (the figures above, from the
   // partitioning): the gradients' reduce-scatter once per micro-batch at stages 2-3 (once per
   // step at 0-1), the stage-3 gathers once per micro-batch in the micro-batch-major order and
@@ -268,20 +269,14 @@ class ZeroStep : public TrainStep {
  private:
   ZeroStep(model::Model& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
            const ZeroStepOptions& options)
-      : model_(model), opt_(optimizer), comm_(comm), options_(options) {}
+      : options_(options),
+        rt_(std::make_unique<zero::Runtime>(
+            model, optimizer, comm,
+            zero::SwapKeys{options.swap_store, options.shard_key_base, options.checkpoint_key_base},
+            options.inject_inf_step)) {}
   // build_plan() and its parts (zero_plan*.cpp), over the state they share (PlanBuild,
   // zero_plan_build.h), in the order build_plan() calls them.
   struct PlanBuild;
-  // What one replay of the plan does, passed to its tasks (sched::TaskContext::args<Replay>()):
-  // run() replays once per micro-batch, flush() once to apply a pending update alone.
-  struct Replay {
-    int64_t step = 0;                // the training step (run()'s; flush(): the last)
-    int micro = 0, micros = 1;       // the micro-batch replayed, of how many
-    bool flushing = false;           // only the pending update (no compute, no gradient)
-    int64_t update_step = 0;         // Adam's step count of the update it applies (0: none)
-    float update_grad_scale = 1.0f;  // and its gradient multiplier
-    bool last_micro() const { return micro + 1 == micros; }
-  };
   // When a task of the plan does its work (the replays predict() adds up): every replay, those
   // that apply an update, those that do not, or the last micro-batch's.
   enum class RunsWhen : uint8_t { kEvery, kUpdate, kNoUpdate, kLastMicro };
@@ -318,8 +313,6 @@ class ZeroStep : public TrainStep {
   void bound_staging(PlanBuild& pb);
   // A shard homed elsewhere than pinned memory passes through pbuf after its update only.
   bool transient(int64_t b) const { return sharded_params(b) && home_[size_t(b)] != Home::kPinned; }
-  // Counts the bytes `call` sends (the comm layer's textbook accounting) into counting_.
-  void count_traffic(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
   Status choose_homes();                                // home_ from the options (stage 3)
   Status check_budgets(const sched::Plan& plan) const;  // memory_budget.h, before the executor
   Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters
@@ -332,60 +325,40 @@ class ZeroStep : public TrainStep {
   }
   // A sharded block whose uses need a gather (all but a device shard of one rank).
   bool gathered(int64_t b) const {
-    return sharded_params(b) && !(home_[size_t(b)] == Home::kDevice && ranks_ == 1);
+    return sharded_params(b) && !(home_[size_t(b)] == Home::kDevice && rt_->ranks == 1);
   }
   // Block b's shard (stage 3) into / from host memory, wherever its home is (outside replays).
   Status load_shard(int64_t b, void* host);
   Status store_shard(int64_t b, const void* host);
-  uint64_t shard_key(int64_t b) const { return options_.shard_key_base + uint64_t(b); }
-  uint64_t checkpoint_key(int64_t seg) const {
-    return options_.checkpoint_key_base + uint64_t(seg);
-  }
   // Segments whose checkpoint the engine moves (all but the last, when offloaded).
   // The offloaded checkpoints of a step: one per offloaded segment and micro-batch slot.
   int64_t offloaded_checkpoints() const {
     return offloaded_segments() * std::max(1, options_.layer_major_micros);
   }
   int64_t offloaded_segments() const {
-    return options_.offload_activations == Home::kDevice ? 0 : model_.num_segments() - 1;
-  }
-  void moved(int lane, uint64_t bytes) {
-    lane_counting_[size_t(lane)].fetch_add(bytes, std::memory_order_relaxed);
+    return options_.offload_activations == Home::kDevice ? 0 : rt_->model.num_segments() - 1;
   }
 
-  model::Model& model_;
-  OffloadedOptimizer& opt_;
-  comm::Communicator& comm_;
   ZeroStepOptions options_;
+  std::unique_ptr<zero::Runtime> rt_;  // what the plan's tasks act on
   Partitioning parts_;
-  int rank_ = 0, ranks_ = 1;
   std::vector<int64_t> blocks_;          // partition -> block
   std::vector<sched::BufferId> pbuf_;    // by block: new params (stage 3: the param shard)
   std::vector<sched::BufferId> dshard_;  // by block: the device home of a shard (-1: none)
   std::vector<Home> home_;               // by block
-  // Transfer bytes counted by the lanes' tasks during a replay: h2d, d2h, nvme read, write.
-  std::array<std::atomic<uint64_t>, 4> lane_counting_{};
   ZeroLaneBytes lane_bytes_;
   int last_micros_ = 1;         // the micro-batches of the last run()
   cpu::PinnedBuffer shard_io_;  // load_shard/store_shard staging
   std::unique_ptr<sched::Executor> executor_;
   std::optional<sched::Plan> plan_;  // plan_only
   Status fit_;
-  std::vector<int32_t> tokens_, targets_;
   int64_t step_ = 0;
   int64_t pending_adam_step_ = 0;
   float pending_grad_scale_ = 1.0f;
   float lr_ = -1.0f, pending_lr_ = -1.0f;  // set_lr(); negative: the optimizer's own
   bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
   StepScaling scaling_;
-  // Gradient statistics, [rank][block][sum of squares, non-finite], all-gathered as raw bits.
-  std::vector<double> stats_;
-  double sum_ = 0.0;
-  bool finite_ = true;
   ZeroTraffic traffic_;
-  // Bytes counted by the comm lane's tasks during a replay (by purpose).
-  ZeroTraffic counting_;
-  std::optional<DeviceOptimizer> device_opt_;
   // What each plan buffer holds (memory()).
   enum class Kind {
     kHome,  // a model-state home: the stage-3 parameter shard, a gradient shard
