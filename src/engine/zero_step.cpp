@@ -82,10 +82,29 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                       "memory: use the MPI communicator");
   }
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
-  STRATA_ASSIGN_OR_RETURN(s->parts_, Partitioning::create(model.block_numels(), s->rt_->ranks,
+  zero::Layout& lay = s->layout_;
+  lay.rank = comm.rank();
+  lay.ranks = comm.size();
+  lay.stage = options.stage;
+  lay.layers = model.num_layers();
+  lay.dt = model.dtype();
+  lay.acc = options.stage >= 2 && options.fp32_grad_accum ? DType::kF32 : model.dtype();
+  lay.slots =
+      options.stage >= 2 && !options.device_grad_sum ? std::max(1, options.layer_major_micros) : 1;
+  lay.delayed = options.delayed_update_warmup >= 0;
+  STRATA_ASSIGN_OR_RETURN(lay.parts, Partitioning::create(model.block_numels(), lay.ranks,
                                                           options.persistence_threshold));
-  s->blocks_ = partition_blocks(model);
-  STRATA_RETURN_IF_ERROR(s->choose_homes());
+  lay.blocks = partition_blocks(model);
+  lay.part_of.assign(lay.blocks.size(), 0);
+  for (size_t p = 0; p < lay.blocks.size(); ++p) lay.part_of[size_t(lay.blocks[p])] = p;
+  lay.home = zero::choose_homes(lay, options.offload_param, options.param_gpu_fraction);
+  const bool plan_only = optimizer.options().plan_only;  // no store needed: nothing is stored
+  for (Home h : lay.home) {
+    if (h == Home::kNvme && options.swap_store == nullptr && !plan_only) {
+      return make_error(ErrorCode::kConfig, ref(Field::kOffloadParam), " nvme needs a swap store (",
+                        ref(Field::kNvmePath), " DIR[,DIR...])");
+    }
+  }
   const bool offload_acts = options.offload_activations != Home::kDevice;
   for (int64_t seg = 0; seg + 1 < model.num_segments(); ++seg) {
     if (model.caller_checkpoint(seg) != offload_acts) {
@@ -95,13 +114,12 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                         " (ZeroStep::block_storage)");
     }
   }
-  const bool plan_only = optimizer.options().plan_only;  // no store needed: nothing is stored
   if (options.offload_activations == Home::kNvme && options.swap_store == nullptr && !plan_only) {
     return make_error(ErrorCode::kConfig, ref(Field::kOffloadActivations),
                       " nvme needs a swap store (", ref(Field::kNvmePath), " DIR[,DIR...])");
   }
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
-    if (!s->sharded_params(b) && model.param_block(b) == nullptr) {
+    if (!s->layout_.sharded(b) && model.param_block(b) == nullptr) {
       return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": block ", b,
                         " must be on the device (ZeroStep::block_storage)");
     }
@@ -111,7 +129,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                         " has none (ZeroStep::block_storage)");
     }
   }
-  const std::vector<int64_t> want = optimizer_numel(model, s->parts_, options.stage);
+  const std::vector<int64_t> want = optimizer_numel(model, s->layout_.parts, options.stage);
   if (optimizer.num_partitions() != want.size()) {
     return make_error(ErrorCode::kConfig, "ZeRO step: the optimizer has ",
                       optimizer.num_partitions(), " partitions for ", want.size(), " model blocks");
@@ -128,15 +146,15 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   if (slots > 1) STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
   s->rt_->tokens.assign(rows * static_cast<size_t>(slots), 0);
   s->rt_->targets.assign(rows * static_cast<size_t>(slots), 0);
-  s->rt_->stats.blocks = s->blocks_.size();
-  s->rt_->stats.slots.assign(static_cast<size_t>(s->rt_->ranks) * s->blocks_.size() * 2, 0.0);
-  STRATA_ASSIGN_OR_RETURN(s->scaling_, StepScaling::create(options.step, model.dtype()));
-  const bool delayed = options.delayed_update_warmup >= 0;
+  s->rt_->stats.blocks = s->layout_.blocks.size();
+  s->rt_->stats.slots.assign(static_cast<size_t>(s->rt_->ranks) * s->layout_.blocks.size() * 2,
+                             0.0);
+  STRATA_ASSIGN_OR_RETURN(s->pending_.scaling, StepScaling::create(options.step, model.dtype()));
   // Clipping needs the global norm, fp16 the overflow check, of every gradient before any update;
   // the device optimizer, which cannot wait for a host check within the step, too; the delayed
   // update runs during the next step by definition.
-  s->rotate_ = options.step.grad_clip > 0.0f || s->scaling_.fp16() || options.device_optimizer ||
-               options.gpu_optimizer_fraction > 0.0 || delayed;
+  lay.rotate = options.step.grad_clip > 0.0f || s->pending_.scaling.fp16() ||
+               options.device_optimizer || options.gpu_optimizer_fraction > 0.0 || lay.delayed;
   const std::vector<bool> on_device = DeviceOptimizer::choose(
       optimizer, options.device_optimizer ? 1.0 : options.gpu_optimizer_fraction);
   bool any_on_device = false;
@@ -145,7 +163,10 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
     STRATA_ASSIGN_OR_RETURN(s->rt_->device_opt, DeviceOptimizer::create(optimizer, model.device(),
                                                                         model.stream(), on_device));
   }
-  STRATA_ASSIGN_OR_RETURN(sched::Plan plan, s->build_plan());
+  STRATA_ASSIGN_OR_RETURN(zero::Compiled compiled, zero::compile(s->compile_input()));
+  s->buffers_ = std::move(compiled.host);
+  s->notes_ = std::move(compiled.built.notes);
+  sched::Plan plan = std::move(compiled.built.plan);
   if (plan_only) {
     s->fit_ = s->check_budgets(plan);
     s->plan_ = std::move(plan);
@@ -157,7 +178,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   // The NVMe staging lies in the executor's pinned arena: registered with each store in use.
   nvme::SwapStore* opt_store = optimizer.nvme_state_bytes() > 0 ? optimizer.store() : nullptr;
   nvme::SwapStore* swap_store = nullptr;
-  for (Home h : s->home_) swap_store = h == Home::kNvme ? options.swap_store : swap_store;
+  for (Home h : s->layout_.home) swap_store = h == Home::kNvme ? options.swap_store : swap_store;
   if (options.offload_activations == Home::kNvme) swap_store = options.swap_store;
   if (swap_store == opt_store) swap_store = nullptr;  // one registration per store
   for (nvme::SwapStore* store : {opt_store, swap_store}) {
@@ -169,32 +190,32 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   return s;
 }
 
-Status ZeroStep::choose_homes() {
-  const int64_t nb = rt_->model.num_blocks();
-  home_.assign(size_t(nb), Home::kDevice);
-  const double f = options_.param_gpu_fraction;
-  const bool offloaded = options_.offload_param != Home::kDevice;
-  // Below stage 3 nothing is sharded (EngineConfig::validate refuses an offload_param there).
-  if (options_.stage != 3) return ok_status();
-  // The shared block is used first (embedding) and last (head backward): forward order.
-  std::vector<int64_t> order{nb - 1};
-  for (int64_t b = 0; b + 1 < nb; ++b) order.push_back(b);
-  double total = 0.0;
-  for (int64_t b : order) total += sharded_params(b) ? double(parts_.block(size_t(b)).numel) : 0.0;
-  double taken = 0.0;
-  for (int64_t b : order) {
-    if (!sharded_params(b)) continue;
-    const double n = double(parts_.block(size_t(b)).numel);
-    const bool resident = offloaded ? taken + 0.5 * n <= f * total : true;
-    if (resident) taken += n;
-    home_[size_t(b)] = resident ? Home::kDevice : options_.offload_param;
-    if (home_[size_t(b)] == Home::kNvme && options_.swap_store == nullptr &&
-        !rt_->opt.options().plan_only) {
-      return make_error(ErrorCode::kConfig, ref(Field::kOffloadParam), " nvme needs a swap store (",
-                        ref(Field::kNvmePath), " DIR[,DIR...])");
-    }
+zero::CompileInput ZeroStep::compile_input() const {
+  const model::Model& m = rt_->model;
+  zero::CompileInput in;
+  in.layout = &layout_;
+  in.rt = rt_.get();
+  in.ops.layers = layout_.layers;
+  for (int64_t seg = 0; seg < m.num_segments(); ++seg) {
+    in.ops.segments.emplace_back(m.segment_begin(seg), m.segment_end(seg));
   }
-  return ok_status();
+  for (size_t b = 0; b < layout_.nb(); ++b) {
+    const model::BlockCost cost = m.block_cost(int64_t(b));
+    in.ops.forward_flops.push_back(cost.forward_flops);
+    in.ops.backward_flops.push_back(cost.backward_flops);
+    in.ops.sharded.push_back(layout_.sharded(int64_t(b)));
+  }
+  in.ops.stage = layout_.stage;
+  in.ops.micros = std::max(1, options_.layer_major_micros);
+  in.ops.device_sum = layout_.stage <= 1 || (in.ops.micros > 1 && options_.device_grad_sum);
+  in.offloaded_segments = offloaded_segments();
+  in.checkpoint_home = options_.offload_activations;
+  in.checkpoint_bytes = m.checkpoint_bytes();
+  in.checkpoint_interval = m.checkpoint_interval();
+  in.depth = static_cast<size_t>(options_.prefetch_depth);
+  in.staging_slots = options_.staging_slots;
+  in.bucket_bytes = options_.bucket_bytes;
+  return in;
 }
 
 Status ZeroStep::check_budgets(const sched::Plan& plan) const {
@@ -219,15 +240,15 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
   pn.optimizer_fraction = rt_->opt.options().nvme_fraction;
   pn.optimizer_now = rt_->opt.host_state_bytes() + rt_->opt.staging_bytes() +
                      plan.peak_bytes_of([&](sched::BufferId id) {
-                       return buffer_kind_[size_t(id)] == Kind::kNvmeStaging;
+                       return notes_.kinds[size_t(id)] == zero::BufferKind::kNvmeStaging;
                      });
   DeviceNeeds dn;
   dn.stage = options_.stage;
-  for (size_t b = 0; b < parts_.num_blocks(); ++b) {
-    if (!sharded_params(int64_t(b))) continue;
-    const uint64_t shard = static_cast<uint64_t>(parts_.block(b).shard_numel) * es;
-    if (home_[b] == Home::kPinned) pn.param_shards += shard;
-    if (home_[b] == Home::kDevice) dn.param_shards += shard;
+  for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
+    if (!layout_.sharded(int64_t(b))) continue;
+    const uint64_t shard = static_cast<uint64_t>(layout_.parts.block(b).shard_numel) * es;
+    if (layout_.home[b] == Home::kPinned) pn.param_shards += shard;
+    if (layout_.home[b] == Home::kDevice) dn.param_shards += shard;
   }
   if (options_.offload_activations == Home::kPinned) {
     pn.checkpoints = uint64_t(offloaded_checkpoints()) * rt_->model.checkpoint_bytes();
@@ -246,9 +267,9 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
 
 Status ZeroStep::init_param_shards() {
   const DType dt = rt_->model.dtype();
-  for (size_t p = 0; p < blocks_.size(); ++p) {
-    const int64_t b = blocks_[p];
-    if (!sharded_params(b)) continue;
+  for (size_t p = 0; p < layout_.blocks.size(); ++p) {
+    const int64_t b = layout_.blocks[p];
+    if (!layout_.sharded(b)) continue;
     const auto n = static_cast<size_t>(rt_->opt.numel(p));  // the shard, padding included
     std::vector<float> state(3 * n);
     STRATA_RETURN_IF_ERROR(
@@ -261,43 +282,43 @@ Status ZeroStep::init_param_shards() {
 }
 
 Status ZeroStep::load_shard(int64_t b, void* host) {
-  const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(rt_->model.dtype());
-  switch (home_[size_t(b)]) {
+  const size_t bytes = static_cast<size_t>(layout_.parts.block(size_t(b)).shard_numel) *
+                       dtype_size(rt_->model.dtype());
+  switch (layout_.home[size_t(b)]) {
     case Home::kPinned:
-      std::memcpy(host, executor_->buffer(pbuf_[size_t(b)]), bytes);
+      std::memcpy(host, executor_->buffer(buffers_.pbuf[size_t(b)]), bytes);
       return ok_status();
     case Home::kDevice:
-      return rt_->model.stream().copy_now(host, executor_->buffer(dshard_[size_t(b)]), bytes,
-                                          gpu::CopyKind::kDeviceToHost);
+      return rt_->model.stream().copy_now(host, executor_->buffer(buffers_.dshard[size_t(b)]),
+                                          bytes, gpu::CopyKind::kDeviceToHost);
     case Home::kNvme:
-      if (shard_io_.size_bytes() < bytes) {
-        STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
+      if (scratch_.shard_io.size_bytes() < bytes) {
+        STRATA_ASSIGN_OR_RETURN(scratch_.shard_io, cpu::default_pinned_pool().allocate(bytes));
       }
       STRATA_RETURN_IF_ERROR(
-          rt_->swap.store->read(rt_->swap.shard(b), shard_io_.data(), bytes).wait());
-      std::memcpy(host, shard_io_.data(), bytes);
+          rt_->swap.store->read(rt_->swap.shard(b), scratch_.shard_io.data(), bytes).wait());
+      std::memcpy(host, scratch_.shard_io.data(), bytes);
       return ok_status();
   }
   return ok_status();
 }
 
 Status ZeroStep::store_shard(int64_t b, const void* host) {
-  const size_t bytes =
-      static_cast<size_t>(parts_.block(size_t(b)).shard_numel) * dtype_size(rt_->model.dtype());
-  switch (home_[size_t(b)]) {
+  const size_t bytes = static_cast<size_t>(layout_.parts.block(size_t(b)).shard_numel) *
+                       dtype_size(rt_->model.dtype());
+  switch (layout_.home[size_t(b)]) {
     case Home::kPinned:
-      std::memcpy(executor_->buffer(pbuf_[size_t(b)]), host, bytes);
+      std::memcpy(executor_->buffer(buffers_.pbuf[size_t(b)]), host, bytes);
       return ok_status();
     case Home::kDevice:
-      return rt_->model.stream().copy_now(executor_->buffer(dshard_[size_t(b)]), host, bytes,
-                                          gpu::CopyKind::kHostToDevice);
+      return rt_->model.stream().copy_now(executor_->buffer(buffers_.dshard[size_t(b)]), host,
+                                          bytes, gpu::CopyKind::kHostToDevice);
     case Home::kNvme:
-      if (shard_io_.size_bytes() < bytes) {
-        STRATA_ASSIGN_OR_RETURN(shard_io_, cpu::default_pinned_pool().allocate(bytes));
+      if (scratch_.shard_io.size_bytes() < bytes) {
+        STRATA_ASSIGN_OR_RETURN(scratch_.shard_io, cpu::default_pinned_pool().allocate(bytes));
       }
-      std::memcpy(shard_io_.data(), host, bytes);
-      return rt_->swap.store->write(rt_->swap.shard(b), shard_io_.data(), bytes).wait();
+      std::memcpy(scratch_.shard_io.data(), host, bytes);
+      return rt_->swap.store->write(rt_->swap.shard(b), scratch_.shard_io.data(), bytes).wait();
   }
   return ok_status();
 }
@@ -305,7 +326,7 @@ Status ZeroStep::store_shard(int64_t b, const void* host) {
 Status ZeroStep::gather_block(int64_t b, void* dst) {
   model::Model& m = rt_->model;
   STRATA_RETURN_IF_ERROR(gather_host(b));
-  return m.stream().copy_now(dst, host_scratch_.data(),
+  return m.stream().copy_now(dst, scratch_.host.data(),
                              static_cast<size_t>(m.block_numel(b)) * dtype_size(m.dtype()),
                              gpu::CopyKind::kHostToDevice);
 }
@@ -315,26 +336,26 @@ Status ZeroStep::gather_params(int64_t b, float* host) {
     return make_error(ErrorCode::kConfig, "parameter block ", b, " is not in [0, ",
                       rt_->model.num_blocks(), ")");
   }
-  if (!sharded_params(b)) return rt_->model.download_params(b, host);
+  if (!layout_.sharded(b)) return rt_->model.download_params(b, host);
   STRATA_RETURN_IF_ERROR(gather_host(b));
-  convert(host_scratch_.data(), rt_->model.dtype(), host, DType::kF32,
-          static_cast<size_t>(parts_.block(size_t(b)).numel));
+  convert(scratch_.host.data(), rt_->model.dtype(), host, DType::kF32,
+          static_cast<size_t>(layout_.parts.block(size_t(b)).numel));
   return ok_status();
 }
 
 Status ZeroStep::gather_host(int64_t b) {
   const DType dt = rt_->model.dtype();
-  const BlockPartition& bp = parts_.block(size_t(b));
+  const BlockPartition& bp = layout_.parts.block(size_t(b));
   const size_t shard_bytes = static_cast<size_t>(bp.shard_numel) * dtype_size(dt);
-  host_scratch_.resize(shard_bytes * static_cast<size_t>(rt_->ranks));
-  std::byte* mine = host_scratch_.data() + static_cast<size_t>(rt_->rank) * shard_bytes;
+  scratch_.host.resize(shard_bytes * static_cast<size_t>(rt_->ranks));
+  std::byte* mine = scratch_.host.data() + static_cast<size_t>(rt_->rank) * shard_bytes;
   STRATA_RETURN_IF_ERROR(load_shard(b, mine));
-  return rt_->comm.all_gather(mine, host_scratch_.data(), static_cast<size_t>(bp.shard_numel), dt);
+  return rt_->comm.all_gather(mine, scratch_.host.data(), static_cast<size_t>(bp.shard_numel), dt);
 }
 
 Status ZeroStep::gather_into_model() {
   for (int64_t b = 0; b < rt_->model.num_blocks(); ++b) {
-    if (sharded_params(b) && rt_->model.param_block(b) != nullptr) {
+    if (layout_.sharded(b) && rt_->model.param_block(b) != nullptr) {
       STRATA_RETURN_IF_ERROR(gather_block(b, rt_->model.param_block(b)));
     }
   }
@@ -346,7 +367,7 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
   // Checked before the first gather (a collective): a rank that stopped here would leave the
   // others waiting.
   STRATA_RETURN_IF_ERROR(m.check_batch(tokens, targets));
-  if (pending_adam_step_ != 0) {
+  if (pending_.adam_step != 0) {
     return make_error(ErrorCode::kConfig,
                       "ZeroStep::forward_inference: an update is pending: flush() first");
   }
@@ -359,27 +380,27 @@ Status ZeroStep::forward_inference(const int32_t* tokens, const int32_t* targets
   // The shared block stays gathered for the head; one layer at a time goes through scratch.
   size_t need = 0;
   for (int64_t b = 0; b <= L; ++b) {
-    if (sharded_params(b) && m.param_block(b) == nullptr) {
+    if (layout_.sharded(b) && m.param_block(b) == nullptr) {
       need += b == L ? static_cast<size_t>(m.block_numel(b)) * es : 0;
     }
   }
   const bool layers_sharded = L > 0 && m.param_block(0) == nullptr;
   const size_t layer_bytes = layers_sharded ? static_cast<size_t>(m.block_numel(0)) * es : 0;
   need += layer_bytes;
-  if (need > 0 && scratch_.size_bytes() < need) {
-    scratch_ = gpu::DeviceBuffer();
-    STRATA_ASSIGN_OR_RETURN(scratch_, m.device().allocate(need));
+  if (need > 0 && scratch_.block.size_bytes() < need) {
+    scratch_.block = gpu::DeviceBuffer();
+    STRATA_ASSIGN_OR_RETURN(scratch_.block, m.device().allocate(need));
   }
-  auto* base = static_cast<std::byte*>(scratch_.data());
+  auto* base = static_cast<std::byte*>(scratch_.block.data());
   // The offloaded checkpoints: segment s's kept input in scratch slot s % 2 (a layer reads its
   // segment's and may write the next one's).
   if (offloaded_segments() > 0) {
-    if (ckpt_scratch_.size_bytes() < 2 * m.checkpoint_bytes()) {
-      STRATA_ASSIGN_OR_RETURN(ckpt_scratch_, m.device().allocate(2 * m.checkpoint_bytes()));
+    if (scratch_.checkpoints.size_bytes() < 2 * m.checkpoint_bytes()) {
+      STRATA_ASSIGN_OR_RETURN(scratch_.checkpoints, m.device().allocate(2 * m.checkpoint_bytes()));
     }
     for (int64_t seg = 0; seg < offloaded_segments(); ++seg) {
       STRATA_RETURN_IF_ERROR(
-          m.set_checkpoint(seg, static_cast<std::byte*>(ckpt_scratch_.data()) +
+          m.set_checkpoint(seg, static_cast<std::byte*>(scratch_.checkpoints.data()) +
                                     static_cast<size_t>(seg % 2) * m.checkpoint_bytes()));
     }
   }
@@ -406,16 +427,16 @@ ZeroMemory ZeroStep::memory() const {
   const sched::Plan& plan = this->plan();
   const int64_t es = static_cast<int64_t>(dtype_size(rt_->model.dtype()));
   int64_t pinned_homes = 0;
-  for (size_t b = 0; b < parts_.num_blocks(); ++b) {
-    const int64_t shard = parts_.block(b).shard_numel * es;
-    if (sharded_params(int64_t(b))) {
+  for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
+    const int64_t shard = layout_.parts.block(b).shard_numel * es;
+    if (layout_.sharded(int64_t(b))) {
       z.params16 += shard;
-      if (home_[b] == Home::kPinned) pinned_homes += shard;
-      if (home_[b] == Home::kDevice) z.params_device += shard;
-      if (home_[b] == Home::kNvme) z.params_nvme += shard;
+      if (layout_.home[b] == Home::kPinned) pinned_homes += shard;
+      if (layout_.home[b] == Home::kDevice) z.params_device += shard;
+      if (layout_.home[b] == Home::kNvme) z.params_nvme += shard;
     }
     if (options_.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches add so
-      const int64_t acc = parts_.block(b).shard_numel * (options_.fp32_grad_accum ? 4 : es);
+      const int64_t acc = layout_.parts.block(b).shard_numel * (options_.fp32_grad_accum ? 4 : es);
       z.grads16 += acc;
       pinned_homes += acc;
     }
@@ -435,22 +456,22 @@ ZeroMemory ZeroStep::memory() const {
                      (z.params_device - static_cast<int64_t>(rt_->model.param_bytes()));
   z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
   // Each kind's own peak along the plan's order.
-  auto peak = [&](Kind kind, sched::Tier tier) {
+  auto peak = [&](zero::BufferKind kind, sched::Tier tier) {
     return static_cast<int64_t>(plan.peak_bytes_of([&](sched::BufferId id) {
-      return buffer_kind_[size_t(id)] == kind && plan.buffer(id).tier == tier;
+      return notes_.kinds[size_t(id)] == kind && plan.buffer(id).tier == tier;
     }));
   };
   using sched::Tier;
-  z.device_gathered = peak(Kind::kGathered, Tier::kDevice);
-  z.device_grads_in_flight = peak(Kind::kGradBucket, Tier::kDevice);
-  z.device_optimizer_io = peak(Kind::kOptimizerIo, Tier::kDevice);
-  z.pinned_gathered = peak(Kind::kGathered, Tier::kPinnedHost);
-  z.pinned_grads =
-      peak(Kind::kGradBucket, Tier::kPinnedHost) + peak(Kind::kGradWhole, Tier::kPinnedHost);
-  z.pinned_params = peak(Kind::kParamStaging, Tier::kPinnedHost);
-  z.pinned_nvme_staging = peak(Kind::kNvmeStaging, Tier::kPinnedHost);
-  z.device_checkpoints = peak(Kind::kCheckpoint, Tier::kDevice);
-  z.pinned_checkpoints = peak(Kind::kCheckpoint, Tier::kPinnedHost);
+  z.device_gathered = peak(zero::BufferKind::kGathered, Tier::kDevice);
+  z.device_grads_in_flight = peak(zero::BufferKind::kGradBucket, Tier::kDevice);
+  z.device_optimizer_io = peak(zero::BufferKind::kOptimizerIo, Tier::kDevice);
+  z.pinned_gathered = peak(zero::BufferKind::kGathered, Tier::kPinnedHost);
+  z.pinned_grads = peak(zero::BufferKind::kGradBucket, Tier::kPinnedHost) +
+                   peak(zero::BufferKind::kGradWhole, Tier::kPinnedHost);
+  z.pinned_params = peak(zero::BufferKind::kParamStaging, Tier::kPinnedHost);
+  z.pinned_nvme_staging = peak(zero::BufferKind::kNvmeStaging, Tier::kPinnedHost);
+  z.device_checkpoints = peak(zero::BufferKind::kCheckpoint, Tier::kDevice);
+  z.pinned_checkpoints = peak(zero::BufferKind::kCheckpoint, Tier::kPinnedHost);
   if (options_.offload_activations == Home::kNvme) {
     z.nvme_checkpoints =
         offloaded_checkpoints() * static_cast<int64_t>(rt_->model.checkpoint_bytes());
@@ -459,13 +480,13 @@ ZeroMemory ZeroStep::memory() const {
 }
 
 std::vector<bool> ZeroStep::active_tasks(int micro, int micros, bool update) const {
-  std::vector<bool> on(task_when_.size(), true);
+  std::vector<bool> on(notes_.when.size(), true);
   for (size_t t = 0; t < on.size(); ++t) {
-    switch (task_when_[t]) {
-      case RunsWhen::kEvery: break;
-      case RunsWhen::kUpdate: on[t] = update; break;
-      case RunsWhen::kNoUpdate: on[t] = !update; break;
-      case RunsWhen::kLastMicro: on[t] = micro + 1 == micros; break;
+    switch (notes_.when[t]) {
+      case zero::RunsWhen::kEvery: break;
+      case zero::RunsWhen::kUpdate: on[t] = update; break;
+      case zero::RunsWhen::kNoUpdate: on[t] = !update; break;
+      case zero::RunsWhen::kLastMicro: on[t] = micro + 1 == micros; break;
     }
   }
   return on;
@@ -478,7 +499,7 @@ Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro
   const int k = options_.layer_major_micros > 1 ? 1 : std::max(1, micro_batches);
   sched::Prediction sum;
   auto add = [&](int micro, double times) -> Status {
-    const bool update = rotate_ ? micro == 0 : micro + 1 == k;
+    const bool update = layout_.rotate ? micro == 0 : micro + 1 == k;
     const std::vector<bool> on = active_tasks(micro, k, update);
     STRATA_ASSIGN_OR_RETURN(const sched::Prediction p, sched::simulate(plan(), rates, &on));
     sum.step_s += times * p.step_s;
@@ -500,15 +521,15 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   const auto k = static_cast<uint64_t>(std::max(1, micro_batches));
   const uint64_t reductions = options_.stage >= 2 && !options_.device_grad_sum ? k : 1;
   const uint64_t gathers = options_.layer_major_micros > 1 ? 1 : k;
-  for (size_t b = 0; b < parts_.num_blocks(); ++b) {
-    const BlockPartition& bp = parts_.block(b);
+  for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
+    const BlockPartition& bp = layout_.parts.block(b);
     const uint64_t shard_bytes = static_cast<uint64_t>(bp.shard_numel) * es;
     const uint64_t one = (n - 1) * shard_bytes;  // a ring reduce-scatter or all-gather
     t.grad_reduce_scatter += reductions * one;
     if (options_.stage == 0) t.grad_all_gather += one;
     // Stage 3: gathers for the forward and the backward instead of one after the update; the
     // shared block is gathered once (its forward copy serves the head backward too).
-    if (sharded_params(int64_t(b))) {
+    if (layout_.sharded(int64_t(b))) {
       t.param_all_gather += gathers * (int64_t(b) != rt_->model.num_layers() ? 2 : 1) * one;
     } else if (options_.stage >= 1) {
       t.param_all_gather += one;
@@ -516,7 +537,7 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   }
   // Statistics: 2 doubles per block per rank, all-gathered (stages 1-3); the loss: an
   // all-reduce of one float (the textbook formula's integer division).
-  if (options_.stage >= 1) t.stats += (n - 1) * parts_.num_blocks() * 16;
+  if (options_.stage >= 1) t.stats += (n - 1) * layout_.parts.num_blocks() * 16;
   t.stats += 2 * (n - 1) * 4 / n;
   return t;
 }
@@ -547,26 +568,26 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (options_.delayed_update_warmup >= 0 && step <= options_.delayed_update_warmup + 1) {
     STRATA_RETURN_IF_ERROR(flush());
   }
-  step_ = step;
-  last_micros_ = micro_batches;
+  pending_.step = step;
+  last_.micros = micro_batches;
   const double accumulated = static_cast<double>(rt_->ranks) * micro_batches;
   zero::Replay replay;
   replay.step = step;
   // The segment-major plan runs every micro-batch in one replay (as the first and the last).
   replay.micros = slots > 1 ? 1 : micro_batches;
   int64_t this_update = 0;
-  if (rotate_) {  // the previous step's update, if it is to be applied
-    this_update = pending_adam_step_;
-    replay.update_grad_scale = pending_grad_scale_;
-    if (pending_lr_ >= 0.0f) rt_->opt.adam().set_lr(pending_lr_);
+  if (layout_.rotate) {  // the previous step's update, if it is to be applied
+    this_update = pending_.adam_step;
+    replay.update_grad_scale = pending_.grad_scale;
+    if (pending_.next_lr >= 0.0f) rt_->opt.adam().set_lr(pending_.next_lr);
   } else {  // this step's, with no clipping and no loss scale: decide()'s multiplier
-    this_update = scaling_.applied() + 1;
+    this_update = pending_.scaling.applied() + 1;
     replay.update_grad_scale = static_cast<float>(1.0 / accumulated);
-    if (lr_ >= 0.0f) rt_->opt.adam().set_lr(lr_);
+    if (pending_.lr >= 0.0f) rt_->opt.adam().set_lr(pending_.lr);
   }
   StepResult r;
-  r.loss_scale = scaling_.loss_scale();
-  rt_->model.set_loss_scale(scaling_.loss_scale());
+  r.loss_scale = pending_.scaling.loss_scale();
+  rt_->model.set_loss_scale(pending_.scaling.loss_scale());
   rt_->reset_counts();
   // One replay per micro-batch: the rotated update with the first, the unrotated one with the
   // last (where the gradients are complete).
@@ -585,7 +606,7 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   } else {
     for (int k = 0; k < micro_batches; ++k) {
       replay.micro = k;
-      replay.update_step = (rotate_ ? k == 0 : replay.last_micro()) ? this_update : 0;
+      replay.update_step = (layout_.rotate ? k == 0 : replay.last_micro()) ? this_update : 0;
       std::copy(tokens + k * bt, tokens + (k + 1) * bt, rt_->tokens.begin());
       std::copy(targets + k * bt, targets + (k + 1) * bt, rt_->targets.begin());
       STRATA_RETURN_IF_ERROR(
@@ -606,14 +627,15 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
     rt_->count(call, &ZeroTraffic::stats);
     STRATA_RETURN_IF_ERROR(rt_->comm.start(call).wait());
   }
-  traffic_ = rt_->traffic();
-  lane_bytes_ = rt_->lane_bytes();
-  STRATA_ASSIGN_OR_RETURN(const StepScaling::Decision d,
-                          scaling_.decide(rt_->stats.sum, rt_->stats.finite, step, accumulated));
-  if (rotate_) {
-    pending_adam_step_ = d.apply ? d.adam_step : 0;
-    pending_grad_scale_ = d.grad_scale;
-    pending_lr_ = lr_;
+  last_.traffic = rt_->traffic();
+  last_.lanes = rt_->lane_bytes();
+  STRATA_ASSIGN_OR_RETURN(
+      const StepScaling::Decision d,
+      pending_.scaling.decide(rt_->stats.sum, rt_->stats.finite, step, accumulated));
+  if (layout_.rotate) {
+    pending_.adam_step = d.apply ? d.adam_step : 0;
+    pending_.grad_scale = d.grad_scale;
+    pending_.next_lr = pending_.lr;
   }
   r.loss = rt_->ranks > 1 ? total / static_cast<float>(rt_->ranks) : local;
   r.grad_norm = d.norm;
@@ -622,15 +644,15 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
 }
 
 Status ZeroStep::flush() {
-  if (pending_adam_step_ != 0) {
+  if (pending_.adam_step != 0) {
     zero::Replay replay;
-    replay.step = step_;
+    replay.step = pending_.step;
     replay.flushing = true;
-    replay.update_step = pending_adam_step_;
-    replay.update_grad_scale = pending_grad_scale_;
-    if (pending_lr_ >= 0.0f) rt_->opt.adam().set_lr(pending_lr_);
+    replay.update_step = pending_.adam_step;
+    replay.update_grad_scale = pending_.grad_scale;
+    if (pending_.next_lr >= 0.0f) rt_->opt.adam().set_lr(pending_.next_lr);
     STRATA_RETURN_IF_ERROR(executor_->replay(&replay));
-    pending_adam_step_ = 0;
+    pending_.adam_step = 0;
   }
   if (rt_->device_opt)
     STRATA_RETURN_IF_ERROR(rt_->device_opt->download(rt_->opt, rt_->model.stream()));

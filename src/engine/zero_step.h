@@ -79,15 +79,13 @@
 #include "engine/partition.h"
 #include "engine/step_reports.h"
 #include "engine/train_step.h"
+#include "engine/zero/plan/compile.h"
+#include "engine/zero/plan/layout.h"
 #include "engine/zero/runtime.h"
 #include "scheduler/cost_model.h"
 #include "scheduler/executor.h"
 
 namespace strata::engine {
-
-namespace zero {
-struct Op;
-}
 
 struct ZeroStepOptions {
   OffloadStepOptions step;
@@ -208,11 +206,11 @@ class ZeroStep : public TrainStep {
   Status flush() override;
   // The learning rate of the next run()'s update (an LR schedule: the update of step n uses the
   // rate set before run(n), whenever it is applied). Unset: the optimizer's own.
-  void set_lr(float lr) override { lr_ = lr; }
+  void set_lr(float lr) override { pending_.lr = lr; }
   // Adam's step count and the loss scaler (checkpoints: take it after flush(), restore it before
   // the first run()).
-  StepScaling::State scaling_state() const override { return scaling_.state(); }
-  void restore_scaling(const StepScaling::State& s) override { scaling_.restore(s); }
+  StepScaling::State scaling_state() const override { return pending_.scaling.state(); }
+  void restore_scaling(const StepScaling::State& s) override { pending_.scaling.restore(s); }
   // Inference forward of `tokens` (host int32 [B*T]) with the current parameters, gathering
   // each sharded block into a scratch device buffer in turn (after flush()); then the model's
   // logits_to_host() reads the logits, and with `targets` its mean_loss() the loss (computed on
@@ -244,15 +242,15 @@ class ZeroStep : public TrainStep {
   std::optional<StepTraffic> traffic_report() const override {
     return StepTraffic{last_traffic(), expected_traffic(), last_lane_bytes()};
   }
-  const Partitioning& partitioning() const { return parts_; }
+  const Partitioning& partitioning() const { return layout_.parts; }
   int stage() const { return options_.stage; }
   // Traffic of the last run() (measured from the communicator's counters).
-  const ZeroTraffic& last_traffic() const { return traffic_; }
+  const ZeroTraffic& last_traffic() const { return last_.traffic; }
   // Transfer-lane bytes of the last run() (counted by the transfer tasks).
-  ZeroLaneBytes last_lane_bytes() const { return lane_bytes_; }
+  ZeroLaneBytes last_lane_bytes() const { return last_.lanes; }
   // Where block b's 16-bit parameters live between uses: kDevice for blocks kept whole on the
   // device (stages 0-2, persistent blocks), else the shard's home.
-  Home param_home(int64_t b) const { return home_[size_t(b)]; }
+  Home param_home(int64_t b) const { return layout_.home[size_t(b)]; }
   // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
   size_t dtype_bytes() const { return dtype_size(rt_->model.dtype()); }
   int64_t checkpoints_on_nvme() const {
@@ -264,7 +262,7 @@ class ZeroStep : public TrainStep {
   // step at 0-1), the stage-3 gathers once per micro-batch in the micro-batch-major order and
   // once per step in the segment-major one, the rest once per step. Without K: the last run()'s.
   ZeroTraffic expected_traffic(int micro_batches) const;
-  ZeroTraffic expected_traffic() const { return expected_traffic(last_micros_); }
+  ZeroTraffic expected_traffic() const { return expected_traffic(last_.micros); }
 
  private:
   ZeroStep(model::Model& model, OffloadedOptimizer& optimizer, comm::Communicator& comm,
@@ -274,64 +272,43 @@ class ZeroStep : public TrainStep {
             model, optimizer, comm,
             zero::SwapKeys{options.swap_store, options.shard_key_base, options.checkpoint_key_base},
             options.inject_inf_step)) {}
-  // build_plan() and its parts (zero_plan*.cpp), over the state they share (PlanBuild,
-  // zero_plan_build.h), in the order build_plan() calls them.
-  struct PlanBuild;
-  // When a task of the plan does its work (the replays predict() adds up): every replay, those
-  // that apply an update, those that do not, or the last micro-batch's.
-  enum class RunsWhen : uint8_t { kEvery, kUpdate, kNoUpdate, kLastMicro };
+  // The update between run()s (rotated: the one run() computed and the next applies).
+  struct Pending {
+    int64_t step = 0;                   // the last run()'s step
+    int64_t adam_step = 0;              // Adam's step count of the pending update (0: none)
+    float grad_scale = 1.0f;            // and its gradient multiplier
+    float lr = -1.0f, next_lr = -1.0f;  // set_lr(); of the pending update. Negative: the
+                                        // optimizer's own
+    StepScaling scaling;
+  };
+  // What the last run() measured.
+  struct LastRun {
+    ZeroTraffic traffic;
+    ZeroLaneBytes lanes;
+    int micros = 1;
+  };
+  // Outside the replays: forward_inference's device scratch (one gathered block and the shared
+  // one; two offloaded checkpoints), a block gathered on the host, load_shard's pinned staging.
+  struct Scratch {
+    gpu::DeviceBuffer block, checkpoints;
+    std::vector<std::byte> host;
+    cpu::PinnedBuffer shard_io;
+  };
+  // The plan compiler's input (zero/plan/compile.h) from the options and the model.
+  zero::CompileInput compile_input() const;
   // The tasks active in a replay of micro-batch `micro` of `micros`, with an update or not.
   std::vector<bool> active_tasks(int micro, int micros, bool update) const;
-  Result<sched::Plan> build_plan();
-  void plan_host_buffers(PlanBuild& pb);  // zero_plan.cpp
-  // The update (zero_plan_update.cpp): NVMe state reads, the update of a partition and its steps.
-  void plan_state_reads(PlanBuild& pb);
-  void add_grad_up(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
-  sched::TaskId add_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
-  sched::TaskId add_update_tasks(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
-  sched::TaskId add_device_update(PlanBuild& pb, size_t p, std::vector<sched::TaskId> deps);
-  sched::TaskId add_params_up(PlanBuild& pb, int64_t b, sched::TaskId after);
-  sched::TaskId finish_shard(PlanBuild& pb, int64_t b, sched::TaskId after);
-  // The compute ops and their device buffers (zero_plan_ops.cpp), their gathers
-  // (zero_plan_gather.cpp) and offloaded checkpoints (zero_plan_checkpoints.cpp).
-  void plan_ops(PlanBuild& pb);
-  using OpBody = std::function<Status(gpu::Stream&, const sched::TaskContext&)>;
-  OpBody op_body(const PlanBuild& pb, const zero::Op& op);
-  void plan_gathers(PlanBuild& pb);
-  void plan_checkpoints(PlanBuild& pb);
-  // The tasks, in plan order: per op, the gathers ahead of it, its task, its checkpoints' moves,
-  // its dependencies and its gradient's chain (zero_plan_grads.cpp); then the norm.
-  void emit_ops(PlanBuild& pb);
-  void emit_gather(PlanBuild& pb, size_t k);
-  sched::TaskId add_op_task(PlanBuild& pb, size_t i);
-  void emit_checkpoint_moves(PlanBuild& pb, size_t i, sched::TaskId t);
-  void order_op(PlanBuild& pb, size_t i, sched::TaskId t);
-  void emit_grad_chain(PlanBuild& pb, int64_t gb, int slot, sched::TaskId t);
-  void emit_norm(PlanBuild& pb);
-  // The budgets and the staging-slot bounds (zero_plan.cpp).
-  sched::Budgets plan_budgets(const PlanBuild& pb) const;
-  void bound_staging(PlanBuild& pb);
-  // A shard homed elsewhere than pinned memory passes through pbuf after its update only.
-  bool transient(int64_t b) const { return sharded_params(b) && home_[size_t(b)] != Home::kPinned; }
-  Status choose_homes();                                // home_ from the options (stage 3)
   Status check_budgets(const sched::Plan& plan) const;  // memory_budget.h, before the executor
   Status init_param_shards();  // stage 3: the rank's shards from the optimizer's masters
   // Block b's whole parameters into `dst` on the device (gathered when sharded), synchronously.
   Status gather_block(int64_t b, void* dst);
-  Status gather_host(int64_t b);  // block b's shards all-gathered into host_scratch_
+  Status gather_host(int64_t b);  // block b's shards all-gathered into scratch_.host
   Status gather_into_model();     // stage 3: whole parameters into the model's blocks
-  bool sharded_params(int64_t b) const {
-    return options_.stage == 3 && !parts_.block(size_t(b)).persistent;
-  }
-  // A sharded block whose uses need a gather (all but a device shard of one rank).
-  bool gathered(int64_t b) const {
-    return sharded_params(b) && !(home_[size_t(b)] == Home::kDevice && rt_->ranks == 1);
-  }
   // Block b's shard (stage 3) into / from host memory, wherever its home is (outside replays).
   Status load_shard(int64_t b, void* host);
   Status store_shard(int64_t b, const void* host);
-  // Segments whose checkpoint the engine moves (all but the last, when offloaded).
-  // The offloaded checkpoints of a step: one per offloaded segment and micro-batch slot.
+  // The offloaded checkpoints of a step: one per offloaded segment (all but the last, when
+  // offloaded) and micro-batch slot.
   int64_t offloaded_checkpoints() const {
     return offloaded_segments() * std::max(1, options_.layer_major_micros);
   }
@@ -340,41 +317,16 @@ class ZeroStep : public TrainStep {
   }
 
   ZeroStepOptions options_;
-  std::unique_ptr<zero::Runtime> rt_;  // what the plan's tasks act on
-  Partitioning parts_;
-  std::vector<int64_t> blocks_;          // partition -> block
-  std::vector<sched::BufferId> pbuf_;    // by block: new params (stage 3: the param shard)
-  std::vector<sched::BufferId> dshard_;  // by block: the device home of a shard (-1: none)
-  std::vector<Home> home_;               // by block
-  ZeroLaneBytes lane_bytes_;
-  int last_micros_ = 1;         // the micro-batches of the last run()
-  cpu::PinnedBuffer shard_io_;  // load_shard/store_shard staging
+  std::unique_ptr<zero::Runtime> rt_;  // what the plan's tasks act on (a stable address)
+  zero::Layout layout_;                // blocks, shards, homes, stage, ranks
+  zero::HostBuffers buffers_;          // the plan's step-long buffers (the shards' homes)
+  zero::PlanNotes notes_;              // the plan's buffer kinds and tasks' replays
   std::unique_ptr<sched::Executor> executor_;
   std::optional<sched::Plan> plan_;  // plan_only
   Status fit_;
-  int64_t step_ = 0;
-  int64_t pending_adam_step_ = 0;
-  float pending_grad_scale_ = 1.0f;
-  float lr_ = -1.0f, pending_lr_ = -1.0f;  // set_lr(); negative: the optimizer's own
-  bool rotate_ = true;  // updates at the start of the next replay (see the header comment)
-  StepScaling scaling_;
-  ZeroTraffic traffic_;
-  // What each plan buffer holds (memory()).
-  enum class Kind {
-    kHome,  // a model-state home: the stage-3 parameter shard, a gradient shard
-    kGradWhole,
-    kGradBucket,
-    kParamStaging,
-    kGathered,
-    kNvmeStaging,
-    kOptimizerIo,
-    kCheckpoint,
-  };
-  std::vector<Kind> buffer_kind_;    // by BufferId
-  std::vector<RunsWhen> task_when_;  // by TaskId
-  gpu::DeviceBuffer scratch_;        // forward_inference: one gathered block
-  gpu::DeviceBuffer ckpt_scratch_;   // forward_inference: two offloaded checkpoints
-  std::vector<std::byte> host_scratch_;
+  Pending pending_;
+  LastRun last_;
+  Scratch scratch_;
 };
 
 // A ParamSource cutting the ranges from whole blocks: make(b) gives block b's fp32 values

@@ -1,0 +1,67 @@
+#include "engine/zero/plan/host_buffers.h"
+
+#include <algorithm>
+
+namespace strata::engine::zero {
+
+HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t bucket_bytes) {
+  using sched::Tier;
+  const size_t nb = lay.nb();
+  const int stage = lay.stage;
+  HostBuffers h;
+  h.gfull.assign(size_t(lay.slots) * nb, -1);
+  h.gshard.assign(nb, -1);
+  h.pbuf.assign(nb, -1);
+  h.dshard.assign(nb, -1);
+  for (size_t b = 0; b < nb; ++b) {
+    const int64_t bb = int64_t(b);
+    h.largest = std::max<uint64_t>(h.largest, lay.padded_bytes(bb));
+    h.gfull[b] = pb.add_buffer(stage <= 1 ? BufferKind::kGradWhole : BufferKind::kGradBucket,
+                               "grad " + lay.name(bb), Tier::kPinnedHost, lay.padded_bytes(bb),
+                               /*initially_valid=*/stage <= 1);
+    if (stage >= 2) {
+      h.gshard[b] = pb.add_buffer(BufferKind::kHome, "grad shard " + lay.name(bb),
+                                  Tier::kPinnedHost, lay.acc_shard_bytes(bb),
+                                  /*initially_valid=*/true);
+      h.pinned += round_page(lay.acc_shard_bytes(bb));
+    } else {
+      h.pinned += round_page(lay.padded_bytes(bb));
+    }
+    const bool sharded = lay.sharded(bb);
+    if (lay.transient(bb)) {
+      h.pbuf[b] = pb.add_buffer(BufferKind::kParamStaging, "new param shard " + lay.name(bb),
+                                Tier::kPinnedHost, lay.shard_bytes(bb));
+      h.largest_moving = std::max<uint64_t>(h.largest_moving, round_page(lay.shard_bytes(bb)));
+      if (lay.home[b] == Home::kNvme) {
+        h.largest_nvme = std::max<uint64_t>(h.largest_nvme, round_page(lay.shard_bytes(bb)));
+      }
+      if (lay.home[b] == Home::kDevice) {
+        h.dshard[b] = pb.add_buffer(BufferKind::kHome, "param shard " + lay.name(bb) + " (device)",
+                                    Tier::kDevice, lay.shard_bytes(bb), /*initially_valid=*/true);
+        h.device_homes += round_device(lay.shard_bytes(bb));
+      }
+      continue;
+    }
+    h.pbuf[b] =
+        pb.add_buffer(sharded ? BufferKind::kHome : BufferKind::kParamStaging,
+                      sharded ? "param shard " + lay.name(bb) : "params " + lay.name(bb),
+                      Tier::kPinnedHost, sharded ? lay.shard_bytes(bb) : lay.padded_bytes(bb),
+                      /*initially_valid=*/sharded);
+    h.pinned += round_page(sharded ? lay.shard_bytes(bb) : lay.padded_bytes(bb));
+  }
+  // The other slots' gradients (segment-major at stages 2-3), after every block's first.
+  for (int slot = 1; slot < lay.slots; ++slot) {
+    for (size_t b = 0; b < nb; ++b) {
+      h.gfull[lay.at(slot, int64_t(b))] = pb.add_buffer(
+          BufferKind::kGradBucket, "grad " + lay.name(int64_t(b)) + lay.slot_name(slot),
+          Tier::kPinnedHost, lay.padded_bytes(int64_t(b)));
+    }
+  }
+  if (stage >= 2) {
+    const uint64_t bucket = bucket_bytes == 0 ? 2 * h.largest : bucket_bytes;
+    h.in_flight += std::max<uint64_t>(bucket, round_page(h.largest));
+  }
+  return h;
+}
+
+}  // namespace strata::engine::zero

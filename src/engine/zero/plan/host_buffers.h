@@ -1,0 +1,33 @@
+// Lowering, the step-long pinned buffers and the shards' device homes: per block its whole
+// gradient (gfull, padded; kept for the step at stages 0-1, where the next run's update reads
+// it; at stages 2-3 held from its transfer to its reduction, and one per gradient slot), its
+// reduced gradient shard (gshard, stages 2-3), its new parameters (pbuf: padded, the rank's
+// shard written by Adam then all-gathered; at stage 3 the parameter shard itself, or for a shard
+// homed off pinned memory its staging after the update) and a shard's device home (dshard).
+// Takes the layout and the bucket size (ZeroStepOptions::bucket_bytes); returns the buffers and
+// the sizes the budgets count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/zero/plan/builder.h"
+#include "engine/zero/plan/layout.h"
+
+namespace strata::engine::zero {
+
+struct HostBuffers {
+  std::vector<sched::BufferId> gfull;   // by Layout::at(slot, block)
+  std::vector<sched::BufferId> gshard;  // by block (-1 below stage 2)
+  std::vector<sched::BufferId> pbuf;    // by block
+  std::vector<sched::BufferId> dshard;  // by block (-1: no device home)
+  // For the budgets: the pinned bytes of the step-long buffers, the gradients awaiting their
+  // reduction (stages 2-3), the device homes, the largest padded block, and the largest shard
+  // homed off pinned memory and on NVMe (their staging).
+  uint64_t pinned = 0, in_flight = 0, device_homes = 0, largest = 0;
+  uint64_t largest_moving = 0, largest_nvme = 0;
+};
+
+HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t bucket_bytes);
+
+}  // namespace strata::engine::zero

@@ -1,0 +1,213 @@
+#include "engine/zero/plan/lower_grads.h"
+
+#include <cstring>
+#include <string>
+
+#include "engine/offload_step.h"
+
+namespace strata::engine::zero {
+
+using sched::BufferId;
+using sched::Lane;
+using sched::TaskContext;
+using sched::TaskId;
+
+namespace {
+// dst[i] += src[i] for n elements, dst of `acc`, src of `dt` (the sum rounded to `acc`: the
+// model's 16-bit type as the device's adds, or fp32).
+void add_into(void* dst, DType acc, const void* src, DType dt, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    store_from_f32(dst, acc, i, load_as_f32(dst, acc, i) + load_as_f32(src, dt, i));
+  }
+}
+
+// +Inf as one element of `dt` at `at`.
+void write_inf(void* at, DType dt) {
+  const uint32_t f32 = 0x7F800000u;
+  const uint16_t f16 = 0x7C00u, bf16 = 0x7F80u;
+  if (dt == DType::kF32) std::memcpy(at, &f32, 4);
+  if (dt == DType::kF16) std::memcpy(at, &f16, 2);
+  if (dt == DType::kBF16) std::memcpy(at, &bf16, 2);
+}
+}  // namespace
+
+GradLowering::GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers& hb,
+                           const std::vector<BufferId>& dgrad, UpdateLowering& updates, Runtime* rt)
+    : pb_(pb), lay_(lay), hb_(hb), dgrad_(dgrad), updates_(updates), rt_(rt) {
+  checks_.assign(lay.nb(), -1);
+}
+
+void GradLowering::chain(int64_t gb, int slot, TaskId t) {
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const DType dt = lay_.dt;
+  const size_t es = lay_.es();
+  const int rank = lay_.rank, ranks = lay_.ranks;
+  const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
+  const size_t bytes = lay_.block_bytes(gb);
+  const BufferId dg = dgrad_[lay_.at(slot, gb)];
+  const std::string what = lay_.name(gb) + lay_.slot_name(slot);
+  // Which micro-batch's gradient this is: the slot's (segment-major, one replay), else the
+  // replay's.
+  const int fixed = lay_.slots > 1 ? slot : -1;
+  const TaskId down =
+      plan.add("grads down " + what, Lane::kD2H,
+               [rt = rt_, gb, gf, dg, bytes, stage](const TaskContext& c) -> Status {
+                 if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
+                   return ok_status();
+                 rt->moved(Moved::kD2H, bytes);
+                 const void* src = dg >= 0 ? c.buffer(dg) : rt->model.grad_block(gb);
+                 return c.stream->copy(c.buffer(gf), src, bytes, gpu::CopyKind::kDeviceToHost);
+               },
+               {t});
+  pb_.work(down, sched::Work::kD2HBytes, double(bytes));
+  if (stage <= 1) pb_.task_runs_when(down, RunsWhen::kLastMicro);
+  // Delayed, the previous step's update may still be reading this block's gradient buffers.
+  const TaskId reader = updates_.tasks().grad_reader[size_t(gb)];
+  if (lay_.delayed && reader >= 0) plan.depend(down, reader);
+  if (stage >= 2) {
+    plan.acquire(down, gf);
+    plan.reads(down, dg);
+    plan.release(down, dg);
+  }
+  plan.writes(down, gf);
+  const BufferId gs = hb_.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  const size_t real = static_cast<size_t>(lay_.numel(gb));
+  const TaskId reduce =
+      plan.add("reduce " + what, Lane::kComm,
+               [rt = rt_, gf, gs, gb, c16, real, dt, acc = lay_.acc, es, stage, rank, ranks,
+                fixed](const TaskContext& c) -> Status {
+                 if (c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro()))
+                   return ok_status();
+                 auto* full = static_cast<std::byte*>(c.buffer(gf));
+                 if (gb == 0 && c.args<Replay>().step == rt->inject_inf_step) write_inf(full, dt);
+                 const size_t total = c16 * static_cast<size_t>(ranks);
+                 std::memset(full + real * es, 0, (total - real) * es);  // the padding takes part
+                 comm::CollectiveCall call;
+                 call.kind = comm::CollectiveKind::kReduceScatter;
+                 call.send = full;
+                 std::byte* own = full + static_cast<size_t>(rank) * c16 * es;
+                 // A later micro-batch's shard goes to its place in `full`, then into gs (as
+                 // the first one does when gs is of another dtype: fp32 accumulation).
+                 const int micro = fixed >= 0 ? fixed : c.args<Replay>().micro;
+                 const bool add = gs >= 0 && micro > 0;
+                 const bool convert = gs >= 0 && !add && acc != dt;
+                 call.recv = gs >= 0 && !add && !convert ? c.buffer(gs) : own;
+                 call.count = c16;
+                 call.dtype = dt;
+                 rt->count(call, &ZeroTraffic::grad_reduce_scatter);
+                 STRATA_RETURN_IF_ERROR(rt->comm.start(call).wait());
+                 if (convert) ::strata::convert(own, dt, c.buffer(gs), acc, c16);
+                 if (add) add_into(c.buffer(gs), acc, own, dt, c16);
+                 if (stage != 0) return ok_status();
+                 comm::CollectiveCall gather = call;  // stage 0: the other half of the all-reduce
+                 gather.kind = comm::CollectiveKind::kAllGather;
+                 gather.send = call.recv;
+                 gather.recv = full;
+                 rt->count(gather, &ZeroTraffic::grad_all_gather);
+                 return rt->comm.start(gather).wait();
+               },
+               {down});
+  pb_.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16, dt, rank, ranks);
+  if (stage <= 1) pb_.task_runs_when(reduce, RunsWhen::kLastMicro);
+  if (stage == 0) {
+    pb_.collective_work(reduce, comm::CollectiveKind::kAllGather, c16, dt, rank, ranks);
+  }
+  plan.reads(reduce, gf);
+  plan.writes(reduce, gf);
+  if (gs >= 0) {
+    plan.reads(reduce, gs);  // a later micro-batch adds into it
+    plan.writes(reduce, gs);
+    plan.release(reduce, gf);
+  }
+  if (slot + 1 < lay_.slots) return;  // the last slot's reduction completes the shard
+  // The check: the sums of squares of the reduced shards this rank holds.
+  const BufferId src = gs >= 0 ? gs : gf;
+  const DType cdt = gs >= 0 ? lay_.acc : dt;  // the checked shard's dtype
+  TaskId& check = checks_[size_t(gb)];
+  check = plan.add("check " + lay_.name(gb), Lane::kCpu,
+                   [rt = rt_, src, gb, c16, cdt, es, stage, rank, ranks,
+                    rotate = lay_.rotate](const TaskContext& c) -> Status {
+                     if (c.args<Replay>().flushing || !c.args<Replay>().last_micro())
+                       return ok_status();
+                     const auto* base = static_cast<const std::byte*>(c.buffer(src));
+                     for (int r = 0; r < ranks; ++r) {
+                       if (stage != 0 && r != rank) continue;
+                       const std::byte* at = stage == 0 || stage == 1
+                                                 ? base + static_cast<size_t>(r) * c16 * es
+                                                 : base;
+                       const cpu::GradStats s = cpu::grad_check(at, cdt, static_cast<int64_t>(c16));
+                       double* out = rt->stats.at(r, size_t(gb));
+                       out[0] = s.sum_squares;
+                       out[1] = s.has_nonfinite ? 1.0 : 0.0;
+                       // Not rotated, the block's Adam follows at once: a non-finite gradient
+                       // (an error without fp16) must stop the step before it reaches the
+                       // state.
+                       if (!rotate && s.has_nonfinite)
+                         return nonfinite_gradient_error(c.args<Replay>().step);
+                     }
+                     return ok_status();
+                   },
+                   {reduce});
+  pb_.task_runs_when(check, RunsWhen::kLastMicro);
+  pb_.work(check, sched::Work::kHostBytes,
+           double(c16 * (gs >= 0 ? lay_.acc_es() : es) * size_t(stage == 0 ? ranks : 1)));
+  plan.reads(check, src);
+  // Not rotated: the block's update right after its own check (the next step's forward comes
+  // after this replay anyway).
+  if (!lay_.rotate) updates_.add(lay_.part_of[size_t(gb)], {check});
+}
+
+// The statistics of every shard on every rank (stages 1-3), then the norm in a fixed order.
+void GradLowering::norm() {
+  sched::Plan& plan = pb_.plan;
+  std::vector<TaskId> norm_deps = checks_;
+  const int ranks = lay_.ranks;
+  const size_t nb = lay_.nb();
+  if (lay_.stage >= 1 && ranks > 1) {
+    // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
+    comm::CollectiveCall gather;
+    gather.kind = comm::CollectiveKind::kAllGather;
+    gather.count = nb * 2 * sizeof(double) / 2;
+    gather.dtype = DType::kBF16;
+    const TaskId exchange = plan.add(
+        "exchange statistics", Lane::kComm,
+        [rt = rt_, gather](const TaskContext& c) -> Status {
+          if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
+          comm::CollectiveCall call = gather;
+          call.send = rt->stats.at(rt->rank, 0);
+          call.recv = rt->stats.slots.data();
+          rt->count(call, &ZeroTraffic::stats);
+          return rt->comm.start(call).wait();
+        },
+        checks_);
+    pb_.task_runs_when(exchange, RunsWhen::kLastMicro);
+    pb_.work(exchange, sched::Work::kNetCalls, 1.0);
+    pb_.work(exchange, sched::Work::kNetBytes,
+             double(comm::textbook_bytes(gather, lay_.rank, ranks).sent));
+    norm_deps = {exchange};
+  }
+  const TaskId first = pb_.next_task();
+  plan.add(
+      "norm", Lane::kCpu,
+      [rt = rt_, nb, ranks](const TaskContext& c) {
+        if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
+        double sum = 0.0;
+        bool finite = true;
+        for (size_t b = 0; b < nb; ++b) {
+          for (int r = 0; r < ranks; ++r) {
+            const double* s = rt->stats.at(r, b);
+            sum += s[0];
+            finite = finite && s[1] == 0.0;
+          }
+        }
+        rt->stats.sum = sum;
+        rt->stats.finite = finite;
+        return ok_status();
+      },
+      norm_deps);
+  pb_.runs_when(first, RunsWhen::kLastMicro);
+}
+
+}  // namespace strata::engine::zero
