@@ -12,6 +12,7 @@
 #include "engine/session.h"
 #include "gpu/planning_device.h"
 #include "model/gpt.h"
+#include "planner/session_prediction.h"
 #include "planning.h"
 
 namespace strata::train_gpt {
@@ -129,17 +130,17 @@ Result<AutoCandidate> plan_candidate(const AutoSettings& s, gpu::Device& real,
   AutoCandidate c;
   c.settings = s;
   c.fit = session->zero()->fit();
-  const engine::PlanReport r =
-      engine::make_plan_report(*session->zero(), session->optimizer(), device, {});
-  c.device_peak = r.peak[int(engine::ReportTier::kDevice)];
-  c.pinned_peak = r.peak[int(engine::ReportTier::kPinned)];
+  const planner::PlanReport r =
+      planner::make_plan_report(*session->zero(), session->optimizer(), device, {});
+  c.device_peak = r.peak[int(planner::ReportTier::kDevice)];
+  c.pinned_peak = r.peak[int(planner::ReportTier::kPinned)];
   if (c.fit.ok() && nvme_free > 0) {
-    if (r.peak[int(engine::ReportTier::kNvme)] > nvme_free) {
+    if (r.peak[int(planner::ReportTier::kNvme)] > nvme_free) {
       c.fit = make_error(ErrorCode::kOutOfMemory, "NVMe: needs ",
-                         r.peak[int(engine::ReportTier::kNvme)], " bytes, ", nvme_free, " free");
+                         r.peak[int(planner::ReportTier::kNvme)], " bytes, ", nvme_free, " free");
     }
   }
-  STRATA_ASSIGN_OR_RETURN(c.prediction, session->predict(rates));
+  STRATA_ASSIGN_OR_RETURN(c.prediction, planner::predict(*session, rates));
   return c;
 }
 
@@ -208,17 +209,17 @@ Status run_auto(Flags& f, gpu::Device& real, const ModelSpec& spec, model::RunSh
                 comm::Communicator& comm, const std::vector<std::string>& nvme_dirs,
                 int host_threads) {
   const bool lead = comm.rank() == 0;
-  engine::CalibrationRequest rq = engine::Session::calibration_request(
+  planner::CalibrationRequest rq = planner::calibration_request(
       engine_config(f).value(), spec.probe(), shape, real, comm, host_threads);
   rq.redo = f.calibrate;
   rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
-  auto cal = engine::calibrate(rq);
+  auto cal = planner::calibrate(rq);
   // Rank 0's choice, broadcast: [ok, checkpoint interval], then its engine config.
   float choice[2] = {};
   AutoSettings chosen;
   Status st = cal.status();
   if (lead && cal.ok()) {
-    const engine::PlanBudgets budgets = plan_budgets(f, shape.seq, comm.size(), nvme_dirs);
+    const planner::PlanBudgets budgets = plan_budgets(f, shape.seq, comm.size(), nvme_dirs);
     std::printf(
         "auto: planning the stage-3 settings against device %s, pinned host %s, NVMe "
         "%s\n",

@@ -4,9 +4,10 @@
 
 #include "auto_plan.h"
 #include "config_fields.h"
-#include "engine/calibration.h"
-#include "engine/plan_report.h"
 #include "engine/session.h"
+#include "planner/calibration.h"
+#include "planner/plan_report.h"
+#include "planner/session_prediction.h"
 #include "planning.h"
 
 namespace strata::train_gpt {
@@ -28,11 +29,11 @@ Status choose_microbatch_order(Flags& f, gpu::Device& real, const ModelSpec& spe
     return ok_status();
   }
   const bool lead = comm.rank() == 0;
-  engine::CalibrationRequest rq =
-      engine::Session::calibration_request(config, spec.probe(), shape, real, comm, host_threads);
+  planner::CalibrationRequest rq =
+      planner::calibration_request(config, spec.probe(), shape, real, comm, host_threads);
   rq.redo = f.calibrate;
   rq.nvme_dirs = nvme_dirs;
-  auto cal = engine::calibrate(rq);
+  auto cal = planner::calibrate(rq);
   float layer = 0.0f;  // rank 0's choice: 1 for the segment-major order
   if (lead && !cal.ok()) {
     std::printf("plan: micro-batch order micro (no prediction to choose by: %s)\n",
@@ -55,7 +56,7 @@ Status choose_microbatch_order(Flags& f, gpu::Device& real, const ModelSpec& spe
       char line[160];
       if (why[o].ok()) {
         std::snprintf(line, sizeof(line), "predicted %.1f ms a step, device peak %s",
-                      c[o].prediction.step_s * 1e3, engine::human_bytes(c[o].device_peak).c_str());
+                      c[o].prediction.step_s * 1e3, planner::human_bytes(c[o].device_peak).c_str());
         return std::string(line);
       }
       return "does not fit: " + with_flag_names(why[o]).message();

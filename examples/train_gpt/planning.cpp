@@ -7,12 +7,13 @@
 #include "config_fields.h"
 #include "core/median.h"
 #include "engine/session.h"
+#include "planner/session_prediction.h"
 
 namespace strata::train_gpt {
 
 std::optional<sched::Prediction> predict(const engine::Session& session, gpu::Device& real,
                                          bool redo, bool lead) {
-  auto cal = session.calibrate(real, redo);
+  auto cal = planner::calibrate(session, real, redo);
   if (!cal.ok()) {
     if (lead)
       std::printf("plan: no prediction: %s\n", with_flag_names(cal.status()).to_string().c_str());
@@ -22,7 +23,7 @@ std::optional<sched::Prediction> predict(const engine::Session& session, gpu::De
     std::printf("plan: calibrated %d rates of this machine (%s):\n%s", cal->measured,
                 cal->cache_path.c_str(), cal->describe().c_str());
   }
-  auto p = session.predict(cal->rates);
+  auto p = planner::predict(session, cal->rates);
   if (!p.ok()) {
     if (lead)
       std::printf("plan: no prediction: %s\n", with_flag_names(p.status()).to_string().c_str());
@@ -31,9 +32,9 @@ std::optional<sched::Prediction> predict(const engine::Session& session, gpu::De
   return *p;
 }
 
-engine::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
-                                 const std::vector<std::string>& nvme_dirs) {
-  engine::PlanBudgets b;
+planner::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
+                                  const std::vector<std::string>& nvme_dirs) {
+  planner::PlanBudgets b;
   // This rank's micro-batches and the global batch the data gives, tokens and targets.
   const auto rows = static_cast<uint64_t>(f.batch * seq);
   b.pageable_bytes = 2 * 4 * rows * (static_cast<uint64_t>(f.grad_accum) + uint64_t(ranks));
@@ -47,10 +48,11 @@ engine::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
 }
 
 void print_plan(const engine::Session& session, const gpu::Device& device,
-                const engine::PlanBudgets& budgets,
+                const planner::PlanBudgets& budgets,
                 const std::optional<sched::Prediction>& prediction, int rank, int ranks) {
   const engine::ZeroStep& step = *session.zero();
-  engine::PlanReport report = engine::make_plan_report(step, session.optimizer(), device, budgets);
+  planner::PlanReport report =
+      planner::make_plan_report(step, session.optimizer(), device, budgets);
   report.prediction = prediction;
   report.fit = with_flag_names(report.fit);
   if (rank != 0) return;

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/plan_report.h"
 #include "engine/session.h"
 #include "flags.h"
 #include "gpu/device.h"
+#include "planner/plan_report.h"
 
 namespace strata::train_gpt {
 
@@ -20,12 +20,12 @@ std::optional<sched::Prediction> predict(const engine::Session& session, gpu::De
 
 // The budgets the report shows against: the host batch, --host-memory-limit, the free space
 // under the NVMe directories, the swap store's extent.
-engine::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
-                                 const std::vector<std::string>& nvme_dirs);
+planner::PlanBudgets plan_budgets(const Flags& f, int64_t seq, int ranks,
+                                  const std::vector<std::string>& nvme_dirs);
 
 // --plan: the table of the session's ZeRO step on rank 0.
 void print_plan(const engine::Session& session, const gpu::Device& device,
-                const engine::PlanBudgets& budgets,
+                const planner::PlanBudgets& budgets,
                 const std::optional<sched::Prediction>& prediction, int rank, int ranks);
 
 // The measured step times of a run, against the prediction.

@@ -199,34 +199,4 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   return s;
 }
 
-CalibrationRequest Session::calibration_request(const EngineConfig& config, model::ModelProbe probe,
-                                                const model::RunShape& shape, gpu::Device& real,
-                                                comm::Communicator& comm, int host_threads) {
-  CalibrationRequest rq;
-  rq.device = &real;
-  rq.probe = std::move(probe);
-  rq.shape = shape;
-  rq.comm = &comm;
-  rq.host_threads = host_threads;
-  if (config.uses_nvme()) rq.nvme_dirs = config.nvme_paths;
-  rq.nvme_block_bytes = config.nvme_block_size;
-  rq.nvme_queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
-  return rq;
-}
-
-Result<Calibration> Session::calibrate(gpu::Device& real, bool redo) const {
-  CalibrationRequest rq =
-      calibration_request(config_, model_->probe(), model_->shape(), real, *comm_, host_threads_);
-  rq.redo = redo;
-  return engine::calibrate(rq);
-}
-
-Result<sched::Prediction> Session::predict(const sched::Rates& rates) const {
-  if (zero_ == nullptr) {
-    return make_error(ErrorCode::kConfig, "no prediction for ", ref(Field::kSchedule), " ",
-                      schedule_name(config_.schedule), " (it runs no plan)");
-  }
-  return zero_->predict(rates, static_cast<int>(config_.grad_accum));
-}
-
 }  // namespace strata::engine

@@ -13,9 +13,8 @@
 //   6. create the step: the serial reference (Schedule::kSerial, one rank) or the ZeRO step over
 //      the communicator (the plan, its budget checks, the executor), and give it the restored
 //      scaling state.
-// The session also predicts its step's time (the plan simulated with this machine's calibrated
-// rates, engine/calibration.h, for config.grad_accum micro-batches) and hands out what the step
-// reports (TrainStep::memory_report, traffic_report).
+// The session hands out what the step reports (TrainStep::memory_report, traffic_report); the
+// planner (planner/session_prediction.h) predicts its step's time.
 //
 // plan_only (the planner, --plan) stops short of allocating: no swap store, an optimizer and a
 // ZeRO step that only lay out (ZeroStep::plan_only), no masters.
@@ -39,7 +38,6 @@
 
 #include "comm/communicator.h"
 #include "core/status.h"
-#include "engine/calibration.h"
 #include "engine/engine_config.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/serial_step.h"
@@ -103,18 +101,10 @@ class Session {
   // This rank's optimizer partitions (elements each).
   const std::vector<int64_t>& partition_numel() const { return numel_; }
 
-  // The calibration for a run of `config` with a model of this probe and shape, the NVMe
-  // directories when a home is on NVMe, the store's request size and queue depth. `real`: the
-  // device to measure (not a planning device).
-  static CalibrationRequest calibration_request(const EngineConfig& config, model::ModelProbe probe,
-                                                const model::RunShape& shape, gpu::Device& real,
-                                                comm::Communicator& comm, int host_threads);
-  // This machine's rates for this session (cached per machine; `redo` measures again).
-  // Collective: every rank calls it.
-  Result<Calibration> calibrate(gpu::Device& real, bool redo) const;
-  // The step time the cost model predicts with `rates` (ZeroStep::predict with
-  // config.grad_accum micro-batches); kConfig for the serial step, which runs no plan.
-  Result<sched::Prediction> predict(const sched::Rates& rates) const;
+  // What the session was made with (the planner's calibration and prediction read them).
+  const model::Model& model() const { return *model_; }
+  comm::Communicator& communicator() const { return *comm_; }
+  int host_threads() const { return host_threads_; }
 
  private:
   Session() = default;

@@ -13,13 +13,13 @@
 #include "comm/local_comm.h"
 #include "cpu/pinned_memory.h"
 #include "engine/offloaded_optimizer.h"
-#include "engine/plan_report.h"
 #include "engine/session.h"
 #include "gpu/cpu_device.h"
 #include "gpu/planning_device.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "nvme/swap_store.h"
+#include "planner/plan_report.h"
 #include "scratch_dir.h"
 
 namespace strata::engine::test {

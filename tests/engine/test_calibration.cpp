@@ -1,4 +1,4 @@
-// engine::calibrate over ranks (label mpi; mpirun -np 1 and 2): the ranks of a machine measure
+// planner::calibrate over ranks (label mpi; mpirun -np 1 and 2): the ranks of a machine measure
 // together, and their rates are kept apart from one rank's.
 //   - an entry that any rank lacks is measured by every rank (a rank whose cache holds it too),
 //     so that the ranks probe at the same time, as they will run;
@@ -21,19 +21,20 @@
 #include <string>
 #include <vector>
 
-#include "engine/calibration.h"
 #include "gpu/cpu_device.h"
 #include "mpi_world.h"
+#include "planner/calibration.h"
 #include "scratch_dir.h"
 #include "tiny_calibration.h"
 
 namespace strata::engine {
 namespace {
+using namespace ::strata::planner;  // the planner under test (src/planner)
 
 comm::Communicator& world() { return comm::testing::mpi_world(); }
 
 CalibrationRequest request(gpu::Device& device, const std::string& cache) {
-  return testing::tiny_calibration_request(device, world(), cache, DType::kF32);
+  return planner::testing::tiny_calibration_request(device, world(), cache, DType::kF32);
 }
 
 // Each test: a scratch directory of this rank's own, its cache file, a one-thread CpuDevice.

@@ -1,4 +1,4 @@
-// engine::calibrate on a CudaDevice (label gpu; skipped without a GPU). On the emulated runtime
+// planner::calibrate on a CudaDevice (label gpu; skipped without a GPU). On the emulated runtime
 // of CI it runs in strict mode, where an async copy from pageable host memory is an error (the
 // device contract, DESIGN.md §3: enqueued copies come from pinned memory, set-up copies from a
 // vector are synchronous): every rate is measured, none of its copies was pageable.
@@ -9,13 +9,14 @@
 #endif
 
 #include "comm/local_comm.h"
-#include "engine/calibration.h"
 #include "gpu/device.h"
+#include "planner/calibration.h"
 #include "scratch_dir.h"
 #include "tiny_calibration.h"
 
 namespace strata::engine {
 namespace {
+using namespace ::strata::planner;  // the planner under test (src/planner)
 
 TEST(CalibrationGpu, MeasuresEveryRateWithoutPageableAsyncCopies) {
   if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
@@ -30,7 +31,7 @@ TEST(CalibrationGpu, MeasuresEveryRateWithoutPageableAsyncCopies) {
   auto world = comm::create_local_comm();
   test::ScratchDir dir;
   ASSERT_TRUE(dir.ok());
-  const CalibrationRequest rq = testing::tiny_calibration_request(
+  const CalibrationRequest rq = planner::testing::tiny_calibration_request(
       **dev, *world, dir.path() + "/calibration.json", DType::kBF16);
   auto c = calibrate(rq);
   ASSERT_TRUE(c.ok()) << c.status().to_string();

@@ -10,10 +10,11 @@
 //     op's reduction: per op 2 (3 o + g + u + r) / 12.
 #include <gtest/gtest.h>
 
-#include "engine/compute_probe.h"
+#include "planner/compute_probe.h"
 
 namespace strata::engine {
 namespace {
+using namespace ::strata::planner;  // the planner under test (src/planner)
 
 using sched::Work;
 

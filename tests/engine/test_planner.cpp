@@ -11,6 +11,7 @@
 
 namespace strata::engine::test {
 namespace {
+using namespace ::strata::planner;  // the planner under test (src/planner)
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(b, 1.0); }
 

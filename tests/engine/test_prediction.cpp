@@ -1,4 +1,4 @@
-// The cost model's predicted step time (ZeroStep::predict over the rates engine::calibrate
+// The cost model's predicted step time (ZeroStep::predict over the rates planner::calibrate
 // measures on this machine) against the measured step time, for every case of planner_case.h at
 // a size where a step takes tens of milliseconds: within 15% each (the errors are printed).
 // Label slow, run alone (RUN_SERIAL): it times steps, so it needs the machine to itself.
@@ -11,13 +11,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/calibration.h"
 #include "model/gpt.h"
+#include "planner/calibration.h"
 #include "planner_case.h"
 #include "scheduler/trace.h"
 
 namespace strata::engine::test {
 namespace {
+using namespace ::strata::planner;  // the planner under test (src/planner)
 
 // One attempt at a case: the rates measured just before and just after 11 timed steps (after 2
 // of warm-up), the prediction the mean of the two (this machine's speed drifts over seconds; the

@@ -33,6 +33,7 @@
 #include "model/init.h"
 #include "model/param_layout.h"
 #include "model/synthetic_task.h"
+#include "planner/session_prediction.h"
 #include "scratch_dir.h"
 
 namespace strata::engine {
@@ -297,7 +298,7 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
     ASSERT_TRUE(mem.has_value());
     EXPECT_EQ(mem->model_state(), 16 * psi);
     EXPECT_TRUE(s->step().traffic_report().has_value());
-    auto p = s->predict(rates);
+    auto p = planner::predict(*s, rates);
     ASSERT_TRUE(p.ok()) << p.status().message();
     EXPECT_GT(p->step_s, 0.0);
     pred.push_back(*p);
@@ -318,7 +319,7 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
   auto s = Session::create(serial, *dev, *one, *m, {}).value();
   EXPECT_FALSE(s->step().memory_report().has_value());
   EXPECT_FALSE(s->step().traffic_report().has_value());
-  auto p = s->predict(rates);
+  auto p = planner::predict(*s, rates);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), ErrorCode::kConfig);
 }

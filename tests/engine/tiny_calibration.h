@@ -1,13 +1,13 @@
-// The calibration request the engine's calibration tests share: a 2-layer GPT of 16 channels as
+// The calibration request the planner's calibration tests share: a 2-layer GPT of 16 channels as
 // the compute probe, B 2, T 8, one host thread, this cache file.
 #pragma once
 
 #include <string>
 
-#include "engine/calibration.h"
 #include "model/gpt.h"
+#include "planner/calibration.h"
 
-namespace strata::engine::testing {
+namespace strata::planner::testing {
 
 inline CalibrationRequest tiny_calibration_request(gpu::Device& device, comm::Communicator& comm,
                                                    const std::string& cache, DType dtype) {
@@ -28,4 +28,4 @@ inline CalibrationRequest tiny_calibration_request(gpu::Device& device, comm::Co
   return rq;
 }
 
-}  // namespace strata::engine::testing
+}  // namespace strata::planner::testing

@@ -73,7 +73,7 @@
 #include "nvme/swap_store.h"
 #include "scheduler/cost_model.h"
 
-namespace strata::engine {
+namespace strata::planner {
 
 struct CalibrationRequest {
   gpu::Device* device = nullptr;  // the real device (required)
@@ -102,4 +102,4 @@ Result<Calibration> calibrate(const CalibrationRequest& request);
 // The default cache file (see above).
 std::string default_calibration_path();
 
-}  // namespace strata::engine
+}  // namespace strata::planner

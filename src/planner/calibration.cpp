@@ -1,4 +1,4 @@
-#include "engine/calibration.h"
+#include "planner/calibration.h"
 
 #include <oneapi/tbb/task_arena.h>
 #include <sys/stat.h>
@@ -24,12 +24,12 @@
 #include "core/median.h"
 #include "cpu/cpu_adam.h"
 #include "cpu/pinned_memory.h"
-#include "engine/compute_probe.h"
 #include "gpu/kernels.h"
 #include "model/replace_file.h"
+#include "planner/compute_probe.h"
 #include "scheduler/executor.h"
 
-namespace strata::engine {
+namespace strata::planner {
 
 namespace {
 
@@ -581,4 +581,4 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   return cal;
 }
 
-}  // namespace strata::engine
+}  // namespace strata::planner

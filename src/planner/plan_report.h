@@ -1,8 +1,8 @@
 // PlanReport: what `--plan` prints for one rank (DESIGN.md §4, §5): the bytes of every kind of
 // state on each tier (device, pinned host, pageable host, NVMe) with each tier's peak against its
 // budget, the bytes per step on each lane, and the predicted step time, all from the ZeRO step's
-// own plan (ZeroStep::memory(), ZeroStep::predict()) and the optimizer's layout; built from a
-// plan-only step (nothing allocated) or a real one (the same numbers).
+// own plan (engine::ZeroStep::memory(), engine::ZeroStep::predict()) and the optimizer's layout;
+// built from a plan-only step (nothing allocated) or a real one (the same numbers).
 //
 // Peaks: device, what the model and the device optimizer allocate plus the plan's device peak;
 // pinned host, the optimizer's arena and staging plus the plan's pinned peak; NVMe, the state
@@ -24,7 +24,7 @@
 #include "gpu/device.h"
 #include "scheduler/cost_model.h"
 
-namespace strata::engine {
+namespace strata::planner {
 
 enum class ReportTier { kDevice = 0, kPinned, kPageable, kNvme };
 inline constexpr int kNumReportTiers = 4;
@@ -39,7 +39,7 @@ struct PlanReport {
   uint64_t peak[kNumReportTiers] = {};
   uint64_t budget[kNumReportTiers] = {};  // 0: none
   std::optional<sched::Prediction> prediction;
-  Status fit;  // the budget check's verdict (ZeroStep::fit() or create())
+  Status fit;  // the budget check's verdict (engine::ZeroStep::fit() or create())
   // The table (tiers, kinds, peaks against budgets, lane bytes per step, predicted step time).
   std::string table() const;
 };
@@ -54,7 +54,8 @@ struct PlanBudgets {
 // Bytes for people: 812.0 KiB, 12.3 MiB, 1.25 GiB.
 std::string human_bytes(uint64_t bytes);
 
-PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& optimizer,
-                            const gpu::Device& device, const PlanBudgets& budgets);
+PlanReport make_plan_report(const engine::ZeroStep& step,
+                            const engine::OffloadedOptimizer& optimizer, const gpu::Device& device,
+                            const PlanBudgets& budgets);
 
-}  // namespace strata::engine
+}  // namespace strata::planner

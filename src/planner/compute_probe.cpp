@@ -1,4 +1,4 @@
-#include "engine/compute_probe.h"
+#include "planner/compute_probe.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "engine/collective_work.h"
 #include "scheduler/executor.h"
 
-namespace strata::engine {
+namespace strata::planner {
 
 namespace {
 
@@ -137,7 +137,7 @@ Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
         plan.add("gather", Lane::kComm, x->collective(CollectiveKind::kAllGather), deps);
     upload[i] = plan.add("upload", Lane::kH2D, x->upload, {gather});
     if (op_flops > 0.0) {
-      add_collective_work(plan, gather, probe_call(CollectiveKind::kAllGather), 0, ranks);
+      engine::add_collective_work(plan, gather, probe_call(CollectiveKind::kAllGather), 0, ranks);
       plan.add_work(upload[i], sched::Work::kH2DBytes, double(kUploadBytes));
     }
   };
@@ -153,7 +153,7 @@ Result<sched::Plan> probe_plan(const std::vector<Op>& ops, const Transfers* x,
       const TaskId reduce =
           plan.add("reduce", Lane::kComm, x->collective(CollectiveKind::kAllReduce), {op[i]});
       if (op_flops > 0.0) {
-        add_collective_work(plan, reduce, probe_call(CollectiveKind::kAllReduce), 0, ranks);
+        engine::add_collective_work(plan, reduce, probe_call(CollectiveKind::kAllReduce), 0, ranks);
       }
     }
   }
@@ -288,4 +288,4 @@ Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates,
   return std::max(0.0, probe.step_extra_s - modelled / static_cast<double>(n));
 }
 
-}  // namespace strata::engine
+}  // namespace strata::planner

@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/calibration.h"
+#include "planner/calibration.h"
 #include "scheduler/cost_model.h"
 
-namespace strata::engine {
+namespace strata::planner {
 
 struct ComputeProbe {
   double layer_flops_per_s = 0.0;  // back to back
@@ -51,4 +51,4 @@ Result<ComputeProbe> measure_compute(const CalibrationRequest& rq);
 // zero.
 Result<double> fit_handoff(const ComputeProbe& probe, const sched::Rates& rates, int ranks);
 
-}  // namespace strata::engine
+}  // namespace strata::planner

@@ -1,15 +1,16 @@
-#include "engine/plan_report.h"
+#include "planner/plan_report.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-namespace strata::engine {
+namespace strata::planner {
 
-PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& optimizer,
-                            const gpu::Device& device, const PlanBudgets& budgets) {
+PlanReport make_plan_report(const engine::ZeroStep& step,
+                            const engine::OffloadedOptimizer& optimizer, const gpu::Device& device,
+                            const PlanBudgets& budgets) {
   PlanReport r;
-  const ZeroMemory z = step.memory();
+  const engine::ZeroMemory z = step.memory();
   auto row = [&](ReportTier t, std::string kind, int64_t bytes) {
     if (bytes > 0) r.rows.push_back({t, std::move(kind), static_cast<uint64_t>(bytes)});
   };
@@ -42,9 +43,9 @@ PlanReport make_plan_report(const ZeroStep& step, const OffloadedOptimizer& opti
   for (size_t p = 0; p < optimizer.num_partitions(); ++p) {
     if (optimizer.on_nvme(p)) nvme_state += int64_t(extents(optimizer.state_bytes(p)));
   }
-  const Partitioning& parts = step.partitioning();
+  const engine::Partitioning& parts = step.partitioning();
   for (size_t b = 0; b < parts.num_blocks(); ++b) {
-    if (step.param_home(int64_t(b)) != Home::kNvme) continue;
+    if (step.param_home(int64_t(b)) != engine::Home::kNvme) continue;
     nvme_params += int64_t(extents(uint64_t(parts.block(b).shard_numel) * step.dtype_bytes()));
   }
   if (step.checkpoints_on_nvme() > 0) {
@@ -116,4 +117,4 @@ std::string PlanReport::table() const {
   return os.str();
 }
 
-}  // namespace strata::engine
+}  // namespace strata::planner
