@@ -52,7 +52,8 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   if (stage == 3) config.offload_param = offload_param;
   if (stage == 3 && offload_param == engine::Home::kNvme) config.nvme_paths = {nvme_dir};
   config.grad_accum = s.micros;
-  config.layer_major = s.layer_major;
+  config.microbatch_order =
+      s.layer_major ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
   config.device_grad_sum = s.device_grad_sum;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
   auto parts =

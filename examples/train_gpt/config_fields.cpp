@@ -114,7 +114,9 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.persistence_threshold = f.persistence_threshold;
   c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
   c.grad_accum = f.grad_accum;
-  c.layer_major = f.microbatch_order == "layer";
+  c.microbatch_order = f.microbatch_order == "layer"  ? engine::MicrobatchOrder::kLayer
+                       : f.microbatch_order == "auto" ? engine::MicrobatchOrder::kAuto
+                                                      : engine::MicrobatchOrder::kMicro;
   c.device_grad_sum = f.device_grad_sum;
   c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
                        : f.grad_accum_dtype == "fp16" ? DType::kF16

@@ -85,7 +85,7 @@ struct Flags {
   bool resume_override = false;  // the run flags may differ from the checkpoint's
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 2;
-  // The planner (engine/plan_report.h, engine/calibration.h)
+  // The planner (planner/plan_report.h, planner/calibration.h)
   bool plan = false;       // print the plan and the predicted step time, then exit
   bool calibrate = false;  // measure this machine's rates again (else the cached ones)
   bool auto_plan = false;  // --auto: choose the stage-3 settings (auto_plan.h)

@@ -283,10 +283,11 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
 
 Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSetup& setup,
                                                   gpu::Device& dev,
-                                                  const model::BlockStorage& storage, int stage) {
+                                                  const model::BlockStorage& storage,
+                                                  const engine::EngineConfig& config) {
   auto m = setup.spec.create(dev, setup.shape, storage, !f.plan, f.seed);
   if (!m.ok() && m.status().code() == ErrorCode::kOutOfMemory) {
-    return m.status().with_context(out_of_memory_advice(f, stage));
+    return m.status().with_context(out_of_memory_advice(config));
   }
   if (!m.ok() || f.plan) return m;
   model::Model& model = *m.value();

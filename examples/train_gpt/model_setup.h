@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "data.h"
 #include "ds_config.h"
+#include "engine/engine_config.h"
 #include "engine/session.h"
 #include "flags.h"
 #include "gpu/device.h"
@@ -42,7 +43,8 @@ Result<ModelSetup> setup_model(Flags& f, const CLI::App& app, const DataSource& 
 // tried (out_of_memory_advice).
 Result<std::unique_ptr<model::Model>> build_model(const Flags& f, const ModelSetup& setup,
                                                   gpu::Device& dev,
-                                                  const model::BlockStorage& storage, int stage);
+                                                  const model::BlockStorage& storage,
+                                                  const engine::EngineConfig& config);
 
 // What the engine's session takes from the run: the masters start from the initial values (or
 // the initialisation, model/init.h, also of blocks not on the device); resuming, the exact fp32

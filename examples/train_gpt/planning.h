@@ -1,4 +1,5 @@
-// The planner in train_gpt (engine/plan_report.h, engine/session.h): the predicted step time,
+// The planner in train_gpt (planner/plan_report.h, planner/session_prediction.h): the predicted
+// step time,
 // --plan's table, and the predicted against the measured step time after a run.
 #pragma once
 

@@ -118,7 +118,7 @@ Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement) {
   Devices d;
   d.real = std::move(dev).value();
   // --plan: the model and the engine lay themselves out on a device that only accounts, with an
-  // optimizer that allocates nothing (engine/plan_report.h).
+  // optimizer that allocates nothing (planner/plan_report.h).
   if (f.plan) d.planning = std::make_unique<gpu::PlanningDevice>(*d.real, plan_limit);
   return d;
 }

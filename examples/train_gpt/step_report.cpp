@@ -35,16 +35,17 @@ void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
   }
 }
 
-std::string out_of_memory_advice(const Flags& f, int stage) {
+std::string out_of_memory_advice(const engine::EngineConfig& config) {
+  const int stage = config.zero_stage;
   const std::string fewer_blocks =
       stage < 2    ? "keep fewer blocks there with --zero-stage 2 or 3, "
       : stage == 2 ? "keep fewer blocks there with --zero-stage 3, "
-      : f.offload_param == "none" || f.param_gpu_fraction > 0.0
+      : config.param_home() == engine::Home::kDevice || config.param_gpu_fraction > 0.0
           ? "keep fewer parameters there with --offload-param cpu and a lower "
             "--param-gpu-fraction, "
           : "";
   const std::string fewer_acts =
-      f.offload_activations == "none" ? "--offload-activations cpu, " : "";
+      config.offload_activations == engine::Home::kDevice ? "--offload-activations cpu, " : "";
   return "the model does not fit the device (raise --gpu-memory-limit, " + fewer_blocks +
          "or fewer activations with --checkpoint-interval, " + fewer_acts + "or a smaller --batch)";
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/engine_config.h"
 #include "engine/step_reports.h"
 #include "flags.h"
 
@@ -17,8 +18,8 @@ namespace strata::train_gpt {
 void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
                         const comm::Communicator& world);
 
-// What a run that does not fit the device has not tried yet (the flags to name).
-std::string out_of_memory_advice(const Flags& f, int stage);
+// What a run of `config` that does not fit the device has not tried yet (the flags to name).
+std::string out_of_memory_advice(const engine::EngineConfig& config);
 
 // "; NVMe share 0.031 (--optimizer-nvme-fraction 0.5, rounded to whole partitions of 4)", or ""
 // without a fraction.

@@ -183,24 +183,26 @@ int main(int argc, char** argv) {
   auto devices = train_gpt::open_devices(f, *placement);
   if (!devices.ok()) return die(devices.status());
   gpu::Device& dev = devices->dev();
-  if (f.auto_plan) {  // the stage-3 settings: rank 0 chooses, every rank takes its choice
-    if (Status st = train_gpt::run_auto(f, *devices->real, spec, setup.shape, world, *nvme_dirs,
-                                        host_threads);
+  // The engine's settings (accepted by check_flags), with what they leave to the planner
+  // resolved: --auto's stage-3 settings, --microbatch-order auto (rank 0 chooses, every rank takes
+  // its choice); then the model holding on the device only what the ZeRO stage keeps there, and
+  // the engine's session (engine/session.h).
+  engine::EngineConfig config = train_gpt::engine_config(f).value();
+  if (f.auto_plan) {
+    if (Status st = train_gpt::run_auto(f, config, *devices->real, spec, setup.shape, world,
+                                        *nvme_dirs, host_threads);
         !st.ok()) {
       return die(st);
     }
-  } else if (Status st = train_gpt::choose_microbatch_order(f, *devices->real, spec, setup.shape,
-                                                            world, *nvme_dirs, host_threads);
+  } else if (Status st = train_gpt::choose_microbatch_order(
+                 f, config, *devices->real, spec, setup.shape, world, *nvme_dirs, host_threads);
              !st.ok()) {
     return die(st);
   }
-  // The engine's settings (accepted by check_flags), the model holding on the device only what
-  // the ZeRO stage keeps there, and the engine's session (engine/session.h).
-  const engine::EngineConfig config = train_gpt::engine_config(f).value();
   auto parts = engine::Session::partition(config, spec.block_numels(), ranks);
   if (!parts.ok()) return die(parts.status());
-  auto model = train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts),
-                                      config.zero_stage);
+  auto model =
+      train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts), config);
   if (!model.ok()) return die(model.status());
   const std::vector<int64_t> numel =
       engine::ZeroStep::optimizer_numel(*model.value(), *parts, config.zero_stage);

@@ -23,7 +23,7 @@ void visit_fields(Config& c, Visit&& v) {
   v("delayed_update_warmup", c.delayed_update_warmup);
   v("grad_accum", c.grad_accum);
   v("grad_accum_dtype", c.grad_accum_dtype);
-  v("layer_major", c.layer_major);
+  v("microbatch_order", c.microbatch_order);
   v("device_grad_sum", c.device_grad_sum);
   v("grad_clip", c.grad_clip);
   v("loss_scale", c.loss_scaling.loss_scale);

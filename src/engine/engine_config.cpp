@@ -75,6 +75,15 @@ std::string_view home_name(Home home) {
   return "?";
 }
 
+std::string_view microbatch_order_name(MicrobatchOrder order) {
+  switch (order) {
+    case MicrobatchOrder::kMicro: return "micro";
+    case MicrobatchOrder::kLayer: return "layer";
+    case MicrobatchOrder::kAuto: return "auto";
+  }
+  return "?";
+}
+
 std::string_view schedule_name(Schedule schedule) {
   return schedule == Schedule::kPlanned ? "planned" : "serial";
 }
@@ -145,13 +154,14 @@ Status EngineConfig::validate(bool store_given) const {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
                       " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
   }
-  if (device_grad_sum && (!layer_major || zero_stage < 2 || grad_accum < 2)) {
+  if (device_grad_sum &&
+      (microbatch_order == MicrobatchOrder::kMicro || zero_stage < 2 || grad_accum < 2)) {
     return make_error(ErrorCode::kConfig, ref(Field::kDeviceGradSum), " needs ",
                       ref(Field::kMicrobatchOrder), " layer, ", ref(Field::kGradAccum),
                       " 2 or more and ", ref(Field::kZeroStage),
                       " 2 or 3 (stages 0-1 add the gradients on the device anyway)");
   }
-  if (layer_major) {
+  if (layer_major()) {
     const std::string order = ref(Field::kMicrobatchOrder) + " layer";
     STRATA_RETURN_IF_ERROR(check_planned(*this, true, order, "the serial step runs one order"));
     if (delayed_update()) {

@@ -35,6 +35,11 @@ std::string_view home_name(Home home);  // "none", "cpu", "nvme"
 // stage 0, the optimizer on the host).
 enum class Schedule { kPlanned, kSerial };
 std::string_view schedule_name(Schedule schedule);  // "planned", "serial"
+// The order of a step's micro-batches (EngineConfig::microbatch_order): micro-batch by
+// micro-batch, segment-major (every micro-batch through a checkpoint segment before the next),
+// or the planner's choice (planner::choose resolves it before a session is made).
+enum class MicrobatchOrder { kMicro, kLayer, kAuto };
+std::string_view microbatch_order_name(MicrobatchOrder order);  // "micro", "layer", "auto"
 
 // The settings, by name, as messages refer to them.
 enum class Field {
@@ -91,11 +96,11 @@ struct EngineConfig {
   // reduced gradient shards (kF32, or the precision's own 16-bit type, as DeepSpeed's
   // data_types.grad_accum_dtype). Stages 0-1 add them on the device in the model's precision.
   DType grad_accum_dtype = DType::kF32;
-  // The order of a step's grad_accum micro-batches (zero_step.h): micro-batch by micro-batch
-  // (false), or segment-major (true: every micro-batch through a checkpoint segment before the
-  // next, so a segment's parameters are used once per pass per step). Segment-major: the planned
-  // schedule, not with the delayed update.
-  bool layer_major = false;
+  // The order of a step's grad_accum micro-batches (zero_step.h): micro-batch by micro-batch, or
+  // segment-major (kLayer: every micro-batch through a checkpoint segment before the next, so a
+  // segment's parameters are used once per pass per step; the planned schedule, not with the
+  // delayed update). kAuto: the planner chooses (a session refuses it unresolved).
+  MicrobatchOrder microbatch_order = MicrobatchOrder::kMicro;
   // Segment-major at stages 2-3: a block's gradients of the micro-batches add up on the device
   // and their sum is reduced once per step (the gradient traffic, reductions and host adds once
   // per step, not grad_accum times; the bits of stages 0-1, which add them on the device too),
@@ -114,6 +119,7 @@ struct EngineConfig {
   int nvme_buffer_count = 3;  // pinned staging buffers per NVMe stream (1..64)
 
   bool delayed_update() const { return delayed_update_warmup >= 0; }
+  bool layer_major() const { return microbatch_order == MicrobatchOrder::kLayer; }
   // Where stage 3's shards live (kPinned unless set).
   Home param_home() const { return offload_param.value_or(Home::kPinned); }
   // Whether any state lives on NVMe (the swap store is needed).

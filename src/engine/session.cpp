@@ -61,7 +61,7 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.prefetch_depth = c.prefetch_depth;
   zo.fp32_grad_accum = c.zero_stage >= 2 && c.grad_accum > 1 && c.grad_accum_dtype == DType::kF32 &&
                        c.precision != DType::kF32;
-  zo.layer_major_micros = c.layer_major ? static_cast<int>(c.grad_accum) : 0;
+  zo.layer_major_micros = c.layer_major() ? static_cast<int>(c.grad_accum) : 0;
   zo.device_grad_sum = c.device_grad_sum;
   zo.staging_slots = c.nvme_buffer_count;
   zo.persistence_threshold = c.persistence_threshold;
@@ -126,6 +126,10 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                                                  const SessionInputs& inputs) {
   // A given store, or none at all (plan_only), needs no directories.
   STRATA_RETURN_IF_ERROR(config.validate(inputs.store != nullptr || inputs.plan_only));
+  if (config.microbatch_order == MicrobatchOrder::kAuto) {
+    return make_error(ErrorCode::kConfig, "engine session: ", ref(Field::kMicrobatchOrder),
+                      " auto is the planner's to resolve (planner::choose) before a session");
+  }
   if (&model.device() != &device) {
     return make_error(ErrorCode::kConfig, "engine session: the model lives on another device (",
                       model.device().name(), ", not ", device.name(), ")");

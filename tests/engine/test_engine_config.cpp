@@ -164,7 +164,7 @@ EngineConfig unusual() {
   c.persistence_threshold = 12345;
   c.delayed_update_warmup = -1;
   c.grad_accum = 7;
-  c.layer_major = true;
+  c.microbatch_order = MicrobatchOrder::kLayer;
   c.device_grad_sum = true;
   c.grad_clip = 0.3f;
   c.loss_scaling.loss_scale = 0.0;

@@ -204,7 +204,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.decay_on = c.decay_on;
   config.grad_clip = c.grad_clip;
   config.grad_accum = c.micro;
-  config.layer_major = c.layer_major;
+  config.microbatch_order = c.layer_major ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
   config.device_grad_sum = c.device_grad_sum;
   config.grad_accum_dtype = c.grad_accum_dtype;
   config.loss_scaling = c.loss_scaling;
