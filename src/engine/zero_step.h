@@ -96,8 +96,8 @@ struct ZeroStepOptions {
   // Stages 2-3: the micro-batches' reduced gradient shards add up in fp32 on the host (the
   // optimizer then reads fp32 gradients); else in the model's dtype.
   bool fp32_grad_accum = false;
-  // Segment-major order (EngineConfig::layer_major): 0 or 1, one replay of the plan per
-  // micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
+  // Segment-major order (EngineConfig::microbatch_order kLayer): 0 or 1, one replay of the plan
+  // per micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
   // micro-batch through a checkpoint segment before the next segment, each in its own model slot
   // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so
   // the gradients add up in the order of one replay per micro-batch: the same bits. Every stage
