@@ -96,14 +96,14 @@ struct ZeroStepOptions {
   // Stages 2-3: the micro-batches' reduced gradient shards add up in fp32 on the host (the
   // optimizer then reads fp32 gradients); else in the model's dtype.
   bool fp32_grad_accum = false;
-  // Segment-major order (EngineConfig::microbatch_order kLayer): 0 or 1, one replay of the plan
-  // per micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
+  // Segment-major order (EngineConfig::microbatch_order kLayer): 0 or 1, one replay of the plan per
+  // micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
   // micro-batch through a checkpoint segment before the next segment, each in its own model slot
-  // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so
-  // the gradients add up in the order of one replay per micro-batch: the same bits. Every stage
-  // (at 2-3 each micro-batch's gradient is reduced by itself, or summed on the device with
-  // device_grad_sum) and checkpoint home (one offloaded checkpoint per segment and micro-batch);
-  // not with the delayed update (EngineConfig::validate refuses it).
+  // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so the
+  // gradients add up in the order of one replay per micro-batch: the same bits. Every stage (at 2-3
+  // each micro-batch's gradient is reduced by itself, or summed on the device with device_grad_sum)
+  // and checkpoint home (one offloaded checkpoint per segment and micro-batch); not with the delayed
+  // update (EngineConfig::validate refuses it).
   int layer_major_micros = 0;
   // Segment-major at stages 2-3 (EngineConfig::device_grad_sum): a block's gradients of the K
   // micro-batches add up in one device buffer (a tied head's part kept apart until the last
