@@ -102,8 +102,8 @@ struct ZeroStepOptions {
   // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so the
   // gradients add up in the order of one replay per micro-batch: the same bits. Every stage (at 2-3
   // each micro-batch's gradient is reduced by itself, or summed on the device with device_grad_sum)
-  // and checkpoint home (one offloaded checkpoint per segment and micro-batch); not with the delayed
-  // update (EngineConfig::validate refuses it).
+  // and checkpoint home (one offloaded checkpoint per segment and micro-batch); not with the
+  // delayed update (EngineConfig::validate refuses it).
   int layer_major_micros = 0;
   // Segment-major at stages 2-3 (EngineConfig::device_grad_sum): a block's gradients of the K
   // micro-batches add up in one device buffer (a tied head's part kept apart until the last
