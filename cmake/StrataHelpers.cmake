@@ -28,7 +28,7 @@ function(strata_add_module name)
     DEPENDS ${files} ${PROJECT_SOURCE_DIR}/cmake/check_layering.cmake
     COMMENT "Checking the layering of ${name}")
   add_custom_target(strata_${name}_layering DEPENDS ${stamp})
-  add_dependencies(strata_${name} strata_${name}_layering)
+  add_dependencies(strata_${name} strata_${name}_layering strata_include_cycles)
 endfunction()
 
 # strata_add_test(NAME SOURCES ... LIBS ... LABELS ... [MPI_RANKS n ...] [TIMEOUT s])
