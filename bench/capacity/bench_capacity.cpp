@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
   config.offload_param = engine::Home::kNvme;
   config.offload_activations = engine::Home::kNvme;
   config.nvme_paths = {dir};
-  auto parts = check(engine::Session::partition(config, fam.numels, 1));
-  auto net = check(fam.make(*dev, shape, engine::Session::block_storage(config, parts)));
+  auto layout = check(engine::Session::prepare(config, fam.numels, 1));
+  auto net = check(fam.make(*dev, shape, layout.storage));
   engine::SessionInputs inputs;
   inputs.init = engine::slices_of(fam.init);
   auto t0 = Clock::now();

@@ -56,11 +56,11 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
       s.layer_major ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
   config.device_grad_sum = s.device_grad_sum;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
-  auto parts =
-      check(engine::Session::partition(config, model::GptModel::block_numels(cfg), world.size()));
+  auto layout =
+      check(engine::Session::prepare(config, model::GptModel::block_numels(cfg), world.size()));
   st.model =
       check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, s.checkpoint},
-                                    engine::Session::block_storage(config, parts)));
+                                    layout.storage));
   check(st.model->init_params(5));
   engine::SessionInputs inputs;
   inputs.host_threads = 1;

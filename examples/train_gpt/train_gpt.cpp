@@ -199,13 +199,11 @@ int main(int argc, char** argv) {
              !st.ok()) {
     return die(st);
   }
-  auto parts = engine::Session::partition(config, spec.block_numels(), ranks);
-  if (!parts.ok()) return die(parts.status());
-  auto model =
-      train_gpt::build_model(f, setup, dev, engine::Session::block_storage(config, *parts), config);
+  auto layout = engine::Session::prepare(config, spec.block_numels(), ranks);
+  if (!layout.ok()) return die(layout.status());
+  auto model = train_gpt::build_model(f, setup, dev, layout->storage, config);
   if (!model.ok()) return die(model.status());
-  const std::vector<int64_t> numel =
-      engine::ZeroStep::optimizer_numel(*model.value(), *parts, config.zero_stage);
+  const std::vector<int64_t>& numel = layout->optimizer_numel;
   if (Status st = train_gpt::check_rank_keys(deferred, f, ranks,
                                              *std::max_element(numel.begin(), numel.end()));
       !st.ok()) {

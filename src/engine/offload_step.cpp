@@ -6,8 +6,7 @@
 
 namespace strata::engine {
 
-std::vector<int64_t> partition_blocks(const model::Model& model) {
-  const int64_t layers = model.num_layers();
+std::vector<int64_t> partition_blocks(int64_t layers) {
   std::vector<int64_t> blocks;
   for (int64_t l = layers - 1; l >= 0; --l) blocks.push_back(l);
   blocks.push_back(layers);

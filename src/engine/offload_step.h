@@ -86,7 +86,10 @@ class StepScaling {
 };
 
 // partition p -> model block: L-1, L-2, ..., 0, then L (the shared block).
-std::vector<int64_t> partition_blocks(const model::Model& model);
+std::vector<int64_t> partition_blocks(int64_t layers);
+inline std::vector<int64_t> partition_blocks(const model::Model& model) {
+  return partition_blocks(model.num_layers());
+}
 
 // The clip coefficient for a global norm (1 when clipping is off or the norm is within bounds).
 float clip_coefficient(float grad_clip, double norm);

@@ -81,14 +81,15 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
 }
 }  // namespace
 
-Result<Partitioning> Session::partition(const EngineConfig& config,
-                                        const std::vector<int64_t>& block_numel, int ranks) {
-  return Partitioning::create(block_numel, ranks, config.persistence_threshold);
-}
-
-model::BlockStorage Session::block_storage(const EngineConfig& config, const Partitioning& parts) {
-  return ZeroStep::block_storage(parts, config.zero_stage,
-                                 config.offload_activations != Home::kDevice);
+Result<SessionLayout> Session::prepare(const EngineConfig& config,
+                                       const std::vector<int64_t>& block_numel, int ranks) {
+  SessionLayout l;
+  STRATA_ASSIGN_OR_RETURN(l.parts,
+                          Partitioning::create(block_numel, ranks, config.persistence_threshold));
+  l.storage = ZeroStep::block_storage(l.parts, config.zero_stage,
+                                      config.offload_activations != Home::kDevice);
+  l.optimizer_numel = ZeroStep::optimizer_numel(l.parts, config.zero_stage);
+  return l;
 }
 
 uint64_t Session::swap_capacity(const EngineConfig& config, const model::Model& model,
@@ -149,8 +150,9 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   s->model_ = &model;
   s->comm_ = &comm;
   s->host_threads_ = inputs.host_threads;
-  STRATA_ASSIGN_OR_RETURN(s->parts_, partition(config, model.block_numels(), ranks));
-  s->numel_ = ZeroStep::optimizer_numel(model, s->parts_, config.zero_stage);
+  STRATA_ASSIGN_OR_RETURN(SessionLayout layout, prepare(config, model.block_numels(), ranks));
+  s->parts_ = std::move(layout.parts);
+  s->numel_ = std::move(layout.optimizer_numel);
   s->store_ = inputs.store;
   if (config.uses_nvme() && !inputs.plan_only && s->store_ == nullptr) {
     nvme::SwapStoreOptions so;

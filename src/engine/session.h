@@ -1,6 +1,7 @@
-// Session: the engine's front door. From an EngineConfig, a device, a communicator and a model
-// built with the storage the session names (block_storage), create() assembles everything a
-// training run needs, in the one order that works:
+// Session: the engine's front door. prepare() lays out a session of an EngineConfig before its
+// model exists (the partitioning, the blocks the model holds on the device, the optimizer's
+// partitions); from the config, a device, a communicator and a model built with that storage,
+// create() assembles everything a training run needs, in the one order that works:
 //   1. validate the config (EngineConfig::validate; the rank count against the schedule, the
 //      precision against the model's);
 //   2. open the swap store when a home is on NVMe, sized by the capacity formula below, with
@@ -64,13 +65,21 @@ struct SessionInputs {
   int64_t inject_inf_step = 0;
 };
 
+// What a session of a config needs before its model exists (Session::prepare).
+struct SessionLayout {
+  Partitioning parts;          // the model's blocks over the ranks (partition.h)
+  model::BlockStorage storage;  // what the model holds on the device: build the model with it
+  // This rank's optimizer partitions, elements each (partition p is block
+  // partition_blocks()[p]: whole blocks at stage 0, the rank's shard at 1-3).
+  std::vector<int64_t> optimizer_numel;
+};
+
 class Session {
  public:
-  // The partitioning of a model of these blocks (their elements, in block order) for `config`
-  // over `ranks`, and the blocks the model must hold on the device (build the model with it).
-  static Result<Partitioning> partition(const EngineConfig& config,
-                                        const std::vector<int64_t>& block_numel, int ranks);
-  static model::BlockStorage block_storage(const EngineConfig& config, const Partitioning& parts);
+  // The layout of a session of `config` over `ranks` for a model of these blocks (their
+  // elements, in block order, the shared block last): the one call before the model is built.
+  static Result<SessionLayout> prepare(const EngineConfig& config,
+                                       const std::vector<int64_t>& block_numel, int ranks);
   // The swap store's capacity for this rank (the formula above); `numel`: its partitions.
   static uint64_t swap_capacity(const EngineConfig& config, const model::Model& model,
                                 const std::vector<int64_t>& numel);

@@ -20,10 +20,9 @@ model::BlockStorage ZeroStep::block_storage(const Partitioning& parts, int stage
   return s;
 }
 
-std::vector<int64_t> ZeroStep::optimizer_numel(const model::Model& model, const Partitioning& parts,
-                                               int stage) {
+std::vector<int64_t> ZeroStep::optimizer_numel(const Partitioning& parts, int stage) {
   std::vector<int64_t> numel;
-  for (int64_t b : partition_blocks(model)) {
+  for (int64_t b : partition_blocks(int64_t(parts.num_blocks()) - 1)) {
     const BlockPartition& bp = parts.block(size_t(b));
     numel.push_back(stage == 0 ? bp.numel : bp.shard_numel);
   }
@@ -34,7 +33,7 @@ Status ZeroStep::load_masters(model::Model& model, OffloadedOptimizer& optimizer
                               const Partitioning& parts, int stage, int rank,
                               const ParamSource& source) {
   const std::vector<int64_t> blocks = partition_blocks(model);
-  const std::vector<int64_t> numel = optimizer_numel(model, parts, stage);
+  const std::vector<int64_t> numel = optimizer_numel(parts, stage);
   if (optimizer.num_partitions() != blocks.size()) {
     return make_error(ErrorCode::kConfig, "ZeRO: the optimizer has ", optimizer.num_partitions(),
                       " partitions for ", blocks.size(), " model blocks");
@@ -129,7 +128,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                         " has none (ZeroStep::block_storage)");
     }
   }
-  const std::vector<int64_t> want = optimizer_numel(model, s->layout_.parts, options.stage);
+  const std::vector<int64_t> want = optimizer_numel(s->layout_.parts, options.stage);
   if (optimizer.num_partitions() != want.size()) {
     return make_error(ErrorCode::kConfig, "ZeRO step: the optimizer has ",
                       optimizer.num_partitions(), " partitions for ", want.size(), " model blocks");

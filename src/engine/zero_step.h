@@ -168,8 +168,7 @@ class ZeroStep : public TrainStep {
  public:
   // The optimizer partitions one rank needs: partition p is block partition_blocks()[p], of the
   // block's numel at stage 0 and of its shard (padding included) at stages 1-3.
-  static std::vector<int64_t> optimizer_numel(const model::Model& model, const Partitioning& parts,
-                                              int stage);
+  static std::vector<int64_t> optimizer_numel(const Partitioning& parts, int stage);
   // Loads this rank's part of the parameters as the optimizer's fp32 masters (zero moments;
   // padding zero), rounded to the model's dtype as the device holds them. `source(b, r, host)`
   // writes elements [r.begin, r.end) of block b's fp32 values to host[0, r.end - r.begin); it is

@@ -82,12 +82,11 @@ Result<Candidate> plan_candidate(const Settings& s, const ModelPlanning& model,
                                  const SearchContext& ctx) {
   const engine::EngineConfig& config = s.config;
   gpu::PlanningDevice device(*ctx.real);
-  STRATA_ASSIGN_OR_RETURN(engine::Partitioning parts,
-                          engine::Session::partition(config, model.block_numels, ctx.comm->size()));
+  STRATA_ASSIGN_OR_RETURN(const engine::SessionLayout layout,
+                          engine::Session::prepare(config, model.block_numels, ctx.comm->size()));
   model::RunShape shape = model.shape;
   shape.checkpoint_interval = s.checkpoint_interval;
-  STRATA_ASSIGN_OR_RETURN(
-      auto m, model.create(device, shape, engine::Session::block_storage(config, parts)));
+  STRATA_ASSIGN_OR_RETURN(auto m, model.create(device, shape, layout.storage));
   engine::SessionInputs inputs;
   inputs.plan_only = true;
   inputs.host_threads = ctx.host_threads;

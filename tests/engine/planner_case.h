@@ -99,11 +99,11 @@ inline Result<Built> build(const PCase& c, bool plan_only, nvme::SwapStore* stor
   config.nvme_buffer_count = 2;
   config.prefetch_depth = 1;
   // NVMe homes use `store` (a plan-only build opens none and needs no directory).
-  STRATA_ASSIGN_OR_RETURN(Partitioning parts,
-                          Session::partition(config, model::GptModel::block_numels(cfg), 1));
+  STRATA_ASSIGN_OR_RETURN(const SessionLayout layout,
+                          Session::prepare(config, model::GptModel::block_numels(cfg), 1));
   STRATA_ASSIGN_OR_RETURN(
       b.model, model::GptModel::create(b.dev(), cfg, model::RunShape{c.batch, c.seq, c.checkpoint},
-                                       Session::block_storage(config, parts)));
+                                       layout.storage));
   if (!plan_only) STRATA_RETURN_IF_ERROR(b.model->init_params(3));
   SessionInputs inputs;
   inputs.store = store;

@@ -63,9 +63,9 @@ TEST(Session, TheStoreItOpensHoldsEverythingARunStores) {
   config.offload_param = Home::kNvme;
   config.offload_activations = Home::kNvme;
   config.nvme_paths = {dir.path()};
-  auto parts = Session::partition(config, model::GptModel::block_numels(cfg), 1).value();
+  auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
   auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 1},
-                                   Session::block_storage(config, parts))
+                                   layout.storage)
                .value();
   ASSERT_GE(m->num_segments(), 3);  // checkpoints to store
   SessionInputs inputs;  // the masters from the initialisation (the device holds no block)
@@ -161,9 +161,9 @@ TEST(Session, WeightDecayReachesExactlyTheTensorsItsRuleNames) {
       config.adam.lr = 0.01f;
       config.adam.weight_decay = 0.1f;
       config.decay_on = rule;
-      auto parts = Session::partition(config, model::GptModel::block_numels(cfg), 1).value();
+      auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
       auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0},
-                                       Session::block_storage(config, parts))
+                                       layout.storage)
                    .value();
       SessionInputs inputs;
       inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
@@ -224,10 +224,10 @@ TEST(Session, MicroBatchGradientsAddUpInFp32WithoutDrift) {
     config.adam.beta1 = 0.0f;
     config.grad_accum = accum;
     config.grad_accum_dtype = acc_dtype;
-    auto parts = Session::partition(config, model::GptModel::block_numels(cfg), 1).value();
+    auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
     Run r;
     r.model = model::GptModel::create(*dev, cfg, model::RunShape{B, T, 0},
-                                      Session::block_storage(config, parts))
+                                      layout.storage)
                   .value();
     EXPECT_TRUE(r.model->init_params(5).ok());
     SessionInputs inputs;
