@@ -58,9 +58,8 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   // The model holds on the device only what the stage keeps there (as train_gpt does).
   auto layout =
       check(engine::Session::prepare(config, model::GptModel::block_numels(cfg), world.size()));
-  st.model =
-      check(model::GptModel::create(*st.dev, cfg, model::RunShape{s.batch, s.seq, s.checkpoint},
-                                    layout.storage));
+  st.model = check(model::GptModel::create(
+      *st.dev, cfg, model::RunShape{s.batch, s.seq, s.checkpoint}, layout.storage));
   check(st.model->init_params(5));
   engine::SessionInputs inputs;
   inputs.host_threads = 1;

@@ -67,7 +67,7 @@ struct SessionInputs {
 
 // What a session of a config needs before its model exists (Session::prepare).
 struct SessionLayout {
-  Partitioning parts;          // the model's blocks over the ranks (partition.h)
+  Partitioning parts;           // the model's blocks over the ranks (partition.h)
   model::BlockStorage storage;  // what the model holds on the device: build the model with it
   // This rank's optimizer partitions, elements each (partition p is block
   // partition_blocks()[p]: whole blocks at stage 0, the rank's shard at 1-3).

@@ -64,9 +64,7 @@ TEST(Session, TheStoreItOpensHoldsEverythingARunStores) {
   config.offload_activations = Home::kNvme;
   config.nvme_paths = {dir.path()};
   auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
-  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 1},
-                                   layout.storage)
-               .value();
+  auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 1}, layout.storage).value();
   ASSERT_GE(m->num_segments(), 3);  // checkpoints to store
   SessionInputs inputs;  // the masters from the initialisation (the device holds no block)
   inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
@@ -162,9 +160,8 @@ TEST(Session, WeightDecayReachesExactlyTheTensorsItsRuleNames) {
       config.adam.weight_decay = 0.1f;
       config.decay_on = rule;
       auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
-      auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0},
-                                       layout.storage)
-                   .value();
+      auto m =
+          model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}, layout.storage).value();
       SessionInputs inputs;
       inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
       auto s = Session::create(config, *dev, *one, *m, inputs).value();
@@ -226,9 +223,7 @@ TEST(Session, MicroBatchGradientsAddUpInFp32WithoutDrift) {
     config.grad_accum_dtype = acc_dtype;
     auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
     Run r;
-    r.model = model::GptModel::create(*dev, cfg, model::RunShape{B, T, 0},
-                                      layout.storage)
-                  .value();
+    r.model = model::GptModel::create(*dev, cfg, model::RunShape{B, T, 0}, layout.storage).value();
     EXPECT_TRUE(r.model->init_params(5).ok());
     SessionInputs inputs;
     inputs.init = slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 5); });
