@@ -56,6 +56,13 @@ class PlanBuilder {
   void task_runs_when(sched::TaskId t, RunsWhen w);
   // The cost model's work of a task (sched::Plan::add_work).
   void work(sched::TaskId t, sched::Work w, double amount) { plan.add_work(t, w, amount); }
+  // Task t moves buffer `from` into `to`: it reads and releases `from`, acquires and writes `to`.
+  void hands_over(sched::TaskId t, sched::BufferId from, sched::BufferId to) {
+    plan.reads(t, from);
+    plan.release(t, from);
+    plan.acquire(t, to);
+    plan.writes(t, to);
+  }
   // A task of `bytes` on the NVMe lane: its bytes, and one request's latency.
   void nvme_work(sched::TaskId t, sched::Work w, double bytes);
   // A collective of `kind` over `count` elements of `dt` per rank (collective_work.h).

@@ -118,10 +118,7 @@ void CheckpointLowering::after(size_t op, TaskId t, const std::vector<TaskId>& o
                        },
                        {prev, t});
     pb_.work(up_[us], sched::Work::kH2DBytes, double(cb));
-    plan.reads(up_[us], src);
-    plan.release(up_[us], src);
-    plan.acquire(up_[us], d);
-    plan.writes(up_[us], d);
+    pb_.hands_over(up_[us], src, d);
   }
 }
 

@@ -150,10 +150,7 @@ void GatherLowering::emit(size_t k, const std::vector<TaskId>& op_task) {
                         },
                         {gather});
   pb_.work(upload_[k], sched::Work::kH2DBytes, double(bytes));
-  plan.reads(upload_[k], gh);
-  plan.release(upload_[k], gh);
-  plan.acquire(upload_[k], gd);
-  plan.writes(upload_[k], gd);
+  pb_.hands_over(upload_[k], gh, gd);
 }
 
 }  // namespace strata::engine::zero
