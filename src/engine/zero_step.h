@@ -56,6 +56,11 @@
 // ranks then wait in a collective this rank will not start: the caller ends the job with
 // Communicator::abort (train_gpt does), and the comm watchdog bounds the wait anyway.
 //
+// Where: the plan is compiled by zero::compile (zero/plan/compile.h, in stages) from the step's
+// zero::Layout; its tasks act on a zero::Runtime (zero/runtime.h) the step owns. zero_step.cpp
+// creates, runs and flushes; zero_step_params.cpp holds the parameters outside the replays
+// (masters, shard homes, gathers, the inference forward); zero_step_reports.cpp the reports.
+//
 // Ownership: borrows the model, optimizer and communicator (they must outlive it). Thread
 // safety: none; run() from one thread. The communicator is used by the comm lane's worker during
 // run()/flush() and by the calling thread between them.

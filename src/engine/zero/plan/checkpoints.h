@@ -12,7 +12,7 @@
 //              is the last segment);
 //   recompute, backward   the recompute and the backward of the segment's first layer read it;
 //              the backward releases it.
-// The lowering (zero_plan_checkpoints.cpp) gives each its buffers and tasks.
+// The lowering (lower_checkpoints.h) gives each its buffers and tasks.
 //
 // Thread safety: pure functions.
 #pragma once

@@ -2,7 +2,7 @@
 // compute lane runs them, as data. Takes the model's shape (layers, checkpoint segments, costs),
 // the ZeRO stage, the micro-batch order and which blocks are sharded; returns the op list with,
 // per op, the gathered copies it uses and the gradient it starts, adds to or completes. Nothing
-// here knows buffers, lanes or tasks: the lowering (zero_plan_ops.cpp) turns each op into a task
+// here knows buffers, lanes or tasks: the lowering (lower_ops.h) turns each op into a task
 // that calls the model.
 //
 // One generator for both micro-batch orders. micros = K >= 2 is the segment-major order: every
