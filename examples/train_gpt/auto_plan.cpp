@@ -4,10 +4,7 @@
 #include <sstream>
 
 #include "config_fields.h"
-#include "engine/config_exchange.h"
-#include "planner/calibration.h"
-#include "planner/session_prediction.h"
-#include "planning.h"
+#include "planner/plan_report.h"
 
 namespace strata::train_gpt {
 
@@ -42,14 +39,8 @@ std::string settings_flags(const planner::Settings& s) {
   return os.str();
 }
 
-namespace {
-
-// The search's answer, or why there is none.
-Result<planner::Settings> chosen(const planner::OffloadSearch& r) {
-  if (r.best >= 0) return r.candidates[size_t(r.best)].settings;
-  if (r.candidates.empty()) {
-    return r.first_error.with_context("--auto: no setting could be planned");
-  }
+Status refusal(const planner::OffloadSearch& r, const Status& why) {
+  if (r.candidates.empty()) return why.with_context("--auto: no setting could be planned");
   // The refusal of the setting that needs the least memory.
   const planner::Candidate* least = &r.candidates.front();
   for (const planner::Candidate& c : r.candidates) {
@@ -60,57 +51,20 @@ Result<planner::Settings> chosen(const planner::OffloadSearch& r) {
                     settings_flags(least->settings), "): ", least->fit.message());
 }
 
-}  // namespace
-
-Status run_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& real,
-                const ModelSpec& spec, model::RunShape& shape, comm::Communicator& comm,
-                const std::vector<std::string>& nvme_dirs, int host_threads) {
-  const bool lead = comm.rank() == 0;
-  planner::CalibrationRequest rq =
-      planner::calibration_request(config, spec.probe(), shape, real, comm, host_threads);
-  rq.redo = f.calibrate;
-  rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
-  auto cal = planner::calibrate(rq);
-  // Rank 0's choice, broadcast: [ok, checkpoint interval], then its engine config.
-  float choice[2] = {};
-  planner::Settings pick;
-  Status st = cal.status();
-  if (lead && cal.ok()) {
-    const planner::PlanBudgets budgets = plan_budgets(f, shape.seq, comm.size(), nvme_dirs);
-    std::printf(
-        "auto: planning the stage-3 settings against device %s, pinned host %s, NVMe "
-        "%s\n",
-        real.memory_info().limit_bytes > 0
-            ? (std::to_string(real.memory_info().limit_bytes >> 20) + " MiB").c_str()
-            : "no limit",
-        f.host_memory_limit > 0 ? (std::to_string(f.host_memory_limit >> 20) + " MiB").c_str()
-                                : "no limit",
-        nvme_dirs.empty() ? "none" : (std::to_string(budgets.nvme_free >> 20) + " MiB").c_str());
-    planner::SearchContext ctx;
-    ctx.real = &real;
-    ctx.comm = &comm;
-    ctx.nvme_free = budgets.nvme_free;
-    ctx.host_threads = host_threads;
-    ctx.rates = cal->rates;
-    const planner::OffloadSearch r =
-        planner::search_offload(config, !nvme_dirs.empty(), model_planning(spec, shape), ctx);
-    auto c = chosen(r);
-    st = c.status();
-    if (c.ok()) {
-      std::printf("%s", explain(r).c_str());
-      pick = *c;
-      choice[0] = 1.0f;
-      choice[1] = static_cast<float>(pick.checkpoint_interval);
+std::string order_line(const planner::OrderSearch& o, bool layer, bool decided) {
+  auto said = [&](int k) {
+    char line[160];
+    if (o.why[k].ok()) {
+      std::snprintf(line, sizeof(line), "predicted %.1f ms a step, device peak %s",
+                    o.planned[k].prediction.step_s * 1e3,
+                    planner::human_bytes(o.planned[k].device_peak).c_str());
+      return std::string(line);
     }
-  }
-  if (comm.size() > 1) STRATA_RETURN_IF_ERROR(comm.broadcast(choice, 2, DType::kF32, 0));
-  if (choice[0] != 1.0f) {
-    return st.ok() ? make_error(ErrorCode::kInternal, "--auto: rank 0 chose nothing") : st;
-  }
-  STRATA_RETURN_IF_ERROR(engine::broadcast_config(pick.config, comm, 0));
-  config = pick.config;
-  shape.checkpoint_interval = static_cast<int64_t>(choice[1]);
-  return ok_status();
+    return "does not fit: " + with_flag_names(o.why[k]).message();
+  };
+  return std::string("plan: micro-batch order ") + (layer ? "layer" : "micro") + " (" +
+         (decided ? "the planner's choice: --microbatch-order auto" : "--microbatch-order") +
+         "); micro: " + said(0) + "; layer: " + said(1) + "\n";
 }
 
 std::string explain(const planner::OffloadSearch& r) {

@@ -43,6 +43,19 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
     {Field::kGradAccumDtype, "--grad-accum-dtype", "data_types.grad_accum_dtype"},
     {Field::kMicrobatchOrder, "--microbatch-order", ""},
     {Field::kDeviceGradSum, "--device-grad-sum", ""},
+    {Field::kOffloadAuto, "--auto", ""},
+    {Field::kBeta1, "--beta1", "optimizer.params.betas"},
+    {Field::kBeta2, "--beta2", "optimizer.params.betas"},
+    {Field::kEps, "--eps", "optimizer.params.eps"},
+    {Field::kWeightDecay, "--weight-decay", "optimizer.params.weight_decay"},
+    {Field::kAdamMode, "--adam-mode", "optimizer.type"},
+    {Field::kBiasCorrection, "--no-bias-correction", "optimizer.params.bias_correction"},
+    {Field::kDecayOn, "--weight-decay-on", ""},
+    {Field::kInitialScalePower, "--initial-scale-power", "fp16.initial_scale_power"},
+    {Field::kLossScaleWindow, "--loss-scale-window", "fp16.loss_scale_window"},
+    {Field::kHysteresis, "--hysteresis", "fp16.hysteresis"},
+    {Field::kMinLossScale, "--min-loss-scale", "fp16.min_loss_scale"},
+    {Field::kConsecutiveHysteresis, "--consecutive-hysteresis", "fp16.consecutive_hysteresis"},
 }};
 
 constexpr bool in_field_order() {
@@ -118,6 +131,7 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
                        : f.microbatch_order == "auto" ? engine::MicrobatchOrder::kAuto
                                                       : engine::MicrobatchOrder::kMicro;
   c.device_grad_sum = f.device_grad_sum;
+  c.offload_auto = f.auto_plan;
   c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
                        : f.grad_accum_dtype == "fp16" ? DType::kF16
                        : f.grad_accum_dtype == "bf16" ? DType::kBF16

@@ -128,12 +128,6 @@ Status check_flags(const Flags& f) {
     return make_error(ErrorCode::kConfig, "--resume and --init-from ", f.init_from,
                       " both set the parameters (give one)");
   }
-  if (f.auto_plan && (f.zero_stage != 3 || f.schedule != "planned")) {
-    return make_error(ErrorCode::kConfig,
-                      "--auto chooses the stage-3 settings: it needs "
-                      "--zero-stage 3 (and the planned schedule), not --zero-stage ",
-                      f.zero_stage, " with --schedule ", f.schedule);
-  }
   if (f.plan && f.schedule != "planned") {
     return make_error(ErrorCode::kConfig,
                       "--plan needs --schedule planned (the serial step has no plan to show)");

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "auto_plan.h"
 #include "config_fields.h"
 #include "core/file_identity.h"
 #include "core/interrupt.h"
@@ -39,7 +38,7 @@
 #include "mfu.h"
 #include "model/gpt.h"
 #include "model_setup.h"
-#include "order_choice.h"
+#include "plan_choice.h"
 #include "planning.h"
 #include "progress.h"
 #include "rank_agreement.h"
@@ -188,15 +187,9 @@ int main(int argc, char** argv) {
   // its choice); then the model holding on the device only what the ZeRO stage keeps there, and
   // the engine's session (engine/session.h).
   engine::EngineConfig config = train_gpt::engine_config(f).value();
-  if (f.auto_plan) {
-    if (Status st = train_gpt::run_auto(f, config, *devices->real, spec, setup.shape, world,
-                                        *nvme_dirs, host_threads);
-        !st.ok()) {
-      return die(st);
-    }
-  } else if (Status st = train_gpt::choose_microbatch_order(
-                 f, config, *devices->real, spec, setup.shape, world, *nvme_dirs, host_threads);
-             !st.ok()) {
+  if (Status st = train_gpt::resolve_auto(f, config, *devices->real, spec, setup.shape, world,
+                                          *nvme_dirs, host_threads);
+      !st.ok()) {
     return die(st);
   }
   auto layout = engine::Session::prepare(config, spec.block_numels(), ranks);

@@ -2,40 +2,21 @@
 
 #include <array>
 #include <sstream>
+#include <type_traits>
 
 namespace strata::engine {
 
 namespace {
 constexpr std::array<std::string_view, kNumFields> kFieldNames = {
-    "zero_stage",
-    "precision",
-    "loss_scale",
-    "offload_optimizer",
-    "optimizer_nvme_fraction",
-    "gpu_optimizer_fraction",
-    "offload_param",
-    "param_gpu_fraction",
-    "offload_activations",
-    "prefetch_depth",
-    "bucket_bytes",
-    "persistence_threshold",
-    "delayed_update",
-    "schedule",
-    "grad_accum",
-    "grad_clip",
-    "gpu_memory_limit",
-    "host_memory_limit",
-    "nvme_path",
-    "nvme_block_size",
-    "nvme_queue_depth",
-    "nvme_buffer_count",
-    "lr",
-    "grad_accum_dtype",
-    "microbatch_order",
-    "device_grad_sum",
+#define STRATA_FIELD_NAME(e, member, accepted) #member,
+    STRATA_ENGINE_FIELDS(STRATA_FIELD_NAME)
+#undef STRATA_FIELD_NAME
 };
-
-bool fraction(double f) { return f >= 0.0 && f <= 1.0; }
+constexpr std::array<Accepted, kNumFields> kAccepted = {
+#define STRATA_FIELD_ACCEPTED(e, member, accepted) accepted,
+    STRATA_ENGINE_FIELDS(STRATA_FIELD_ACCEPTED)
+#undef STRATA_FIELD_ACCEPTED
+};
 
 Status refuse(Field field, const auto& value, std::string_view accepted) {
   return make_error(ErrorCode::kConfig, ref(field), " ", value, " is not accepted (", accepted,
@@ -90,6 +71,8 @@ std::string_view schedule_name(Schedule schedule) {
 
 std::string_view field_name(Field field) { return kFieldNames[static_cast<size_t>(field)]; }
 
+Accepted accepted(Field field) { return kAccepted[static_cast<size_t>(field)]; }
+
 std::string ref(Field field) {
   std::string s = "`";
   s += field_name(field);
@@ -124,7 +107,18 @@ std::string render_fields(std::string_view message, const std::function<std::str
 }
 
 Status EngineConfig::validate(bool store_given) const {
-  if (zero_stage < 0 || zero_stage > 3) return refuse(Field::kZeroStage, zero_stage, "0..3");
+  // Each number in the range its line of the table gives.
+  Status range = ok_status();
+  visit_fields(*this, [&range](Field field, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    const Accepted a = accepted(field);
+    if constexpr (std::is_arithmetic_v<T>) {
+      if (range.ok() && a.words != nullptr && !(double(value) >= a.lo && double(value) <= a.hi)) {
+        range = refuse(field, value, a.words);
+      }
+    }
+  });
+  STRATA_RETURN_IF_ERROR(range);
   if (grad_accum_dtype != DType::kF32 && grad_accum_dtype != precision) {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccumDtype), " ",
                       dtype_name(grad_accum_dtype), " is not accepted with ",
@@ -149,7 +143,6 @@ Status EngineConfig::validate(bool store_given) const {
                                        "the serial step updates on the host"));
   STRATA_RETURN_IF_ERROR(check_planned(*this, delayed_update(), ref(Field::kDelayedUpdate),
                                        "the serial step is the reference without it"));
-  if (grad_accum < 1) return refuse(Field::kGradAccum, grad_accum, "1 or more micro-batches");
   if (grad_accum > 1 && delayed_update()) {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
                       " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
@@ -168,15 +161,6 @@ Status EngineConfig::validate(bool store_given) const {
       return make_error(ErrorCode::kConfig, order, " does not go with ", ref(Field::kDelayedUpdate),
                         " (use one or the other)");
     }
-  }
-  if (!fraction(gpu_optimizer_fraction)) {
-    return refuse(Field::kGpuOptimizerFraction, gpu_optimizer_fraction, "0..1");
-  }
-  if (!fraction(optimizer_nvme_fraction)) {
-    return refuse(Field::kOptimizerNvmeFraction, optimizer_nvme_fraction, "0..1");
-  }
-  if (!fraction(param_gpu_fraction)) {
-    return refuse(Field::kParamGpuFraction, param_gpu_fraction, "0..1");
   }
   if (gpu_optimizer_fraction > 0.0 && offload_optimizer == Home::kDevice) {
     return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
@@ -226,25 +210,18 @@ Status EngineConfig::validate(bool store_given) const {
                       ref(Field::kOffloadOptimizer), " none, ", ref(Field::kGpuOptimizerFraction),
                       ")");
   }
-  if (prefetch_depth < 0 || prefetch_depth > 64) {
-    return refuse(Field::kPrefetchDepth, prefetch_depth, "0..64 layers");
+  if (offload_auto && (zero_stage != 3 || !planned())) {
+    return make_error(ErrorCode::kConfig, ref(Field::kOffloadAuto),
+                      " chooses the stage-3 settings: it needs ", ref(Field::kZeroStage), " 3 and ",
+                      ref(Field::kSchedule), " planned, not ", ref(Field::kZeroStage), " ",
+                      zero_stage, " with ", ref(Field::kSchedule), " ", schedule_name(schedule));
   }
-  if (persistence_threshold < 0) {
-    return refuse(Field::kPersistenceThreshold, persistence_threshold, "0 or more elements");
-  }
-  if (!(grad_clip >= 0.0f)) return refuse(Field::kGradClip, grad_clip, "0 (off) or more");
   if (offload_optimizer != Home::kNvme && optimizer_nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, ref(Field::kOptimizerNvmeFraction), " ",
                       optimizer_nvme_fraction, " needs ", ref(Field::kOffloadOptimizer), " nvme");
   }
   if (nvme_block_size == 0 || nvme_block_size % 4096 != 0) {
     return refuse(Field::kNvmeBlockSize, nvme_block_size, "a positive multiple of 4096 bytes");
-  }
-  if (nvme_queue_depth < 1 || nvme_queue_depth > 4096) {
-    return refuse(Field::kNvmeQueueDepth, nvme_queue_depth, "1..4096");
-  }
-  if (nvme_buffer_count < 1 || nvme_buffer_count > 64) {
-    return refuse(Field::kNvmeBufferCount, nvme_buffer_count, "1..64");
   }
   return ok_status();
 }

@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "cpu/cpu_adam.h"
+#include "engine/engine_fields.h"
 #include "engine/loss_scaler.h"
 #include "model/model.h"
 
@@ -41,37 +42,14 @@ std::string_view schedule_name(Schedule schedule);  // "planned", "serial"
 enum class MicrobatchOrder { kMicro, kLayer, kAuto };
 std::string_view microbatch_order_name(MicrobatchOrder order);  // "micro", "layer", "auto"
 
-// The settings, by name, as messages refer to them.
+// The settings, by name, as messages refer to them (engine_fields.h: one line per field).
 enum class Field {
-  kZeroStage,
-  kPrecision,
-  kLossScale,
-  kOffloadOptimizer,
-  kOptimizerNvmeFraction,
-  kGpuOptimizerFraction,
-  kOffloadParam,
-  kParamGpuFraction,
-  kOffloadActivations,
-  kPrefetchDepth,
-  kBucketBytes,
-  kPersistenceThreshold,
-  kDelayedUpdate,
-  kSchedule,
-  kGradAccum,
-  kGradClip,
-  kGpuMemoryLimit,
-  kHostMemoryLimit,
-  kNvmePath,
-  kNvmeBlockSize,
-  kNvmeQueueDepth,
-  kNvmeBufferCount,
-  kLr,
-  kGradAccumDtype,
-  kMicrobatchOrder,
-  kDeviceGradSum,
+#define STRATA_FIELD_ENUM(e, member, accepted) e,
+  STRATA_ENGINE_FIELDS(STRATA_FIELD_ENUM)
+#undef STRATA_FIELD_ENUM
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kDeviceGradSum) + 1;
-std::string_view field_name(Field field);  // the member's name: "zero_stage", ...
+inline constexpr int kNumFields = static_cast<int>(Field::kConsecutiveHysteresis) + 1;
+std::string_view field_name(Field field);  // the member's path: "zero_stage", "adam.lr", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);
 // `message` with every field reference replaced by name(field).
@@ -107,6 +85,12 @@ struct EngineConfig {
   // instead of each micro-batch's being reduced and the reduced shards added on the host (the
   // bits of the micro-batch-major order at the same stage).
   bool device_grad_sum = false;
+  // The planner chooses the offload settings (offload_param, param_gpu_fraction,
+  // gpu_optimizer_fraction, offload_optimizer, optimizer_nvme_fraction, offload_activations,
+  // prefetch_depth, with several micro-batches microbatch_order) and the model's checkpoint
+  // interval: planner::choose resolves it before a session is made (a session refuses it).
+  // Stage 3, the planned schedule.
+  bool offload_auto = false;
   float grad_clip = 1.0f;          // the global norm's bound; 0: off
   LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
   cpu::AdamHyper adam;
@@ -135,5 +119,15 @@ struct EngineConfig {
   // caller hands the session (SessionInputs::store), so they need no nvme_paths.
   Status validate(bool store_given = false) const;
 };
+
+// Calls visit(field, member) for every field of `config` (const or not), in Field's order.
+template <typename Config, typename Visit>
+void visit_fields(Config& config, Visit&& visit) {
+#define STRATA_FIELD_VISIT(e, member, accepted) visit(Field::e, config.member);
+  STRATA_ENGINE_FIELDS(STRATA_FIELD_VISIT)
+#undef STRATA_FIELD_VISIT
+}
+// The values `field` takes by itself (engine_fields.h).
+Accepted accepted(Field field);
 
 }  // namespace strata::engine

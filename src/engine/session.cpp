@@ -127,9 +127,11 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                                                  const SessionInputs& inputs) {
   // A given store, or none at all (plan_only), needs no directories.
   STRATA_RETURN_IF_ERROR(config.validate(inputs.store != nullptr || inputs.plan_only));
-  if (config.microbatch_order == MicrobatchOrder::kAuto) {
-    return make_error(ErrorCode::kConfig, "engine session: ", ref(Field::kMicrobatchOrder),
-                      " auto is the planner's to resolve (planner::choose) before a session");
+  if (config.microbatch_order == MicrobatchOrder::kAuto || config.offload_auto) {
+    return make_error(
+        ErrorCode::kConfig, "engine session: ",
+        config.offload_auto ? ref(Field::kOffloadAuto) : ref(Field::kMicrobatchOrder) + " auto",
+        " is the planner's to resolve (planner::choose) before a session");
   }
   if (&model.device() != &device) {
     return make_error(ErrorCode::kConfig, "engine session: the model lives on another device (",

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/config_exchange.h"
@@ -37,20 +39,26 @@ TEST(EngineConfig, DefaultsAreAccepted) {
 TEST(EngineConfig, EachRefusalNamesTheField) {
   const std::vector<Refusal> cases = {
       {"stage 4", [](EngineConfig& c) { c.zero_stage = 4; }, Field::kZeroStage, " 4 "},
+      {"the offload settings left to the planner at stage 2",
+       [](EngineConfig& c) {
+         c.zero_stage = 2;
+         c.offload_auto = true;
+       },
+       Field::kOffloadAuto, "`zero_stage` 3"},
       {"static scale in bf16", [](EngineConfig& c) { c.loss_scaling.loss_scale = 512; },
        Field::kLossScale, "fp16"},
       {"optimizer on nvme without a path",
        [](EngineConfig& c) { c.offload_optimizer = Home::kNvme; }, Field::kOffloadOptimizer,
-       "`nvme_path`"},
+       "`nvme_paths`"},
       {"activations on nvme without a path",
        [](EngineConfig& c) { c.offload_activations = Home::kNvme; }, Field::kOffloadActivations,
-       "`nvme_path`"},
+       "`nvme_paths`"},
       {"params on nvme without a path",
        [](EngineConfig& c) {
          c.zero_stage = 3;
          c.offload_param = Home::kNvme;
        },
-       Field::kOffloadParam, "`nvme_path`"},
+       Field::kOffloadParam, "`nvme_paths`"},
       {"device optimizer, serial",
        [](EngineConfig& c) {
          c.offload_optimizer = Home::kDevice;
@@ -69,7 +77,7 @@ TEST(EngineConfig, EachRefusalNamesTheField) {
          c.grad_accum = 2;
          c.delayed_update_warmup = 3;
        },
-       Field::kGradAccum, "`delayed_update`"},
+       Field::kGradAccum, "`delayed_update_warmup`"},
       {"gpu fraction 2", [](EngineConfig& c) { c.gpu_optimizer_fraction = 2; },
        Field::kGpuOptimizerFraction, " 2 "},
       {"gpu fraction with the optimizer on the device",
@@ -141,7 +149,7 @@ TEST(EngineConfig, RenderFieldsReplacesOnlyFieldReferences) {
   EXPECT_EQ(render_fields("keep `not_a_field` and a lone ` quote", upper),
             "keep `not_a_field` and a lone ` quote");
   EXPECT_EQ(render_fields("", upper), "");
-  EXPECT_EQ(render_fields("a ` b `lr` c", upper), "a ` b <lr> c");
+  EXPECT_EQ(render_fields("a ` b `adam.lr` c", upper), "a ` b <adam.lr> c");
   for (int f = 0; f < kNumFields; ++f) {
     EXPECT_EQ(render_fields(ref(Field(f)), upper), upper(Field(f)));
   }
@@ -188,6 +196,7 @@ EngineConfig unusual() {
   c.nvme_block_size = 8192;
   c.nvme_queue_depth = 64;
   c.nvme_buffer_count = 5;
+  c.offload_auto = true;
   return c;
 }
 
@@ -206,12 +215,24 @@ TEST(EngineConfig, JsonRoundTripKeepsEveryField) {
   EXPECT_EQ(back->offload_param, c.offload_param);
   EXPECT_EQ(back->adam.mode, c.adam.mode);
   EXPECT_EQ(back->decay_on, c.decay_on);
-  // The default config differs from it in every field the JSON holds.
+  // The default config differs from it in every field the JSON holds, and it holds every field.
   const nlohmann::json d = config_to_json(EngineConfig{}), u = config_to_json(c);
+  EXPECT_EQ(u.size(), size_t(kNumFields));
   for (const auto& [k, v] : u.items()) {
-    if (k == "schedule" || k == "delayed_update_warmup" || k == "loss_scale") continue;
+    if (k == "schedule" || k == "delayed_update_warmup" || k == "loss_scaling.loss_scale") continue;
     EXPECT_NE(d.value(k, nlohmann::json()), v) << k << " is the default's: it proves nothing";
   }
+}
+
+TEST(EngineConfig, EachFieldIsNamedByItsMemberOnce) {
+  EXPECT_EQ(field_name(Field::kZeroStage), "zero_stage");
+  EXPECT_EQ(field_name(Field::kLr), "adam.lr");
+  EXPECT_EQ(field_name(Field::kLossScale), "loss_scaling.loss_scale");
+  EXPECT_EQ(field_name(Field::kNvmePath), "nvme_paths");
+  EXPECT_EQ(field_name(Field::kDelayedUpdate), "delayed_update_warmup");
+  std::set<std::string_view> names;
+  for (int f = 0; f < kNumFields; ++f) names.insert(field_name(Field(f)));
+  EXPECT_EQ(names.size(), size_t(kNumFields));
 }
 
 TEST(EngineConfig, JsonWithoutAFieldIsRefusedNamingIt) {

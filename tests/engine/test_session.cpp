@@ -131,6 +131,20 @@ TEST(Session, RefusesWhatOnlyItCanCheckNamingTheField) {
   r = Session::create(bad, *dev, *one, *m, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message().rfind(ref(Field::kPrefetchDepth), 0), 0u) << r.status().message();
+  // What the planner resolves (planner::choose), left unresolved.
+  EngineConfig order;
+  order.grad_accum = 2;
+  order.microbatch_order = MicrobatchOrder::kAuto;
+  EngineConfig offload;
+  offload.zero_stage = 3;
+  offload.offload_auto = true;
+  for (const auto& [config, field] :
+       {std::pair{order, Field::kMicrobatchOrder}, std::pair{offload, Field::kOffloadAuto}}) {
+    r = Session::create(config, *dev, *one, *m, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(ref(field)), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("planner::choose"), std::string::npos);
+  }
   // Another device than the model's.
   auto other = gpu::create_cpu_device({}).value();
   r = Session::create(EngineConfig{}, *other, *one, *m, {});

@@ -1,0 +1,57 @@
+#include "planner/choose.h"
+
+#include <utility>
+
+namespace strata::planner {
+
+using engine::MicrobatchOrder;
+
+namespace {
+bool order_to_plan(const engine::EngineConfig& c) {
+  engine::EngineConfig layer = c;
+  layer.microbatch_order = MicrobatchOrder::kLayer;
+  return c.microbatch_order == MicrobatchOrder::kAuto && !c.device_grad_sum &&
+         layer_order_possible(layer);
+}
+}  // namespace
+
+bool has_auto(const engine::EngineConfig& c) {
+  return c.offload_auto || c.microbatch_order == MicrobatchOrder::kAuto;
+}
+
+bool needs_rates(const engine::EngineConfig& c) { return c.offload_auto || order_to_plan(c); }
+
+Choice choose(const Settings& base, bool nvme, const ModelPlanning& model,
+              const SearchContext& ctx) {
+  Choice choice;
+  choice.settings = base;
+  engine::EngineConfig& config = choice.settings.config;
+  if (config.offload_auto) {
+    config.offload_auto = false;
+    OffloadSearch r = search_offload(config, nvme, model, ctx);
+    if (r.best >= 0) {
+      choice.settings = r.candidates[size_t(r.best)].settings;
+    } else if (r.candidates.empty()) {
+      choice.status = r.first_error;
+    } else {
+      choice.status = make_error(ErrorCode::kOutOfMemory, "none of the ", r.candidates.size(),
+                                 " settings fits the budgets");
+    }
+    choice.offload = std::move(r);
+    return choice;
+  }
+  if (config.microbatch_order != MicrobatchOrder::kAuto) return choice;
+  if (!order_to_plan(config)) {
+    config.microbatch_order =
+        config.device_grad_sum ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+    return choice;
+  }
+  engine::EngineConfig layer = config;
+  layer.microbatch_order = MicrobatchOrder::kLayer;
+  choice.order = search_order(layer, model, ctx);
+  config.microbatch_order =
+      choice.order->layer_faster ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+  return choice;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,206 @@
+// planner::choose (planner/choose.h): the one call that resolves every auto value of a config.
+// Checked against the rules its header states, on a small GPT planned on the CpuDevice with
+// fixed rates (nothing measured): what it leaves alone, the orders it resolves without planning,
+// the order it plans (the segment-major one only when predicted faster by more than 1%, each
+// order planned here on its own), the offload search (a fitting candidate within 1% of the
+// fastest fitting one, the config's other settings kept, a session accepting it) and the refusal
+// when nothing fits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "comm/local_comm.h"
+#include "engine/config_exchange.h"
+#include "engine/session.h"
+#include "gpu/cpu_device.h"
+#include "model/gpt.h"
+#include "planner/choose.h"
+
+namespace strata::planner {
+namespace {
+
+using engine::EngineConfig;
+using engine::Home;
+using engine::MicrobatchOrder;
+
+model::GptConfig gpt() {
+  model::GptConfig cfg;
+  cfg.vocab = 96;
+  cfg.max_seq = 32;
+  cfg.layers = 4;
+  cfg.heads = 4;
+  cfg.channels = 64;
+  cfg.dtype = DType::kBF16;
+  return cfg;
+}
+
+ModelPlanning planning() {
+  ModelPlanning m;
+  m.block_numels = model::GptModel::block_numels(gpt());
+  m.layers = gpt().layers;
+  m.shape = model::RunShape{4, 32, 2};
+  m.create = [](gpu::Device& device, const model::RunShape& shape,
+                const model::BlockStorage& storage) -> Result<std::unique_ptr<model::Model>> {
+    STRATA_ASSIGN_OR_RETURN(auto gpt_model, model::GptModel::create(device, gpt(), shape, storage));
+    return std::unique_ptr<model::Model>(std::move(gpt_model));
+  };
+  return m;
+}
+
+// Every kind of work at a finite rate: each plan has a prediction.
+sched::Rates rates() {
+  sched::Rates r;
+  for (double& x : r.per_second) x = 1e9;
+  r.per_second[int(sched::Work::kFlops)] = 2e10;
+  r.task_overhead_s = 2e-6;
+  return r;
+}
+
+struct Machine {
+  std::unique_ptr<gpu::Device> device;
+  std::unique_ptr<comm::Communicator> comm = comm::create_local_comm();
+  SearchContext ctx;
+  explicit Machine(size_t device_bytes = 512 << 20) {
+    gpu::DeviceOptions o;
+    o.memory_limit_bytes = device_bytes;
+    o.threads = 1;
+    device = gpu::create_cpu_device(o).value();
+    ctx.real = device.get();
+    ctx.comm = comm.get();
+    ctx.rates = rates();
+  }
+};
+
+EngineConfig stage3(int64_t micro) {
+  EngineConfig c;
+  c.zero_stage = 3;
+  c.grad_accum = micro;
+  c.adam.lr = 0.25f;
+  c.grad_clip = 0.5f;
+  return c;
+}
+
+TEST(Choose, SaysWhatIsLeftToIt) {
+  EngineConfig c = stage3(2);
+  EXPECT_FALSE(has_auto(c));
+  EXPECT_FALSE(needs_rates(c));
+  c.microbatch_order = MicrobatchOrder::kAuto;
+  EXPECT_TRUE(has_auto(c));
+  EXPECT_TRUE(needs_rates(c));  // two micro-batches: both orders are planned
+  c.device_grad_sum = true;     // only the segment-major order has it
+  EXPECT_FALSE(needs_rates(c));
+  c = stage3(1);
+  c.microbatch_order = MicrobatchOrder::kAuto;
+  EXPECT_FALSE(needs_rates(c));  // one micro-batch: one order
+  c = stage3(2);
+  c.zero_stage = 2;
+  c.microbatch_order = MicrobatchOrder::kAuto;
+  c.delayed_update_warmup = 0;  // not with the segment-major order
+  EXPECT_FALSE(needs_rates(c));
+  c = stage3(1);
+  c.offload_auto = true;
+  EXPECT_TRUE(has_auto(c));
+  EXPECT_TRUE(needs_rates(c));
+}
+
+TEST(Choose, LeavesAConfigWithoutAutoValuesAlone) {
+  Machine m;
+  const Settings base{stage3(2), 2};
+  const Choice c = choose(base, false, planning(), m.ctx);
+  ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  EXPECT_FALSE(c.offload || c.order);
+  EXPECT_EQ(engine::config_to_json(c.settings.config), engine::config_to_json(base.config));
+  EXPECT_EQ(c.settings.checkpoint_interval, 2);
+}
+
+TEST(Choose, ResolvesAnOrderWithoutAnAlternativeWithoutPlanning) {
+  Machine m;
+  m.ctx.rates = sched::Rates{};  // no rates at all: planning would fail
+  EngineConfig one = stage3(1);
+  one.microbatch_order = MicrobatchOrder::kAuto;
+  Choice c = choose({one, 2}, false, planning(), m.ctx);
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_FALSE(c.order);
+  EXPECT_EQ(c.settings.config.microbatch_order, MicrobatchOrder::kMicro);
+  EngineConfig summed = stage3(2);
+  summed.microbatch_order = MicrobatchOrder::kAuto;
+  summed.device_grad_sum = true;
+  c = choose({summed, 2}, false, planning(), m.ctx);
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_FALSE(c.order);
+  EXPECT_EQ(c.settings.config.microbatch_order, MicrobatchOrder::kLayer);
+  EXPECT_TRUE(c.settings.config.validate(true).ok());
+}
+
+TEST(Choose, TakesTheSegmentMajorOrderOnlyWhenPredictedFaster) {
+  Machine m;
+  for (const bool offload_acts : {false, true}) {
+    EngineConfig base = stage3(3);
+    if (offload_acts) base.offload_activations = Home::kPinned;
+    base.microbatch_order = MicrobatchOrder::kAuto;
+    const Choice c = choose({base, 2}, false, planning(), m.ctx);
+    ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+    ASSERT_TRUE(c.order);
+    double step[2];
+    for (int k = 0; k < 2; ++k) {
+      Settings s{base, 2};
+      s.config.microbatch_order = k == 1 ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+      auto planned = plan_candidate(s, planning(), m.ctx);
+      ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+      ASSERT_TRUE(planned->fit.ok());
+      step[k] = planned->prediction.step_s;
+      EXPECT_EQ(c.order->planned[k].prediction.step_s, step[k]);
+    }
+    EXPECT_EQ(c.settings.config.microbatch_order,
+              step[1] < 0.99 * step[0] ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro)
+        << "micro " << step[0] << " s, layer " << step[1] << " s";
+  }
+}
+
+TEST(Choose, OffloadAutoTakesAFittingCandidateWithinOnePercentOfTheFastest) {
+  Machine m;
+  EngineConfig base = stage3(2);
+  base.offload_auto = true;
+  base.microbatch_order = MicrobatchOrder::kAuto;
+  const Choice c = choose({base, 0}, false, planning(), m.ctx);
+  ASSERT_TRUE(c.status.ok()) << c.status.to_string();
+  ASSERT_TRUE(c.offload);
+  const EngineConfig& got = c.settings.config;
+  EXPECT_FALSE(got.offload_auto);
+  EXPECT_NE(got.microbatch_order, MicrobatchOrder::kAuto);
+  // The settings the search does not own are the base's.
+  EXPECT_EQ(got.zero_stage, 3);
+  EXPECT_EQ(got.grad_accum, 2);
+  EXPECT_EQ(got.adam.lr, 0.25f);
+  EXPECT_EQ(got.grad_clip, 0.5f);
+  EXPECT_NE(got.offload_optimizer, Home::kNvme);  // no NVMe directory was offered
+  double fastest = 1e30;
+  int fitting = 0;
+  for (const Candidate& k : c.offload->candidates) {
+    if (!k.fit.ok()) continue;
+    ++fitting;
+    fastest = std::min(fastest, k.prediction.step_s);
+  }
+  ASSERT_GT(fitting, 1);
+  // The choice planned again on its own: it fits, and no fitting candidate is over 1% faster.
+  auto again = plan_candidate(c.settings, planning(), m.ctx);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(again->fit.ok());
+  EXPECT_LE(again->prediction.step_s, 1.01 * fastest);
+}
+
+TEST(Choose, OffloadAutoWithNothingFittingSaysSo) {
+  Machine m(64 << 10);  // a 64 KiB device: no stage-3 setting fits
+  EngineConfig base = stage3(1);
+  base.offload_auto = true;
+  const Choice c = choose({base, 0}, false, planning(), m.ctx);
+  EXPECT_EQ(c.status.code(), ErrorCode::kOutOfMemory) << c.status.to_string();
+  ASSERT_TRUE(c.offload);
+  ASSERT_FALSE(c.offload->candidates.empty());
+  EXPECT_EQ(c.offload->best, -1);
+  for (const Candidate& k : c.offload->candidates) EXPECT_FALSE(k.fit.ok());
+}
+
+}  // namespace
+}  // namespace strata::planner
