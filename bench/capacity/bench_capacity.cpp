@@ -177,15 +177,15 @@ int main(int argc, char** argv) {
   // Stage 3, the fp32 state, the 16-bit shards and the checkpoints on NVMe (the session's swap
   // store, sized by its capacity formula).
   engine::EngineConfig config;
-  config.zero_stage = 3;
+  config.zero.stage = 3;
   config.precision = DType::kBF16;
-  config.grad_clip = 1.0f;
-  config.adam.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
-  config.offload_optimizer = engine::Home::kNvme;
-  config.optimizer_nvme_fraction = 1.0;
-  config.offload_param = engine::Home::kNvme;
-  config.offload_activations = engine::Home::kNvme;
-  config.nvme_paths = {dir};
+  config.optimizer.grad_clip = 1.0f;
+  config.optimizer.adam.lr = 1e-6f;  // small: Adam's first steps move every weight by about lr
+  config.optimizer.offload = engine::Home::kNvme;
+  config.optimizer.nvme_fraction = 1.0;
+  config.zero.offload_param = engine::Home::kNvme;
+  config.zero.offload_activations = engine::Home::kNvme;
+  config.storage.nvme_paths = {dir};
   auto layout = check(engine::Session::prepare(config, fam.numels, 1));
   auto net = check(fam.make(*dev, shape, layout.storage));
   engine::SessionInputs inputs;

@@ -138,10 +138,10 @@ int main(int argc, char** argv) {
   // from the initialisation.
   engine::EngineConfig config;
   config.precision = cfg.dtype;
-  config.adam.lr = 1e-4f;
-  config.offload_optimizer = engine::Home::kNvme;
-  config.optimizer_nvme_fraction = 0.5;
-  config.nvme_paths = {(work / "swap").string()};
+  config.optimizer.adam.lr = 1e-4f;
+  config.optimizer.offload = engine::Home::kNvme;
+  config.optimizer.nvme_fraction = 0.5;
+  config.storage.nvme_paths = {(work / "swap").string()};
   engine::SessionInputs inputs;
   inputs.init = engine::slices_of([&cfg](int64_t b) { return model::init_block(cfg, b, 3); });
   auto comm = comm::create_local_comm();

@@ -74,13 +74,13 @@ Stack make_stack(const Shape& s, bool planned, double nvme_fraction, const std::
   check(st.model->init_params(5));
   engine::EngineConfig config;
   config.precision = cfg.dtype;
-  config.schedule = planned ? engine::Schedule::kPlanned : engine::Schedule::kSerial;
-  config.adam.lr = 1e-4f;
-  config.grad_clip = s.grad_clip;
+  config.schedule.kind = planned ? engine::Schedule::kPlanned : engine::Schedule::kSerial;
+  config.optimizer.adam.lr = 1e-4f;
+  config.optimizer.grad_clip = s.grad_clip;
   if (nvme_fraction > 0) {
-    config.offload_optimizer = engine::Home::kNvme;
-    config.optimizer_nvme_fraction = nvme_fraction;
-    config.nvme_paths = {nvme_dir};
+    config.optimizer.offload = engine::Home::kNvme;
+    config.optimizer.nvme_fraction = nvme_fraction;
+    config.storage.nvme_paths = {nvme_dir};
   }
   static std::unique_ptr<comm::Communicator> one = comm::create_local_comm();
   engine::SessionInputs inputs;

@@ -39,22 +39,22 @@ Stack make_stack(const Shape& s, int stage, double nvme_fraction, const std::str
   cfg.channels = s.channels;
   cfg.dtype = DType::kBF16;
   engine::EngineConfig config;
-  config.zero_stage = stage;
+  config.zero.stage = stage;
   config.precision = cfg.dtype;
-  config.prefetch_depth = s.prefetch_depth;
-  config.grad_clip = 1.0f;
-  config.adam.lr = 1e-4f;
+  config.zero.prefetch_depth = s.prefetch_depth;
+  config.optimizer.grad_clip = 1.0f;
+  config.optimizer.adam.lr = 1e-4f;
   if (nvme_fraction > 0) {
-    config.offload_optimizer = engine::Home::kNvme;
-    config.optimizer_nvme_fraction = nvme_fraction;
-    config.nvme_paths = {nvme_dir};
+    config.optimizer.offload = engine::Home::kNvme;
+    config.optimizer.nvme_fraction = nvme_fraction;
+    config.storage.nvme_paths = {nvme_dir};
   }
-  if (stage == 3) config.offload_param = offload_param;
-  if (stage == 3 && offload_param == engine::Home::kNvme) config.nvme_paths = {nvme_dir};
-  config.grad_accum = s.micros;
-  config.microbatch_order =
+  if (stage == 3) config.zero.offload_param = offload_param;
+  if (stage == 3 && offload_param == engine::Home::kNvme) config.storage.nvme_paths = {nvme_dir};
+  config.schedule.grad_accum = s.micros;
+  config.schedule.microbatch_order =
       s.layer_major ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
-  config.device_grad_sum = s.device_grad_sum;
+  config.schedule.device_grad_sum = s.device_grad_sum;
   // The model holds on the device only what the stage keeps there (as train_gpt does).
   auto layout =
       check(engine::Session::prepare(config, model::GptModel::block_numels(cfg), world.size()));

@@ -25,16 +25,17 @@ std::string settings_flags(const planner::Settings& s) {
   const engine::EngineConfig& config = s.config;
   std::ostringstream os;
   os << "--offload-param " << home_name(config.param_home()) << " --param-gpu-fraction "
-     << config.param_gpu_fraction << " --gpu-optimizer-fraction " << config.gpu_optimizer_fraction
-     << " --offload-optimizer " << home_name(config.offload_optimizer);
-  if (config.offload_optimizer == engine::Home::kNvme) {
-    os << " --optimizer-nvme-fraction " << config.optimizer_nvme_fraction;
+     << config.zero.param_gpu_fraction << " --gpu-optimizer-fraction "
+     << config.optimizer.gpu_fraction << " --offload-optimizer "
+     << home_name(config.optimizer.offload);
+  if (config.optimizer.offload == engine::Home::kNvme) {
+    os << " --optimizer-nvme-fraction " << config.optimizer.nvme_fraction;
   }
-  os << " --offload-activations " << home_name(config.offload_activations)
+  os << " --offload-activations " << home_name(config.zero.offload_activations)
      << " --checkpoint-interval " << s.checkpoint_interval << " --prefetch-depth "
-     << config.prefetch_depth;
-  if (config.grad_accum > 1) {
-    os << " --microbatch-order " << engine::microbatch_order_name(config.microbatch_order);
+     << config.zero.prefetch_depth;
+  if (config.schedule.grad_accum > 1) {
+    os << " --microbatch-order " << engine::microbatch_order_name(config.schedule.microbatch_order);
   }
   return os.str();
 }

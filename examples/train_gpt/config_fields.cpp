@@ -109,34 +109,34 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   if (!f.nvme_path.empty()) {
     auto dirs = nvme::parse_nvme_paths(f.nvme_path);
     if (!dirs.ok()) return dirs.status().with_context("--nvme-path");
-    c.nvme_paths = std::move(dirs).value();
+    c.storage.nvme_paths = std::move(dirs).value();
   }
-  c.zero_stage = f.zero_stage;
+  c.zero.stage = f.zero_stage;
   c.precision = f.precision == "fp16"   ? DType::kF16
                 : f.precision == "fp32" ? DType::kF32
                                         : DType::kBF16;
-  c.schedule = f.schedule == "serial" ? engine::Schedule::kSerial : engine::Schedule::kPlanned;
-  c.offload_optimizer = home(f.offload_optimizer);
-  c.optimizer_nvme_fraction = f.nvme_fraction;
-  c.gpu_optimizer_fraction = f.gpu_optimizer_fraction;
-  if (!f.offload_param.empty()) c.offload_param = home(f.offload_param);
-  c.param_gpu_fraction = f.param_gpu_fraction;
-  c.offload_activations = home(f.offload_activations);
-  c.prefetch_depth = f.prefetch_depth;
-  c.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
-  c.persistence_threshold = f.persistence_threshold;
-  c.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
-  c.grad_accum = f.grad_accum;
-  c.microbatch_order = f.microbatch_order == "layer"  ? engine::MicrobatchOrder::kLayer
-                       : f.microbatch_order == "auto" ? engine::MicrobatchOrder::kAuto
-                                                      : engine::MicrobatchOrder::kMicro;
-  c.device_grad_sum = f.device_grad_sum;
+  c.schedule.kind = f.schedule == "serial" ? engine::Schedule::kSerial : engine::Schedule::kPlanned;
+  c.optimizer.offload = home(f.offload_optimizer);
+  c.optimizer.nvme_fraction = f.nvme_fraction;
+  c.optimizer.gpu_fraction = f.gpu_optimizer_fraction;
+  if (!f.offload_param.empty()) c.zero.offload_param = home(f.offload_param);
+  c.zero.param_gpu_fraction = f.param_gpu_fraction;
+  c.zero.offload_activations = home(f.offload_activations);
+  c.zero.prefetch_depth = f.prefetch_depth;
+  c.zero.bucket_bytes = static_cast<uint64_t>(f.bucket_mb * (1 << 20));
+  c.zero.persistence_threshold = f.persistence_threshold;
+  c.optimizer.delayed_update_warmup = f.delayed_update ? f.delayed_update_warmup : -1;
+  c.schedule.grad_accum = f.grad_accum;
+  c.schedule.microbatch_order = f.microbatch_order == "layer"  ? engine::MicrobatchOrder::kLayer
+                                : f.microbatch_order == "auto" ? engine::MicrobatchOrder::kAuto
+                                                               : engine::MicrobatchOrder::kMicro;
+  c.schedule.device_grad_sum = f.device_grad_sum;
   c.offload_auto = f.auto_plan;
-  c.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
-                       : f.grad_accum_dtype == "fp16" ? DType::kF16
-                       : f.grad_accum_dtype == "bf16" ? DType::kBF16
-                                                      : DType::kF32;
-  c.grad_clip = f.grad_clip;
+  c.schedule.grad_accum_dtype = f.grad_accum_dtype == "fp32"   ? DType::kF32
+                                : f.grad_accum_dtype == "fp16" ? DType::kF16
+                                : f.grad_accum_dtype == "bf16" ? DType::kBF16
+                                                               : DType::kF32;
+  c.optimizer.grad_clip = f.grad_clip;
   if (f.loss_scale != "dynamic")
     c.loss_scaling.loss_scale = std::strtod(f.loss_scale.c_str(), nullptr);
   c.loss_scaling.initial_scale_power = f.initial_scale_power;
@@ -144,21 +144,21 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
   c.loss_scaling.hysteresis = f.hysteresis;
   c.loss_scaling.consecutive_hysteresis = f.consecutive_hysteresis;
   c.loss_scaling.min_loss_scale = f.min_loss_scale;
-  c.adam.lr = f.lr;
-  c.adam.weight_decay = f.weight_decay;
-  c.adam.beta1 = f.beta1;
-  c.adam.beta2 = f.beta2;
-  c.adam.eps = f.eps;
-  c.adam.mode = f.adam_mode == "adam" ? cpu::AdamMode::kAdam : cpu::AdamMode::kAdamW;
-  c.adam.bias_correction = !f.no_bias_correction;
-  c.decay_on = f.weight_decay_on == "matrices"       ? model::DecayRule::kMatrices
-               : f.weight_decay_on == "no-bias-norm" ? model::DecayRule::kNoBiasNorm
-                                                     : model::DecayRule::kAll;
-  c.gpu_memory_limit = f.gpu_memory_limit;
-  c.host_memory_limit = f.host_memory_limit;
-  c.nvme_block_size = f.nvme_block_size;
-  c.nvme_queue_depth = f.nvme_queue_depth;
-  c.nvme_buffer_count = f.nvme_buffer_count;
+  c.optimizer.adam.lr = f.lr;
+  c.optimizer.adam.weight_decay = f.weight_decay;
+  c.optimizer.adam.beta1 = f.beta1;
+  c.optimizer.adam.beta2 = f.beta2;
+  c.optimizer.adam.eps = f.eps;
+  c.optimizer.adam.mode = f.adam_mode == "adam" ? cpu::AdamMode::kAdam : cpu::AdamMode::kAdamW;
+  c.optimizer.adam.bias_correction = !f.no_bias_correction;
+  c.optimizer.decay_on = f.weight_decay_on == "matrices"       ? model::DecayRule::kMatrices
+                         : f.weight_decay_on == "no-bias-norm" ? model::DecayRule::kNoBiasNorm
+                                                               : model::DecayRule::kAll;
+  c.storage.gpu_memory_limit = f.gpu_memory_limit;
+  c.storage.host_memory_limit = f.host_memory_limit;
+  c.storage.nvme_block_size = f.nvme_block_size;
+  c.storage.nvme_queue_depth = f.nvme_queue_depth;
+  c.storage.nvme_buffer_count = f.nvme_buffer_count;
   return c;
 }
 

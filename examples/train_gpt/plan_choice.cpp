@@ -37,14 +37,15 @@ Result<planner::Settings> lead_choice(const Flags& f, const planner::Settings& b
       std::printf("%s", explain(*choice.offload).c_str());
     }
     if (choice.order) {
-      const bool layer = choice.settings.config.microbatch_order == engine::MicrobatchOrder::kLayer;
+      const bool layer =
+          choice.settings.config.schedule.microbatch_order == engine::MicrobatchOrder::kLayer;
       std::printf("%s", order_line(*choice.order, layer, true).c_str());
     }
     return choice.settings;
   }
   // The order given: both orders' predictions reported (--plan).
   engine::EngineConfig layer = config;
-  layer.microbatch_order = engine::MicrobatchOrder::kLayer;
+  layer.schedule.microbatch_order = engine::MicrobatchOrder::kLayer;
   std::printf(
       "%s",
       order_line(planner::search_order(layer, model, ctx), config.layer_major(), false).c_str());
@@ -57,7 +58,7 @@ Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& r
                     const ModelSpec& spec, model::RunShape& shape, comm::Communicator& comm,
                     const std::vector<std::string>& nvme_dirs, int host_threads) {
   engine::EngineConfig layer = config;
-  layer.microbatch_order = engine::MicrobatchOrder::kLayer;
+  layer.schedule.microbatch_order = engine::MicrobatchOrder::kLayer;
   const bool report = f.plan && !planner::has_auto(config) && planner::layer_order_possible(layer);
   if (!planner::has_auto(config) && !report) return ok_status();
   const planner::Settings base{config, shape.checkpoint_interval};
@@ -85,8 +86,8 @@ Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& r
   if (lead && !cal.ok() && !config.offload_auto) {  // the order falls back to micro-batch-major
     std::printf("plan: micro-batch order micro (no prediction to choose by: %s)\n",
                 with_flag_names(cal.status()).to_string().c_str());
-    if (config.microbatch_order == engine::MicrobatchOrder::kAuto) {
-      pick.config.microbatch_order = engine::MicrobatchOrder::kMicro;
+    if (config.schedule.microbatch_order == engine::MicrobatchOrder::kAuto) {
+      pick.config.schedule.microbatch_order = engine::MicrobatchOrder::kMicro;
     }
     st = ok_status();
   } else if (lead && cal.ok()) {
@@ -106,9 +107,9 @@ Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& r
                    : st;
   }
   STRATA_RETURN_IF_ERROR(engine::broadcast_config(pick.config, comm, 0));
-  std::vector<std::string> own_paths = std::move(config.nvme_paths);  // node-local drives
+  std::vector<std::string> own_paths = std::move(config.storage.nvme_paths);  // node-local drives
   config = std::move(pick.config);
-  config.nvme_paths = std::move(own_paths);
+  config.storage.nvme_paths = std::move(own_paths);
   shape.checkpoint_interval = static_cast<int64_t>(chosen[1]);
   return ok_status();
 }

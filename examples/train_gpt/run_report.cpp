@@ -48,7 +48,7 @@ void print_banner(const Run& run) {
         static_cast<long long>(ms.ok() ? ms->optimizer : 0));
   }
   const engine::EngineConfig& config = session.config();
-  if (config.offload_optimizer == engine::Home::kDevice) {
+  if (config.optimizer.offload == engine::Home::kDevice) {
     std::printf(
         "optimizer: %llu state bytes on the device, updated there (the host copy only "
         "held the initial state)\n",
@@ -59,7 +59,7 @@ void print_banner(const Run& run) {
                 run.ranks() > 1 ? " (rank 0)" : "");
     // Shares are whole partitions: what the fraction became.
     const double fraction =
-        config.offload_optimizer == engine::Home::kNvme ? config.optimizer_nvme_fraction : 0.0;
+        config.optimizer.offload == engine::Home::kNvme ? config.optimizer.nvme_fraction : 0.0;
     std::printf(
         "%s\n",
         nvme_share_text(fraction, opt.nvme_state_bytes(), session.partition_numel()).c_str());

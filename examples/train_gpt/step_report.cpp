@@ -36,16 +36,16 @@ void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
 }
 
 std::string out_of_memory_advice(const engine::EngineConfig& config) {
-  const int stage = config.zero_stage;
+  const int stage = config.zero.stage;
   const std::string fewer_blocks =
       stage < 2    ? "keep fewer blocks there with --zero-stage 2 or 3, "
       : stage == 2 ? "keep fewer blocks there with --zero-stage 3, "
-      : config.param_home() == engine::Home::kDevice || config.param_gpu_fraction > 0.0
+      : config.param_home() == engine::Home::kDevice || config.zero.param_gpu_fraction > 0.0
           ? "keep fewer parameters there with --offload-param cpu and a lower "
             "--param-gpu-fraction, "
           : "";
   const std::string fewer_acts =
-      config.offload_activations == engine::Home::kDevice ? "--offload-activations cpu, " : "";
+      config.zero.offload_activations == engine::Home::kDevice ? "--offload-activations cpu, " : "";
   return "the model does not fit the device (raise --gpu-memory-limit, " + fewer_blocks +
          "or fewer activations with --checkpoint-interval, " + fewer_acts + "or a smaller --batch)";
 }

@@ -26,7 +26,7 @@ Status refuse(Field field, const auto& value, std::string_view accepted) {
 // An NVMe home needs a directory to put it in (or a store given to the session).
 Status check_nvme_home(Field field, Home home, const EngineConfig& c, bool store_given,
                        std::string_view holds) {
-  if (home != Home::kNvme || store_given || !c.nvme_paths.empty()) return ok_status();
+  if (home != Home::kNvme || store_given || !c.storage.nvme_paths.empty()) return ok_status();
   return make_error(ErrorCode::kConfig, ref(field), " nvme needs ", ref(Field::kNvmePath),
                     " DIR[,DIR...] (a directory on the disk that holds ", holds, ")");
 }
@@ -119,9 +119,9 @@ Status EngineConfig::validate(bool store_given) const {
     }
   });
   STRATA_RETURN_IF_ERROR(range);
-  if (grad_accum_dtype != DType::kF32 && grad_accum_dtype != precision) {
+  if (schedule.grad_accum_dtype != DType::kF32 && schedule.grad_accum_dtype != precision) {
     return make_error(ErrorCode::kConfig, ref(Field::kGradAccumDtype), " ",
-                      dtype_name(grad_accum_dtype), " is not accepted with ",
+                      dtype_name(schedule.grad_accum_dtype), " is not accepted with ",
                       ref(Field::kPrecision), " ", dtype_name(precision),
                       " (f32, or the precision's own)");
   }
@@ -130,25 +130,25 @@ Status EngineConfig::validate(bool store_given) const {
                       " needs ", ref(Field::kPrecision),
                       " fp16 (bf16 and fp32 are not loss-scaled)");
   }
-  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadOptimizer, offload_optimizer, *this,
+  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadOptimizer, optimizer.offload, *this,
                                          store_given, "the optimizer state"));
-  if (offload_param) {
-    STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadParam, *offload_param, *this, store_given,
-                                           "the parameter shards"));
+  if (zero.offload_param) {
+    STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadParam, *zero.offload_param, *this,
+                                           store_given, "the parameter shards"));
   }
-  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadActivations, offload_activations, *this,
-                                         store_given, "the activation checkpoints"));
-  STRATA_RETURN_IF_ERROR(check_planned(*this, offload_optimizer == Home::kDevice,
+  STRATA_RETURN_IF_ERROR(check_nvme_home(Field::kOffloadActivations, zero.offload_activations,
+                                         *this, store_given, "the activation checkpoints"));
+  STRATA_RETURN_IF_ERROR(check_planned(*this, optimizer.offload == Home::kDevice,
                                        setting(Field::kOffloadOptimizer, "none"),
                                        "the serial step updates on the host"));
   STRATA_RETURN_IF_ERROR(check_planned(*this, delayed_update(), ref(Field::kDelayedUpdate),
                                        "the serial step is the reference without it"));
-  if (grad_accum > 1 && delayed_update()) {
-    return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", grad_accum,
+  if (schedule.grad_accum > 1 && delayed_update()) {
+    return make_error(ErrorCode::kConfig, ref(Field::kGradAccum), " ", schedule.grad_accum,
                       " does not go with ", ref(Field::kDelayedUpdate), " (use one or the other)");
   }
-  if (device_grad_sum &&
-      (microbatch_order == MicrobatchOrder::kMicro || zero_stage < 2 || grad_accum < 2)) {
+  if (schedule.device_grad_sum && (schedule.microbatch_order == MicrobatchOrder::kMicro ||
+                                   zero.stage < 2 || schedule.grad_accum < 2)) {
     return make_error(ErrorCode::kConfig, ref(Field::kDeviceGradSum), " needs ",
                       ref(Field::kMicrobatchOrder), " layer, ", ref(Field::kGradAccum),
                       " 2 or more and ", ref(Field::kZeroStage),
@@ -162,66 +162,69 @@ Status EngineConfig::validate(bool store_given) const {
                         " (use one or the other)");
     }
   }
-  if (gpu_optimizer_fraction > 0.0 && offload_optimizer == Home::kDevice) {
+  if (optimizer.gpu_fraction > 0.0 && optimizer.offload == Home::kDevice) {
     return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
-                      gpu_optimizer_fraction, " needs ", ref(Field::kOffloadOptimizer),
+                      optimizer.gpu_fraction, " needs ", ref(Field::kOffloadOptimizer),
                       " cpu or nvme (none keeps all of the state on the device)");
   }
   STRATA_RETURN_IF_ERROR(
-      check_planned(*this, gpu_optimizer_fraction > 0.0,
-                    setting(Field::kGpuOptimizerFraction, gpu_optimizer_fraction),
+      check_planned(*this, optimizer.gpu_fraction > 0.0,
+                    setting(Field::kGpuOptimizerFraction, optimizer.gpu_fraction),
                     "the serial step updates on the host"));
-  if (gpu_optimizer_fraction + optimizer_nvme_fraction > 1.0) {
+  if (optimizer.gpu_fraction + optimizer.nvme_fraction > 1.0) {
     return make_error(ErrorCode::kConfig, ref(Field::kGpuOptimizerFraction), " ",
-                      gpu_optimizer_fraction, " and ", ref(Field::kOptimizerNvmeFraction), " ",
-                      optimizer_nvme_fraction,
+                      optimizer.gpu_fraction, " and ", ref(Field::kOptimizerNvmeFraction), " ",
+                      optimizer.nvme_fraction,
                       " add up to more than 1 (a partition is on the device or on NVMe)");
   }
-  STRATA_RETURN_IF_ERROR(check_planned(*this, zero_stage > 0,
-                                       setting(Field::kZeroStage, zero_stage),
+  STRATA_RETURN_IF_ERROR(check_planned(*this, zero.stage > 0,
+                                       setting(Field::kZeroStage, zero.stage),
                                        "the serial step is the one-rank reference"));
-  if ((offload_param || param_gpu_fraction > 0.0) && zero_stage != 3) {
+  if ((zero.offload_param || zero.param_gpu_fraction > 0.0) && zero.stage != 3) {
     return make_error(ErrorCode::kConfig,
-                      offload_param ? setting(Field::kOffloadParam, home_name(*offload_param))
-                                    : ref(Field::kParamGpuFraction),
+                      zero.offload_param
+                          ? setting(Field::kOffloadParam, home_name(*zero.offload_param))
+                          : ref(Field::kParamGpuFraction),
                       " needs ", ref(Field::kZeroStage),
                       " 3 (stages 0-2 keep every parameter whole on the device; DeepSpeed's "
                       "offload_param needs stage 3 too)");
   }
-  if (param_gpu_fraction > 0.0 && param_home() == Home::kDevice) {
-    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ", param_gpu_fraction,
-                      " needs ", ref(Field::kOffloadParam),
+  if (zero.param_gpu_fraction > 0.0 && param_home() == Home::kDevice) {
+    return make_error(ErrorCode::kConfig, ref(Field::kParamGpuFraction), " ",
+                      zero.param_gpu_fraction, " needs ", ref(Field::kOffloadParam),
                       " cpu or nvme (none keeps every shard on the device)");
   }
   STRATA_RETURN_IF_ERROR(
-      check_planned(*this, offload_activations != Home::kDevice,
-                    setting(Field::kOffloadActivations, home_name(offload_activations)),
+      check_planned(*this, zero.offload_activations != Home::kDevice,
+                    setting(Field::kOffloadActivations, home_name(zero.offload_activations)),
                     "the transfers are tasks of the plan"));
-  if (delayed_update() && zero_stage == 3) {
+  if (delayed_update() && zero.stage == 3) {
     return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate), " needs ",
                       ref(Field::kZeroStage),
                       " 0, 1 or 2 (at stage 3 the update writes the parameter shards the step's "
                       "gathers read)");
   }
-  if (delayed_update() && (offload_optimizer == Home::kDevice || gpu_optimizer_fraction > 0.0)) {
+  if (delayed_update() && (optimizer.offload == Home::kDevice || optimizer.gpu_fraction > 0.0)) {
     return make_error(ErrorCode::kConfig, ref(Field::kDelayedUpdate),
                       " overlaps the CPU Adam with the step: not with the optimizer on the device "
                       "(",
                       ref(Field::kOffloadOptimizer), " none, ", ref(Field::kGpuOptimizerFraction),
                       ")");
   }
-  if (offload_auto && (zero_stage != 3 || !planned())) {
+  if (offload_auto && (zero.stage != 3 || !planned())) {
     return make_error(ErrorCode::kConfig, ref(Field::kOffloadAuto),
                       " chooses the stage-3 settings: it needs ", ref(Field::kZeroStage), " 3 and ",
                       ref(Field::kSchedule), " planned, not ", ref(Field::kZeroStage), " ",
-                      zero_stage, " with ", ref(Field::kSchedule), " ", schedule_name(schedule));
+                      zero.stage, " with ", ref(Field::kSchedule), " ",
+                      schedule_name(schedule.kind));
   }
-  if (offload_optimizer != Home::kNvme && optimizer_nvme_fraction > 0.0) {
+  if (optimizer.offload != Home::kNvme && optimizer.nvme_fraction > 0.0) {
     return make_error(ErrorCode::kConfig, ref(Field::kOptimizerNvmeFraction), " ",
-                      optimizer_nvme_fraction, " needs ", ref(Field::kOffloadOptimizer), " nvme");
+                      optimizer.nvme_fraction, " needs ", ref(Field::kOffloadOptimizer), " nvme");
   }
-  if (nvme_block_size == 0 || nvme_block_size % 4096 != 0) {
-    return refuse(Field::kNvmeBlockSize, nvme_block_size, "a positive multiple of 4096 bytes");
+  if (storage.nvme_block_size == 0 || storage.nvme_block_size % 4096 != 0) {
+    return refuse(Field::kNvmeBlockSize, storage.nvme_block_size,
+                  "a positive multiple of 4096 bytes");
   }
   return ok_status();
 }

@@ -1,11 +1,15 @@
-// EngineConfig: everything a front end decides about how the engine trains (the ZeRO stage, where
-// each kind of state lives, the NVMe store, the optimizer and the step's arithmetic), typed, with
-// one validate() that refuses a bad value or combination in one line naming the field.
+// EngineConfig: everything a front end decides about how the engine trains, typed, in sections
+// that the components take as they are: `zero` (the stage and where the model's state lives;
+// ZeroStep), `optimizer` (where the fp32 state lives and the update; ZeroStep and the optimizer),
+// `schedule` (the step and its micro-batches), `storage` (the memory budgets and the NVMe store;
+// the session's swap store), beside the precision and the fp16 loss scaling. One table declares
+// every field (engine_fields.h): its name, the member's path (`zero.stage`), its range, its JSON.
+// One validate() refuses a bad value or combination in one line naming the field.
 //
 // Fields in messages. The engine names a setting by its field (Field, field_name()), written as
-// ref(Field): the field's name between backticks, e.g. "`zero_stage` 4 is not accepted (0..3)".
+// ref(Field): the field's name between backticks, e.g. "`zero.stage` 4 is not accepted (0..3)".
 // A front end renders those references in its own vocabulary (render_fields(): train_gpt turns
-// `zero_stage` into --zero-stage, and can name the DeepSpeed key it came from); unrendered, the
+// `zero.stage` into --zero-stage, and can name the DeepSpeed key it came from); unrendered, the
 // message still reads. No front end's flag or key names appear in src/.
 //
 // Ownership: a value type. Thread safety: none needed (read-only once built).
@@ -55,21 +59,39 @@ std::string ref(Field field);
 // `message` with every field reference replaced by name(field).
 std::string render_fields(std::string_view message, const std::function<std::string(Field)>& name);
 
-struct EngineConfig {
-  int zero_stage = 0;              // 0..3
-  DType precision = DType::kBF16;  // parameters, gradients, activations
-  Schedule schedule = Schedule::kPlanned;
-  Home offload_optimizer = Home::kPinned;    // the fp32 master, m and v
-  double optimizer_nvme_fraction = 0.0;      // offload_optimizer kNvme: the NVMe share
-  double gpu_optimizer_fraction = 0.0;       // the share updated on the device anyway
+// The ZeRO partitioning and where the model's own state lives between uses (ZeroStep takes it
+// as it is).
+struct ZeroSettings {
+  int stage = 0;                             // 0..3
   std::optional<Home> offload_param;         // stage 3's shards (unset: kPinned there)
   double param_gpu_fraction = 0.0;           // stage 3: the share of shards kept on the device
   Home offload_activations = Home::kDevice;  // the activation checkpoints
   int prefetch_depth = 2;                    // stage 3: gathers ahead of the one in use
   uint64_t bucket_bytes = 0;                 // stage >= 2: host gradients awaiting reduction
   int64_t persistence_threshold = 0;         // stage 3: blocks under this stay whole
-  int64_t delayed_update_warmup = -1;        // the one-step delayed update from here; -1: off
-  int64_t grad_accum = 1;                    // micro-batches per step
+
+  // Where stage 3's shards live (kPinned unless set).
+  Home param_home() const { return offload_param.value_or(Home::kPinned); }
+};
+
+// The optimizer: where its fp32 state lives and updates, and the update itself (ZeroStep and
+// the session's OffloadedOptimizer take it as it is).
+struct OptimizerSettings {
+  Home offload = Home::kPinned;        // the fp32 master, m and v (kDevice: updated there)
+  double nvme_fraction = 0.0;          // offload kNvme: the NVMe share
+  double gpu_fraction = 0.0;           // the share updated on the device anyway
+  int64_t delayed_update_warmup = -1;  // the one-step delayed update from here; -1: off
+  float grad_clip = 1.0f;              // the global norm's bound; 0: off
+  cpu::AdamHyper adam;
+  model::DecayRule decay_on = model::DecayRule::kAll;  // which parameters take weight decay
+
+  bool delayed_update() const { return delayed_update_warmup >= 0; }
+};
+
+// The step that runs and its micro-batches.
+struct ScheduleSettings {
+  Schedule kind = Schedule::kPlanned;
+  int64_t grad_accum = 1;  // micro-batches per step
   // Stages 2-3 with grad_accum > 1: the dtype in which the host adds up the micro-batches'
   // reduced gradient shards (kF32, or the precision's own 16-bit type, as DeepSpeed's
   // data_types.grad_accum_dtype). Stages 0-1 add them on the device in the model's precision.
@@ -85,34 +107,47 @@ struct EngineConfig {
   // instead of each micro-batch's being reduced and the reduced shards added on the host (the
   // bits of the micro-batch-major order at the same stage).
   bool device_grad_sum = false;
-  // The planner chooses the offload settings (offload_param, param_gpu_fraction,
-  // gpu_optimizer_fraction, offload_optimizer, optimizer_nvme_fraction, offload_activations,
-  // prefetch_depth, with several micro-batches microbatch_order) and the model's checkpoint
-  // interval: planner::choose resolves it before a session is made (a session refuses it).
-  // Stage 3, the planned schedule.
-  bool offload_auto = false;
-  float grad_clip = 1.0f;          // the global norm's bound; 0: off
-  LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
-  cpu::AdamHyper adam;
-  model::DecayRule decay_on = model::DecayRule::kAll;  // which parameters take weight decay
-  uint64_t gpu_memory_limit = 0;                       // bytes; 0: the device's pool
-  uint64_t host_memory_limit = 0;                      // pinned bytes per rank; 0: no limit
-  std::vector<std::string> nvme_paths;                 // the swap store's directories
-  uint64_t nvme_block_size = 1 << 20;                  // bytes per request, a multiple of 4096
-  int nvme_queue_depth = 32;                           // io_uring entries (1..4096)
-  int nvme_buffer_count = 3;  // pinned staging buffers per NVMe stream (1..64)
 
-  bool delayed_update() const { return delayed_update_warmup >= 0; }
-  bool layer_major() const { return microbatch_order == MicrobatchOrder::kLayer; }
-  // Where stage 3's shards live (kPinned unless set).
-  Home param_home() const { return offload_param.value_or(Home::kPinned); }
+  // The micro-batches one replay of the plan runs: grad_accum in the segment-major order, else 1.
+  int micros_per_replay() const {
+    return microbatch_order == MicrobatchOrder::kLayer ? static_cast<int>(grad_accum) : 1;
+  }
+};
+
+// The memory budgets and the NVMe swap store (the session opens the store with it).
+struct StorageSettings {
+  uint64_t gpu_memory_limit = 0;        // bytes; 0: the device's pool
+  uint64_t host_memory_limit = 0;       // pinned bytes per rank; 0: no limit
+  std::vector<std::string> nvme_paths;  // the swap store's directories
+  uint64_t nvme_block_size = 1 << 20;   // bytes per request, a multiple of 4096
+  int nvme_queue_depth = 32;            // io_uring entries (1..4096)
+  int nvme_buffer_count = 3;            // pinned staging buffers per NVMe stream (1..64)
+};
+
+struct EngineConfig {
+  DType precision = DType::kBF16;  // parameters, gradients, activations
+  LossScalerOptions loss_scaling;  // fp16 only (loss_scale 0: dynamic)
+  ZeroSettings zero;
+  OptimizerSettings optimizer;
+  ScheduleSettings schedule;
+  StorageSettings storage;
+  // The planner chooses the offload settings (zero.offload_param, zero.param_gpu_fraction,
+  // optimizer.gpu_fraction, optimizer.offload, optimizer.nvme_fraction,
+  // zero.offload_activations, zero.prefetch_depth, with several micro-batches
+  // schedule.microbatch_order) and the model's checkpoint interval: planner::choose resolves it
+  // before a session is made (a session refuses it). Stage 3, the planned schedule.
+  bool offload_auto = false;
+
+  bool delayed_update() const { return optimizer.delayed_update(); }
+  bool layer_major() const { return schedule.microbatch_order == MicrobatchOrder::kLayer; }
+  Home param_home() const { return zero.param_home(); }
   // Whether any state lives on NVMe (the swap store is needed).
   bool uses_nvme() const {
-    return offload_optimizer == Home::kNvme || param_home() == Home::kNvme ||
-           offload_activations == Home::kNvme;
+    return optimizer.offload == Home::kNvme || param_home() == Home::kNvme ||
+           zero.offload_activations == Home::kNvme;
   }
   // Whether the ZeRO step runs (every case but the single-rank serial reference).
-  bool planned() const { return schedule == Schedule::kPlanned; }
+  bool planned() const { return schedule.kind == Schedule::kPlanned; }
 
   // kConfig naming the first field (ref()) whose value, or combination with another, is not
   // accepted, with the value and what is. store_given: the NVMe homes go into a swap store the

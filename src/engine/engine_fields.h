@@ -30,45 +30,45 @@ constexpr Accepted at_least(double lo, const char* words) {
 }
 
 // clang-format off
-#define STRATA_ENGINE_FIELDS(X)                                                          \
-  X(kZeroStage,             zero_stage,              (Accepted{0, 3, "0..3"}))            \
-  X(kPrecision,             precision,               kAnyValue)                           \
-  X(kLossScale,             loss_scaling.loss_scale, kAnyValue)                           \
-  X(kOffloadOptimizer,      offload_optimizer,       kAnyValue)                           \
-  X(kOptimizerNvmeFraction, optimizer_nvme_fraction, kFraction)                           \
-  X(kGpuOptimizerFraction,  gpu_optimizer_fraction,  kFraction)                           \
-  X(kOffloadParam,          offload_param,           kAnyValue)                           \
-  X(kParamGpuFraction,      param_gpu_fraction,      kFraction)                           \
-  X(kOffloadActivations,    offload_activations,     kAnyValue)                           \
-  X(kPrefetchDepth,         prefetch_depth,          (Accepted{0, 64, "0..64 layers"}))   \
-  X(kBucketBytes,           bucket_bytes,            kAnyValue)                           \
-  X(kPersistenceThreshold,  persistence_threshold,   at_least(0, "0 or more elements"))   \
-  X(kDelayedUpdate,         delayed_update_warmup,   kAnyValue)                           \
-  X(kSchedule,              schedule,                kAnyValue)                           \
-  X(kGradAccum,             grad_accum,              at_least(1, "1 or more micro-batches")) \
-  X(kGradClip,              grad_clip,               at_least(0, "0 (off) or more"))      \
-  X(kGpuMemoryLimit,        gpu_memory_limit,        kAnyValue)                           \
-  X(kHostMemoryLimit,       host_memory_limit,       kAnyValue)                           \
-  X(kNvmePath,              nvme_paths,              kAnyValue)                           \
-  X(kNvmeBlockSize,         nvme_block_size,         kAnyValue)                           \
-  X(kNvmeQueueDepth,        nvme_queue_depth,        (Accepted{1, 4096, "1..4096"}))      \
-  X(kNvmeBufferCount,       nvme_buffer_count,       (Accepted{1, 64, "1..64"}))          \
-  X(kLr,                    adam.lr,                 kAnyValue)                           \
-  X(kGradAccumDtype,        grad_accum_dtype,        kAnyValue)                           \
-  X(kMicrobatchOrder,       microbatch_order,        kAnyValue)                           \
-  X(kDeviceGradSum,         device_grad_sum,         kAnyValue)                           \
-  X(kOffloadAuto,           offload_auto,            kAnyValue)                           \
-  X(kBeta1,                 adam.beta1,              kAnyValue)                           \
-  X(kBeta2,                 adam.beta2,              kAnyValue)                           \
-  X(kEps,                   adam.eps,                kAnyValue)                           \
-  X(kWeightDecay,           adam.weight_decay,       kAnyValue)                           \
-  X(kAdamMode,              adam.mode,               kAnyValue)                           \
-  X(kBiasCorrection,        adam.bias_correction,    kAnyValue)                           \
-  X(kDecayOn,               decay_on,                kAnyValue)                           \
-  X(kInitialScalePower,     loss_scaling.initial_scale_power,    kAnyValue)               \
-  X(kLossScaleWindow,       loss_scaling.loss_scale_window,      kAnyValue)               \
-  X(kHysteresis,            loss_scaling.hysteresis,             kAnyValue)               \
-  X(kMinLossScale,          loss_scaling.min_loss_scale,         kAnyValue)               \
+#define STRATA_ENGINE_FIELDS(X) \
+  X(kZeroStage, zero.stage, (Accepted{0, 3, "0..3"})) \
+  X(kPrecision, precision, kAnyValue) \
+  X(kLossScale, loss_scaling.loss_scale, kAnyValue) \
+  X(kOffloadOptimizer, optimizer.offload, kAnyValue) \
+  X(kOptimizerNvmeFraction, optimizer.nvme_fraction, kFraction) \
+  X(kGpuOptimizerFraction, optimizer.gpu_fraction, kFraction) \
+  X(kOffloadParam, zero.offload_param, kAnyValue) \
+  X(kParamGpuFraction, zero.param_gpu_fraction, kFraction) \
+  X(kOffloadActivations, zero.offload_activations, kAnyValue) \
+  X(kPrefetchDepth, zero.prefetch_depth, (Accepted{0, 64, "0..64 layers"})) \
+  X(kBucketBytes, zero.bucket_bytes, kAnyValue) \
+  X(kPersistenceThreshold, zero.persistence_threshold, at_least(0, "0 or more elements")) \
+  X(kDelayedUpdate, optimizer.delayed_update_warmup, kAnyValue) \
+  X(kSchedule, schedule.kind, kAnyValue) \
+  X(kGradAccum, schedule.grad_accum, at_least(1, "1 or more micro-batches")) \
+  X(kGradClip, optimizer.grad_clip, at_least(0, "0 (off) or more")) \
+  X(kGpuMemoryLimit, storage.gpu_memory_limit, kAnyValue) \
+  X(kHostMemoryLimit, storage.host_memory_limit, kAnyValue) \
+  X(kNvmePath, storage.nvme_paths, kAnyValue) \
+  X(kNvmeBlockSize, storage.nvme_block_size, kAnyValue) \
+  X(kNvmeQueueDepth, storage.nvme_queue_depth, (Accepted{1, 4096, "1..4096"})) \
+  X(kNvmeBufferCount, storage.nvme_buffer_count, (Accepted{1, 64, "1..64"})) \
+  X(kLr, optimizer.adam.lr, kAnyValue) \
+  X(kGradAccumDtype, schedule.grad_accum_dtype, kAnyValue) \
+  X(kMicrobatchOrder, schedule.microbatch_order, kAnyValue) \
+  X(kDeviceGradSum, schedule.device_grad_sum, kAnyValue) \
+  X(kOffloadAuto, offload_auto, kAnyValue) \
+  X(kBeta1, optimizer.adam.beta1, kAnyValue) \
+  X(kBeta2, optimizer.adam.beta2, kAnyValue) \
+  X(kEps, optimizer.adam.eps, kAnyValue) \
+  X(kWeightDecay, optimizer.adam.weight_decay, kAnyValue) \
+  X(kAdamMode, optimizer.adam.mode, kAnyValue) \
+  X(kBiasCorrection, optimizer.adam.bias_correction, kAnyValue) \
+  X(kDecayOn, optimizer.decay_on, kAnyValue) \
+  X(kInitialScalePower, loss_scaling.initial_scale_power, kAnyValue) \
+  X(kLossScaleWindow, loss_scaling.loss_scale_window, kAnyValue) \
+  X(kHysteresis, loss_scaling.hysteresis, kAnyValue) \
+  X(kMinLossScale, loss_scaling.min_loss_scale, kAnyValue) \
   X(kConsecutiveHysteresis, loss_scaling.consecutive_hysteresis, kAnyValue)
 // clang-format on
 

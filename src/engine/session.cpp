@@ -15,10 +15,10 @@ constexpr uint64_t kExtentSlack = uint64_t{8} << 20;  // per stored object, whol
 OffloadedOptimizerOptions optimizer_options(const EngineConfig& c, const SessionInputs& in,
                                             nvme::SwapStore* store, int rank) {
   OffloadedOptimizerOptions oo;
-  oo.nvme_fraction = c.offload_optimizer == Home::kNvme ? c.optimizer_nvme_fraction : 0.0;
+  oo.nvme_fraction = c.optimizer.offload == Home::kNvme ? c.optimizer.nvme_fraction : 0.0;
   oo.store = store;
   // The plan stages through its own buffers; the serial step through the optimizer's.
-  oo.staging_slots = c.planned() ? 1 : c.nvme_buffer_count;
+  oo.staging_slots = c.planned() ? 1 : c.storage.nvme_buffer_count;
   oo.key_base = Session::optimizer_key(rank, 0);
   oo.plan_only = in.plan_only;
   oo.pool = in.pool;
@@ -28,7 +28,7 @@ OffloadedOptimizerOptions optimizer_options(const EngineConfig& c, const Session
 // host_memory_limit against the optimizer's pinned bytes, before they are allocated.
 Status check_optimizer_pinned(const EngineConfig& c, const std::vector<int64_t>& numel,
                               const OffloadedOptimizerOptions& oo) {
-  if (c.host_memory_limit == 0 || oo.plan_only) return ok_status();
+  if (c.storage.host_memory_limit == 0 || oo.plan_only) return ok_status();
   PinnedNeeds pn;
   pn.optimizer_state = OffloadedOptimizer::split(numel, oo.nvme_fraction).host_bytes;
   pn.optimizer_staging = OffloadedOptimizer::pinned_bytes_needed(numel, oo) - pn.optimizer_state;
@@ -39,12 +39,12 @@ Status check_optimizer_pinned(const EngineConfig& c, const std::vector<int64_t>&
   };
   pn.optimizer_fraction = oo.nvme_fraction;
   pn.optimizer_now = pn.optimizer_state + pn.optimizer_staging;
-  return check_pinned_budget(pn, c.host_memory_limit);
+  return check_pinned_budget(pn, c.storage.host_memory_limit);
 }
 
 OffloadStepOptions step_options(const EngineConfig& c) {
   OffloadStepOptions so;
-  so.grad_clip = c.grad_clip;
+  so.grad_clip = c.optimizer.grad_clip;
   so.loss_scaling = c.loss_scaling;
   return so;
 }
@@ -53,30 +53,21 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
                              int rank) {
   ZeroStepOptions zo;
   zo.step = step_options(c);
-  zo.stage = c.zero_stage;
+  zo.zero = c.zero;
+  zo.optimizer = c.optimizer;
   zo.executor.cpu_threads = in.host_threads;
   zo.executor.cpu_workers = std::min(2, in.host_threads);
   zo.executor.trace = true;
   zo.executor.pool = in.pool;
-  zo.prefetch_depth = c.prefetch_depth;
-  zo.fp32_grad_accum = c.zero_stage >= 2 && c.grad_accum > 1 && c.grad_accum_dtype == DType::kF32 &&
-                       c.precision != DType::kF32;
-  zo.layer_major_micros = c.layer_major() ? static_cast<int>(c.grad_accum) : 0;
-  zo.device_grad_sum = c.device_grad_sum;
-  zo.staging_slots = c.nvme_buffer_count;
-  zo.persistence_threshold = c.persistence_threshold;
-  zo.bucket_bytes = c.bucket_bytes;
+  zo.fp32_grad_accum = c.zero.stage >= 2 && c.schedule.grad_accum > 1 &&
+                       c.schedule.grad_accum_dtype == DType::kF32 && c.precision != DType::kF32;
+  zo.schedule = c.schedule;
+  zo.staging_slots = c.storage.nvme_buffer_count;
   zo.inject_inf_step = in.inject_inf_step;
-  zo.device_optimizer = c.offload_optimizer == Home::kDevice;
-  zo.gpu_optimizer_fraction = c.gpu_optimizer_fraction;
-  zo.delayed_update_warmup = c.delayed_update_warmup;
-  zo.offload_param = c.param_home();
-  zo.param_gpu_fraction = c.param_gpu_fraction;
-  zo.offload_activations = c.offload_activations;
   zo.swap_store = store;
   zo.shard_key_base = Session::shard_key(rank, 0);
   zo.checkpoint_key_base = Session::checkpoint_key(rank, 0);
-  zo.host_memory_limit = c.host_memory_limit;
+  zo.host_memory_limit = c.storage.host_memory_limit;
   return zo;
 }
 }  // namespace
@@ -84,11 +75,11 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
 Result<SessionLayout> Session::prepare(const EngineConfig& config,
                                        const std::vector<int64_t>& block_numel, int ranks) {
   SessionLayout l;
-  STRATA_ASSIGN_OR_RETURN(l.parts,
-                          Partitioning::create(block_numel, ranks, config.persistence_threshold));
-  l.storage = ZeroStep::block_storage(l.parts, config.zero_stage,
-                                      config.offload_activations != Home::kDevice);
-  l.optimizer_numel = ZeroStep::optimizer_numel(l.parts, config.zero_stage);
+  STRATA_ASSIGN_OR_RETURN(
+      l.parts, Partitioning::create(block_numel, ranks, config.zero.persistence_threshold));
+  l.storage = ZeroStep::block_storage(l.parts, config.zero.stage,
+                                      config.zero.offload_activations != Home::kDevice);
+  l.optimizer_numel = ZeroStep::optimizer_numel(l.parts, config.zero.stage);
   return l;
 }
 
@@ -101,7 +92,7 @@ uint64_t Session::swap_capacity(const EngineConfig& config, const model::Model& 
   if (config.param_home() == Home::kNvme) {
     bytes += dtype_size(model.dtype()) * elements + kExtentSlack * nb;
   }
-  if (config.offload_activations == Home::kNvme) {
+  if (config.zero.offload_activations == Home::kNvme) {
     bytes +=
         static_cast<uint64_t>(model.num_segments()) * (model.checkpoint_bytes() + kExtentSlack);
   }
@@ -119,7 +110,7 @@ uint64_t Session::checkpoint_key(int rank, int64_t s) {
 }
 
 uint64_t Session::swap_extent(const EngineConfig& config) {
-  return std::max<uint64_t>(uint64_t{1} << 20, config.nvme_block_size);
+  return std::max<uint64_t>(uint64_t{1} << 20, config.storage.nvme_block_size);
 }
 
 Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu::Device& device,
@@ -127,7 +118,7 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                                                  const SessionInputs& inputs) {
   // A given store, or none at all (plan_only), needs no directories.
   STRATA_RETURN_IF_ERROR(config.validate(inputs.store != nullptr || inputs.plan_only));
-  if (config.microbatch_order == MicrobatchOrder::kAuto || config.offload_auto) {
+  if (config.schedule.microbatch_order == MicrobatchOrder::kAuto || config.offload_auto) {
     return make_error(
         ErrorCode::kConfig, "engine session: ",
         config.offload_auto ? ref(Field::kOffloadAuto) : ref(Field::kMicrobatchOrder) + " auto",
@@ -140,8 +131,8 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   const int rank = comm.rank(), ranks = comm.size();
   if (!config.planned() && ranks > 1) {
     return make_error(ErrorCode::kConfig, ref(Field::kSchedule), " ",
-                      schedule_name(config.schedule), " runs one rank; ", ranks, " ranks need ",
-                      ref(Field::kSchedule), " planned");
+                      schedule_name(config.schedule.kind), " runs one rank; ", ranks,
+                      " ranks need ", ref(Field::kSchedule), " planned");
   }
   if (config.precision != model.dtype()) {
     return make_error(ErrorCode::kConfig, ref(Field::kPrecision), " ", dtype_name(config.precision),
@@ -158,37 +149,40 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   s->store_ = inputs.store;
   if (config.uses_nvme() && !inputs.plan_only && s->store_ == nullptr) {
     nvme::SwapStoreOptions so;
-    so.dirs = config.nvme_paths;
-    so.block_bytes = config.nvme_block_size;
+    so.dirs = config.storage.nvme_paths;
+    so.block_bytes = config.storage.nvme_block_size;
     so.extent_bytes = swap_extent(config);
-    so.queue.queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
+    so.queue.queue_depth = static_cast<uint32_t>(config.storage.nvme_queue_depth);
     so.capacity_bytes = swap_capacity(config, model, s->numel_);
     STRATA_ASSIGN_OR_RETURN(s->own_store_, nvme::SwapStore::open(so));
     s->store_ = s->own_store_.get();
   }
   const OffloadedOptimizerOptions oo = optimizer_options(config, inputs, s->store_, rank);
   STRATA_RETURN_IF_ERROR(check_optimizer_pinned(config, s->numel_, oo));
-  STRATA_ASSIGN_OR_RETURN(s->optimizer_,
-                          OffloadedOptimizer::create(s->numel_, cpu::CpuAdam(config.adam), oo));
+  STRATA_ASSIGN_OR_RETURN(s->optimizer_, OffloadedOptimizer::create(
+                                             s->numel_, cpu::CpuAdam(config.optimizer.adam), oo));
   // Weight decay on the parameters the rule names only (each partition's part of its block).
-  if (config.decay_on != model::DecayRule::kAll && config.adam.weight_decay != 0.0f) {
+  if (config.optimizer.decay_on != model::DecayRule::kAll &&
+      config.optimizer.adam.weight_decay != 0.0f) {
     const std::vector<int64_t> blocks = partition_blocks(model);
     for (size_t p = 0; p < blocks.size(); ++p) {
       const BlockPartition& bp = s->parts_.block(size_t(blocks[p]));
-      const int64_t begin = config.zero_stage == 0 ? 0 : bp.owned_begin(rank);
+      const int64_t begin = config.zero.stage == 0 ? 0 : bp.owned_begin(rank);
       s->optimizer_->set_decayed(
-          p, clip_ranges(model.decayed_ranges(blocks[p], config.decay_on), begin, s->numel_[p]));
+          p, clip_ranges(model.decayed_ranges(blocks[p], config.optimizer.decay_on), begin,
+                         s->numel_[p]));
     }
   }
   // Several micro-batches that add up on the device (stages 0-1, or device_grad_sum): a tied
   // head's gradient is kept apart until the last one (Model::set_separate_head_grads), the order
   // both micro-batch orders keep.
-  STRATA_RETURN_IF_ERROR(model.set_separate_head_grads(
-      (config.zero_stage <= 1 || config.device_grad_sum) && config.grad_accum > 1));
+  STRATA_RETURN_IF_ERROR(
+      model.set_separate_head_grads((config.zero.stage <= 1 || config.schedule.device_grad_sum) &&
+                                    config.schedule.grad_accum > 1));
   std::optional<StepScaling::State> restored;
   if (!inputs.plan_only) {
     STRATA_RETURN_IF_ERROR(ZeroStep::load_masters(model, *s->optimizer_, s->parts_,
-                                                  config.zero_stage, rank, inputs.init));
+                                                  config.zero.stage, rank, inputs.init));
     if (inputs.restore) {
       STRATA_ASSIGN_OR_RETURN(restored, inputs.restore(*s->optimizer_));
     }

@@ -28,19 +28,20 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   zero::Layout& lay = s->layout_;
   lay.rank = comm.rank();
   lay.ranks = comm.size();
-  lay.stage = options.stage;
+  lay.stage = options.zero.stage;
   lay.layers = model.num_layers();
   lay.dt = model.dtype();
-  lay.acc = options.stage >= 2 && options.fp32_grad_accum ? DType::kF32 : model.dtype();
-  lay.slots =
-      options.stage >= 2 && !options.device_grad_sum ? std::max(1, options.layer_major_micros) : 1;
-  lay.delayed = options.delayed_update_warmup >= 0;
+  lay.acc = options.zero.stage >= 2 && options.fp32_grad_accum ? DType::kF32 : model.dtype();
+  lay.slots = options.zero.stage >= 2 && !options.schedule.device_grad_sum
+                  ? options.schedule.micros_per_replay()
+                  : 1;
+  lay.delayed = options.optimizer.delayed_update_warmup >= 0;
   STRATA_ASSIGN_OR_RETURN(lay.parts, Partitioning::create(model.block_numels(), lay.ranks,
-                                                          options.persistence_threshold));
+                                                          options.zero.persistence_threshold));
   lay.blocks = partition_blocks(model);
   lay.part_of.assign(lay.blocks.size(), 0);
   for (size_t p = 0; p < lay.blocks.size(); ++p) lay.part_of[size_t(lay.blocks[p])] = p;
-  lay.home = zero::choose_homes(lay, options.offload_param, options.param_gpu_fraction);
+  lay.home = zero::choose_homes(lay, options.zero.param_home(), options.zero.param_gpu_fraction);
   const bool plan_only = optimizer.options().plan_only;  // no store needed: nothing is stored
   for (Home h : lay.home) {
     if (h == Home::kNvme && options.swap_store == nullptr && !plan_only) {
@@ -48,7 +49,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                         ref(Field::kNvmePath), " DIR[,DIR...])");
     }
   }
-  const bool offload_acts = options.offload_activations != Home::kDevice;
+  const bool offload_acts = options.zero.offload_activations != Home::kDevice;
   for (int64_t seg = 0; seg + 1 < model.num_segments(); ++seg) {
     if (model.caller_checkpoint(seg) != offload_acts) {
       return make_error(ErrorCode::kConfig, "ZeRO step: ", ref(Field::kOffloadActivations), " ",
@@ -57,35 +58,36 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
                         " (ZeroStep::block_storage)");
     }
   }
-  if (options.offload_activations == Home::kNvme && options.swap_store == nullptr && !plan_only) {
+  if (options.zero.offload_activations == Home::kNvme && options.swap_store == nullptr &&
+      !plan_only) {
     return make_error(ErrorCode::kConfig, ref(Field::kOffloadActivations),
                       " nvme needs a swap store (", ref(Field::kNvmePath), " DIR[,DIR...])");
   }
   for (int64_t b = 0; b < model.num_blocks(); ++b) {
     if (!s->layout_.sharded(b) && model.param_block(b) == nullptr) {
-      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": block ", b,
+      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.zero.stage, ": block ", b,
                         " must be on the device (ZeroStep::block_storage)");
     }
-    if (options.stage <= 1 && model.grad_block(b) == nullptr) {
-      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage,
+    if (options.zero.stage <= 1 && model.grad_block(b) == nullptr) {
+      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.zero.stage,
                         " keeps whole gradients on the device: block ", b,
                         " has none (ZeroStep::block_storage)");
     }
   }
-  const std::vector<int64_t> want = optimizer_numel(s->layout_.parts, options.stage);
+  const std::vector<int64_t> want = optimizer_numel(s->layout_.parts, options.zero.stage);
   if (optimizer.num_partitions() != want.size()) {
     return make_error(ErrorCode::kConfig, "ZeRO step: the optimizer has ",
                       optimizer.num_partitions(), " partitions for ", want.size(), " model blocks");
   }
   for (size_t p = 0; p < want.size(); ++p) {
     if (optimizer.numel(p) != want[p]) {
-      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.stage, ": optimizer partition ",
-                        p, " has ", optimizer.numel(p), " elements, expected ", want[p],
-                        " (ZeroStep::optimizer_numel)");
+      return make_error(ErrorCode::kConfig, "ZeRO stage ", options.zero.stage,
+                        ": optimizer partition ", p, " has ", optimizer.numel(p),
+                        " elements, expected ", want[p], " (ZeroStep::optimizer_numel)");
     }
   }
   const auto rows = static_cast<size_t>(model.shape().batch * model.shape().seq);
-  const int slots = std::max(1, options.layer_major_micros);
+  const int slots = options.schedule.micros_per_replay();
   if (slots > 1) STRATA_RETURN_IF_ERROR(model.set_micro_slots(slots));
   s->rt_->tokens.assign(rows * static_cast<size_t>(slots), 0);
   s->rt_->targets.assign(rows * static_cast<size_t>(slots), 0);
@@ -97,9 +99,10 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   // the device optimizer, which cannot wait for a host check within the step, too; the delayed
   // update runs during the next step by definition.
   lay.rotate = options.step.grad_clip > 0.0f || s->pending_.scaling.fp16() ||
-               options.device_optimizer || options.gpu_optimizer_fraction > 0.0 || lay.delayed;
+               options.optimizer.offload == Home::kDevice || options.optimizer.gpu_fraction > 0.0 ||
+               lay.delayed;
   const std::vector<bool> on_device = DeviceOptimizer::choose(
-      optimizer, options.device_optimizer ? 1.0 : options.gpu_optimizer_fraction);
+      optimizer, options.optimizer.offload == Home::kDevice ? 1.0 : options.optimizer.gpu_fraction);
   bool any_on_device = false;
   for (bool b : on_device) any_on_device = any_on_device || b;
   if (any_on_device) {
@@ -122,7 +125,7 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   nvme::SwapStore* opt_store = optimizer.nvme_state_bytes() > 0 ? optimizer.store() : nullptr;
   nvme::SwapStore* swap_store = nullptr;
   for (Home h : s->layout_.home) swap_store = h == Home::kNvme ? options.swap_store : swap_store;
-  if (options.offload_activations == Home::kNvme) swap_store = options.swap_store;
+  if (options.zero.offload_activations == Home::kNvme) swap_store = options.swap_store;
   if (swap_store == opt_store) swap_store = nullptr;  // one registration per store
   for (nvme::SwapStore* store : {opt_store, swap_store}) {
     if (store == nullptr || s->executor_->pinned_arena_bytes() == 0) continue;
@@ -149,15 +152,16 @@ zero::CompileInput ZeroStep::compile_input() const {
     in.ops.sharded.push_back(layout_.sharded(int64_t(b)));
   }
   in.ops.stage = layout_.stage;
-  in.ops.micros = std::max(1, options_.layer_major_micros);
-  in.ops.device_sum = layout_.stage <= 1 || (in.ops.micros > 1 && options_.device_grad_sum);
+  in.ops.micros = options_.schedule.micros_per_replay();
+  in.ops.device_sum =
+      layout_.stage <= 1 || (in.ops.micros > 1 && options_.schedule.device_grad_sum);
   in.offloaded_segments = offloaded_segments();
-  in.checkpoint_home = options_.offload_activations;
+  in.checkpoint_home = options_.zero.offload_activations;
   in.checkpoint_bytes = m.checkpoint_bytes();
   in.checkpoint_interval = m.checkpoint_interval();
-  in.depth = static_cast<size_t>(options_.prefetch_depth);
+  in.depth = static_cast<size_t>(options_.zero.prefetch_depth);
   in.staging_slots = options_.staging_slots;
-  in.bucket_bytes = options_.bucket_bytes;
+  in.bucket_bytes = options_.zero.bucket_bytes;
   return in;
 }
 
@@ -186,17 +190,17 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
                        return notes_.kinds[size_t(id)] == zero::BufferKind::kNvmeStaging;
                      });
   DeviceNeeds dn;
-  dn.stage = options_.stage;
+  dn.stage = options_.zero.stage;
   for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
     if (!layout_.sharded(int64_t(b))) continue;
     const uint64_t shard = static_cast<uint64_t>(layout_.parts.block(b).shard_numel) * es;
     if (layout_.home[b] == Home::kPinned) pn.param_shards += shard;
     if (layout_.home[b] == Home::kDevice) dn.param_shards += shard;
   }
-  if (options_.offload_activations == Home::kPinned) {
+  if (options_.zero.offload_activations == Home::kPinned) {
     pn.checkpoints = uint64_t(offloaded_checkpoints()) * rt_->model.checkpoint_bytes();
   }
-  if (options_.offload_activations == Home::kDevice) {
+  if (options_.zero.offload_activations == Home::kDevice) {
     dn.activations = uint64_t(rt_->model.num_segments() - 1) * rt_->model.checkpoint_bytes();
   }
   STRATA_RETURN_IF_ERROR(check_pinned_budget(pn, options_.host_memory_limit));
@@ -204,7 +208,7 @@ Status ZeroStep::check_budgets(const sched::Plan& plan) const {
   dn.in_use = info.used_bytes;
   dn.plan = plan.peak_bytes(sched::Tier::kDevice);
   dn.device_optimizer = rt_->device_opt.has_value();
-  dn.prefetch_depth = options_.prefetch_depth;
+  dn.prefetch_depth = options_.zero.prefetch_depth;
   return check_device_budget(dn, info.limit_bytes);
 }
 
@@ -216,11 +220,11 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   if (step < 1) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run: step ", step, " is not accepted (>= 1)");
   }
-  if (micro_batches < 1 || (micro_batches > 1 && options_.delayed_update_warmup >= 0)) {
+  if (micro_batches < 1 || (micro_batches > 1 && options_.optimizer.delayed_update_warmup >= 0)) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
                       " micro-batches are not accepted (at least 1; 1 with the delayed update)");
   }
-  const int slots = std::max(1, options_.layer_major_micros);
+  const int slots = options_.schedule.micros_per_replay();
   if (slots > 1 && micro_batches != slots) {
     return make_error(ErrorCode::kConfig, "ZeroStep::run: ", micro_batches,
                       " micro-batches, but the segment-major plan runs ", slots);
@@ -231,7 +235,8 @@ Result<StepResult> ZeroStep::run(const int32_t* tokens, const int32_t* targets, 
   }
   // Delayed update, warm-up (steps up to warmup + 1): the previous update is applied whole first,
   // so the step sees it.
-  if (options_.delayed_update_warmup >= 0 && step <= options_.delayed_update_warmup + 1) {
+  if (options_.optimizer.delayed_update_warmup >= 0 &&
+      step <= options_.optimizer.delayed_update_warmup + 1) {
     STRATA_RETURN_IF_ERROR(flush());
   }
   pending_.step = step;

@@ -171,7 +171,7 @@ class ZeroStep : public TrainStep {
     return StepTraffic{last_traffic(), expected_traffic(), last_lane_bytes()};
   }
   const Partitioning& partitioning() const { return layout_.parts; }
-  int stage() const { return options_.stage; }
+  int stage() const { return options_.zero.stage; }
   // Traffic of the last run() (measured from the communicator's counters).
   const ZeroTraffic& last_traffic() const { return last_.traffic; }
   // Transfer-lane bytes of the last run() (counted by the transfer tasks).
@@ -182,7 +182,7 @@ class ZeroStep : public TrainStep {
   // Bytes of one 16-bit element; activation checkpoints stored on NVMe and the bytes of each.
   size_t dtype_bytes() const { return dtype_size(rt_->model.dtype()); }
   int64_t checkpoints_on_nvme() const {
-    return options_.offload_activations == Home::kNvme ? offloaded_checkpoints() : 0;
+    return options_.zero.offload_activations == Home::kNvme ? offloaded_checkpoints() : 0;
   }
   size_t checkpoint_bytes() const { return rt_->model.checkpoint_bytes(); }
   // The traffic theory for one step of K micro-batches (the figures above, from the
@@ -238,10 +238,10 @@ class ZeroStep : public TrainStep {
   // The offloaded checkpoints of a step: one per offloaded segment (all but the last, when
   // offloaded) and micro-batch slot.
   int64_t offloaded_checkpoints() const {
-    return offloaded_segments() * std::max(1, options_.layer_major_micros);
+    return offloaded_segments() * options_.schedule.micros_per_replay();
   }
   int64_t offloaded_segments() const {
-    return options_.offload_activations == Home::kDevice ? 0 : rt_->model.num_segments() - 1;
+    return options_.zero.offload_activations == Home::kDevice ? 0 : rt_->model.num_segments() - 1;
   }
 
   ZeroStepOptions options_;

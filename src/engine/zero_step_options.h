@@ -15,47 +15,28 @@ namespace strata::engine {
 struct ZeroStepOptions {
   OffloadStepOptions step;
   sched::ExecutorOptions executor;
-  int stage = 0;                      // 0..3
-  int64_t persistence_threshold = 0;  // stage 3: blocks under this many elements stay whole
-  int prefetch_depth = 2;             // stage 3: gathers allowed ahead of the one in use (0..64)
   // Stages 2-3: the micro-batches' reduced gradient shards add up in fp32 on the host (the
   // optimizer then reads fp32 gradients); else in the model's dtype.
   bool fp32_grad_accum = false;
-  // Segment-major order (EngineConfig::microbatch_order kLayer): 0 or 1, one replay of the plan per
-  // micro-batch; K >= 2, the plan runs K micro-batches (every run() takes K) in one replay, every
-  // micro-batch through a checkpoint segment before the next segment, each in its own model slot
-  // (Model::set_micro_slots), the backward of a segment micro-batch by micro-batch in order, so the
-  // gradients add up in the order of one replay per micro-batch: the same bits. Every stage (at 2-3
-  // each micro-batch's gradient is reduced by itself, or summed on the device with device_grad_sum)
-  // and checkpoint home (one offloaded checkpoint per segment and micro-batch); not with the
-  // delayed update (EngineConfig::validate refuses it).
-  int layer_major_micros = 0;
-  // Segment-major at stages 2-3 (EngineConfig::device_grad_sum): a block's gradients of the K
-  // micro-batches add up in one device buffer (a tied head's part kept apart until the last
-  // embedding backward, as at stages 0-1) and go down and are reduced once per step.
-  bool device_grad_sum = false;
-  uint64_t bucket_bytes = 0;  // stage >= 2: host gradient bytes awaiting reduction
-                              // (0: twice the largest block; at least the largest block)
-  int staging_slots = 3;      // pinned staging buffers for NVMe partitions (1..64)
+  // EngineConfig::schedule as it is. The segment-major order (microbatch_order kLayer, K =
+  // grad_accum >= 2 micro-batches: micros_per_replay()) runs K micro-batches in one replay (every
+  // run() takes K), every micro-batch through a checkpoint segment before the next segment, each
+  // in its own model slot (Model::set_micro_slots), the backward of a segment micro-batch by
+  // micro-batch in order, so the gradients add up in the order of one replay per micro-batch:
+  // the same bits. Every stage (at 2-3 each micro-batch's gradient is reduced by itself, or with
+  // device_grad_sum a block's gradients of the K micro-batches add up in one device buffer, a
+  // tied head's part kept apart until the last embedding backward as at stages 0-1, and go down
+  // and are reduced once per step) and checkpoint home (one offloaded checkpoint per segment and
+  // micro-batch); not with the delayed update (EngineConfig::validate refuses it). Otherwise one
+  // replay per micro-batch.
+  ScheduleSettings schedule;
+  int staging_slots = 3;  // pinned staging buffers for NVMe partitions (1..64)
   // Test hook (fault injection): at this step, this rank's local gradient of layer 0 gets an
   // Inf in its first element before the reduction. 0: never.
   int64_t inject_inf_step = 0;
-  // --offload-optimizer none: the rank's fp32 master, m and v on the device (DeviceOptimizer),
-  // updated there by Kernels::adam_step: the reduced gradient goes up, the new 16-bit values come
-  // down to be all-gathered (stages 1-3) or are written into the model's block (stage 0).
-  // Refused with an NVMe share of the state.
-  bool device_optimizer = false;
-  // --gpu-optimizer-fraction: that share of the partitions (DeviceOptimizer::choose) is updated
-  // on the device as above, the rest by the CPU Adam (device_optimizer: all of them). DeepSpeed's
-  // offload_optimizer.ratio is the complement (the share updated on the CPU).
-  double gpu_optimizer_fraction = 0.0;
-  // --delayed-update (ZeRO-Offload's one-step delayed parameter update): from step warmup + 2 on,
-  // the update of step n-1 (CPU Adam, gathers) runs during the forward and backward of step n,
-  // which uses the parameters from before it; its new parameters go up after step n's last use
-  // of each block and are seen by step n+1. Steps up to warmup + 1 are ordinary (each sees every
-  // earlier update). -1: off. Stages 0-2 with the optimizer on the host (refused otherwise).
-  int64_t delayed_update_warmup = -1;
-  // Stage 3 (--offload-param): the home of the sharded blocks' 16-bit shards.
+  // EngineConfig::zero as it is. bucket_bytes (stage >= 2: host gradient bytes awaiting
+  // reduction) 0 means twice the largest block, and it is at least the largest block.
+  //   zero.offload_param (param_home()), stage 3: the home of the sharded blocks' 16-bit shards.
   //   kPinned (cpu, the default): pinned host memory, the gathers' direct source.
   //   kNvme: the swap store (swap_store, keys shard_key_base + block): read into pinned staging
   //     ahead of each gather (up to prefetch_depth ahead, as the gathers), written after each
@@ -65,27 +46,43 @@ struct ZeroStepOptions {
   //     all-gathered in place and uploaded (our collectives run on pinned host memory).
   // Stages 0-2 keep parameters whole on the device: kNvme and a fraction are refused there (as
   // DeepSpeed's offload_param needs stage 3); kPinned and kDevice mean nothing below stage 3.
-  Home offload_param = Home::kPinned;
-  // --param-gpu-fraction: the share of the sharded blocks' elements whose shard stays on the
-  // device anyway (kDevice home), chosen in forward order (shared block, layer 0, 1, ...), each
-  // block taken while the running total, counting half of it, stays within the share. Only with
-  // kPinned or kNvme.
-  double param_gpu_fraction = 0.0;
-  // --offload-activations: the home of the kept layer inputs of every checkpoint segment but
-  // the last (whose layers' activations stay resident through the backward). kPinned: each goes
-  // down (d2h lane) as soon as the next layer's forward has read it, and comes back up one
+  //   zero.param_gpu_fraction: the share of the sharded blocks' elements whose shard stays on
+  // the device anyway (kDevice home), chosen in forward order (shared block, layer 0, 1, ...),
+  // each block taken while the running total, counting half of it, stays within the share. Only
+  // with kPinned or kNvme.
+  //   zero.offload_activations: the home of the kept layer inputs of every checkpoint segment
+  // but the last (whose layers' activations stay resident through the backward). kPinned: each
+  // goes down (d2h lane) as soon as the next layer's forward has read it, and comes back up one
   // segment ahead of the recompute that reads it; kNvme: on through pinned staging to the swap
   // store (nvme lane) and back the same way. The model must leave them to the caller
   // (block_storage(..., true)). kDevice: the model keeps them all.
-  Home offload_activations = Home::kDevice;
+  ZeroSettings zero;
+  // EngineConfig::optimizer as it is (ZeroStep reads offload, gpu_fraction and
+  // delayed_update_warmup; the update's own settings are the optimizer's and step's).
+  //   optimizer.offload kDevice (none): the rank's fp32 master, m and v on the device
+  //   (DeviceOptimizer),
+  // updated there by Kernels::adam_step: the reduced gradient goes up, the new 16-bit values come
+  // down to be all-gathered (stages 1-3) or are written into the model's block (stage 0).
+  // Refused with an NVMe share of the state.
+  //   optimizer.gpu_fraction: that share of the partitions (DeviceOptimizer::choose) is updated
+  // on the device as above, the rest by the CPU Adam (offload kDevice: all of them). DeepSpeed's
+  // offload_optimizer.ratio is the complement (the share updated on the CPU).
+  //   optimizer.delayed_update_warmup (ZeRO-Offload's one-step delayed parameter update): from step
+  //   warmup + 2 on,
+  // the update of step n-1 (CPU Adam, gathers) runs during the forward and backward of step n,
+  // which uses the parameters from before it; its new parameters go up after step n's last use
+  // of each block and are seen by step n+1. Steps up to warmup + 1 are ordinary (each sees every
+  // earlier update). -1: off. Stages 0-2 with the optimizer on the host (refused otherwise).
+  OptimizerSettings optimizer;
   // The swap store of the NVMe homes: keys shard_key_base + block (shards) and
   // checkpoint_key_base + segment (checkpoints); engine::Session sets them (its key layout).
   nvme::SwapStore* swap_store = nullptr;
   uint64_t shard_key_base = uint64_t{1} << 40;
   uint64_t checkpoint_key_base = (uint64_t{1} << 40) + (uint64_t{1} << 24);
-  // --host-memory-limit: pinned host bytes this rank may use (the optimizer's arena and staging,
-  // and the plan's pinned peak); 0: no limit. The plan is checked against it, and against the
-  // device pool's limit, before the executor allocates anything (engine/memory_budget.h).
+  // EngineConfig::storage.host_memory_limit: pinned host bytes this rank may use (the optimizer's
+  // arena and staging, and the plan's pinned peak); 0: no limit. The plan is checked against it,
+  // and against the device pool's limit, before the executor allocates anything
+  // (engine/memory_budget.h).
   uint64_t host_memory_limit = 0;
 };
 

@@ -19,7 +19,7 @@ ZeroMemory ZeroStep::memory() const {
       if (layout_.home[b] == Home::kDevice) z.params_device += shard;
       if (layout_.home[b] == Home::kNvme) z.params_nvme += shard;
     }
-    if (options_.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches add so
+    if (options_.zero.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches add so
       const int64_t acc = layout_.parts.block(b).shard_numel * (options_.fp32_grad_accum ? 4 : es);
       z.grads16 += acc;
       pinned_homes += acc;
@@ -56,7 +56,7 @@ ZeroMemory ZeroStep::memory() const {
   z.pinned_nvme_staging = peak(zero::BufferKind::kNvmeStaging, Tier::kPinnedHost);
   z.device_checkpoints = peak(zero::BufferKind::kCheckpoint, Tier::kDevice);
   z.pinned_checkpoints = peak(zero::BufferKind::kCheckpoint, Tier::kPinnedHost);
-  if (options_.offload_activations == Home::kNvme) {
+  if (options_.zero.offload_activations == Home::kNvme) {
     z.nvme_checkpoints =
         offloaded_checkpoints() * static_cast<int64_t>(rt_->model.checkpoint_bytes());
   }
@@ -80,7 +80,7 @@ Result<sched::Prediction> ZeroStep::predict(const sched::Rates& rates, int micro
   // The replays of a step in steady state (an update applied): one (the segment-major plan runs
   // every micro-batch in it), or one per micro-batch, the update with the first (rotated) or the
   // last, the middle ones alike.
-  const int k = options_.layer_major_micros > 1 ? 1 : std::max(1, micro_batches);
+  const int k = options_.schedule.micros_per_replay() > 1 ? 1 : std::max(1, micro_batches);
   sched::Prediction sum;
   auto add = [&](int micro, double times) -> Status {
     const bool update = layout_.rotate ? micro == 0 : micro + 1 == k;
@@ -103,25 +103,26 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   const uint64_t n = static_cast<uint64_t>(rt_->ranks);
   const uint64_t es = dtype_size(rt_->model.dtype());
   const auto k = static_cast<uint64_t>(std::max(1, micro_batches));
-  const uint64_t reductions = options_.stage >= 2 && !options_.device_grad_sum ? k : 1;
-  const uint64_t gathers = options_.layer_major_micros > 1 ? 1 : k;
+  const uint64_t reductions =
+      options_.zero.stage >= 2 && !options_.schedule.device_grad_sum ? k : 1;
+  const uint64_t gathers = options_.schedule.micros_per_replay() > 1 ? 1 : k;
   for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
     const BlockPartition& bp = layout_.parts.block(b);
     const uint64_t shard_bytes = static_cast<uint64_t>(bp.shard_numel) * es;
     const uint64_t one = (n - 1) * shard_bytes;  // a ring reduce-scatter or all-gather
     t.grad_reduce_scatter += reductions * one;
-    if (options_.stage == 0) t.grad_all_gather += one;
+    if (options_.zero.stage == 0) t.grad_all_gather += one;
     // Stage 3: gathers for the forward and the backward instead of one after the update; the
     // shared block is gathered once (its forward copy serves the head backward too).
     if (layout_.sharded(int64_t(b))) {
       t.param_all_gather += gathers * (int64_t(b) != rt_->model.num_layers() ? 2 : 1) * one;
-    } else if (options_.stage >= 1) {
+    } else if (options_.zero.stage >= 1) {
       t.param_all_gather += one;
     }
   }
   // Statistics: 2 doubles per block per rank, all-gathered (stages 1-3); the loss: an
   // all-reduce of one float (the textbook formula's integer division).
-  if (options_.stage >= 1) t.stats += (n - 1) * layout_.parts.num_blocks() * 16;
+  if (options_.zero.stage >= 1) t.stats += (n - 1) * layout_.parts.num_blocks() * 16;
   t.stats += 2 * (n - 1) * 4 / n;
   return t;
 }

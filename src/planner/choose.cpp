@@ -9,14 +9,14 @@ using engine::MicrobatchOrder;
 namespace {
 bool order_to_plan(const engine::EngineConfig& c) {
   engine::EngineConfig layer = c;
-  layer.microbatch_order = MicrobatchOrder::kLayer;
-  return c.microbatch_order == MicrobatchOrder::kAuto && !c.device_grad_sum &&
+  layer.schedule.microbatch_order = MicrobatchOrder::kLayer;
+  return c.schedule.microbatch_order == MicrobatchOrder::kAuto && !c.schedule.device_grad_sum &&
          layer_order_possible(layer);
 }
 }  // namespace
 
 bool has_auto(const engine::EngineConfig& c) {
-  return c.offload_auto || c.microbatch_order == MicrobatchOrder::kAuto;
+  return c.offload_auto || c.schedule.microbatch_order == MicrobatchOrder::kAuto;
 }
 
 bool needs_rates(const engine::EngineConfig& c) { return c.offload_auto || order_to_plan(c); }
@@ -40,16 +40,16 @@ Choice choose(const Settings& base, bool nvme, const ModelPlanning& model,
     choice.offload = std::move(r);
     return choice;
   }
-  if (config.microbatch_order != MicrobatchOrder::kAuto) return choice;
+  if (config.schedule.microbatch_order != MicrobatchOrder::kAuto) return choice;
   if (!order_to_plan(config)) {
-    config.microbatch_order =
-        config.device_grad_sum ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+    config.schedule.microbatch_order =
+        config.schedule.device_grad_sum ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
     return choice;
   }
   engine::EngineConfig layer = config;
-  layer.microbatch_order = MicrobatchOrder::kLayer;
+  layer.schedule.microbatch_order = MicrobatchOrder::kLayer;
   choice.order = search_order(layer, model, ctx);
-  config.microbatch_order =
+  config.schedule.microbatch_order =
       choice.order->layer_faster ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
   return choice;
 }

@@ -4,7 +4,8 @@
 // host threads and this machine's rates):
 //   - EngineConfig::offload_auto: the offload settings and the checkpoint interval, searched
 //     (search_offload; the micro-batch order with them where there are several micro-batches);
-//   - EngineConfig::microbatch_order kAuto: both orders planned (search_order), the segment-major
+//   - EngineConfig::schedule.microbatch_order kAuto: both orders planned (search_order), the
+//   segment-major
 //     one taken when it is possible, fits and is predicted faster by more than 1%; with
 //     device_grad_sum the segment-major one (the only one it has), without several micro-batches
 //     (or with the delayed update, or the serial schedule) the micro-batch-major one.

@@ -15,7 +15,7 @@ namespace strata::planner {
 using engine::Home;
 
 bool layer_order_possible(const engine::EngineConfig& c) {
-  return c.grad_accum > 1 && c.planned() && !c.delayed_update();
+  return c.schedule.grad_accum > 1 && c.planned() && !c.delayed_update();
 }
 
 namespace {
@@ -50,21 +50,21 @@ std::vector<Settings> offload_candidates(const engine::EngineConfig& base, bool 
               if (pf == 1.0 && depth == 1) continue;  // nothing to prefetch
               Settings s;
               s.config = base;
-              s.config.offload_param = home;
-              s.config.param_gpu_fraction = pf;
-              s.config.gpu_optimizer_fraction = gf;
-              s.config.offload_optimizer = nf > 0.0 ? Home::kNvme : Home::kPinned;
-              s.config.optimizer_nvme_fraction = nf;
-              s.config.offload_activations = act;
-              s.config.prefetch_depth = depth;
+              s.config.zero.offload_param = home;
+              s.config.zero.param_gpu_fraction = pf;
+              s.config.optimizer.gpu_fraction = gf;
+              s.config.optimizer.offload = nf > 0.0 ? Home::kNvme : Home::kPinned;
+              s.config.optimizer.nvme_fraction = nf;
+              s.config.zero.offload_activations = act;
+              s.config.zero.prefetch_depth = depth;
               s.checkpoint_interval = k;
               // The micro-batches' order, where both are possible (the same results); with
               // device_grad_sum only the segment-major one.
-              s.config.microbatch_order =
-                  base.device_grad_sum ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
-              if (!base.device_grad_sum) out.push_back(s);
+              s.config.schedule.microbatch_order =
+                  base.schedule.device_grad_sum ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+              if (!base.schedule.device_grad_sum) out.push_back(s);
               if (layer_order_possible(s.config)) {
-                s.config.microbatch_order = MicrobatchOrder::kLayer;
+                s.config.schedule.microbatch_order = MicrobatchOrder::kLayer;
                 out.push_back(s);
               }
             }
@@ -160,7 +160,7 @@ OrderSearch search_order(const engine::EngineConfig& config, const ModelPlanning
   for (int k = 0; k < 2; ++k) {
     Settings s;
     s.config = config;
-    s.config.microbatch_order =
+    s.config.schedule.microbatch_order =
         k == 1 ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
     s.checkpoint_interval = model.shape.checkpoint_interval;
     auto r = plan_candidate(s, model, ctx);

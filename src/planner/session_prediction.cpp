@@ -15,9 +15,9 @@ CalibrationRequest calibration_request(const engine::EngineConfig& config, model
   rq.shape = shape;
   rq.comm = &comm;
   rq.host_threads = host_threads;
-  if (config.uses_nvme()) rq.nvme_dirs = config.nvme_paths;
-  rq.nvme_block_bytes = config.nvme_block_size;
-  rq.nvme_queue_depth = static_cast<uint32_t>(config.nvme_queue_depth);
+  if (config.uses_nvme()) rq.nvme_dirs = config.storage.nvme_paths;
+  rq.nvme_block_bytes = config.storage.nvme_block_size;
+  rq.nvme_queue_depth = static_cast<uint32_t>(config.storage.nvme_queue_depth);
   return rq;
 }
 
@@ -33,9 +33,9 @@ Result<sched::Prediction> predict(const engine::Session& session, const sched::R
   const engine::ZeroStep* zero = session.zero();
   if (zero == nullptr) {
     return make_error(ErrorCode::kConfig, "no prediction for ", engine::ref(Field::kSchedule), " ",
-                      engine::schedule_name(session.config().schedule), " (it runs no plan)");
+                      engine::schedule_name(session.config().schedule.kind), " (it runs no plan)");
   }
-  return zero->predict(rates, static_cast<int>(session.config().grad_accum));
+  return zero->predict(rates, static_cast<int>(session.config().schedule.grad_accum));
 }
 
 }  // namespace strata::planner

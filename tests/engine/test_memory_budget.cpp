@@ -8,7 +8,6 @@
 #include <string>
 
 #include "engine/memory_budget.h"
-#include "field_flags.h"
 
 namespace strata::engine {
 namespace {
@@ -46,42 +45,42 @@ TEST(MemoryBudget, PinnedRefusalNamesBytesBudgetAndTheSmallestFittingShare) {
     const Status st = check_pinned_budget(needs(), limit);
     ASSERT_FALSE(st.ok()) << limit_mib;
     EXPECT_EQ(st.code(), ErrorCode::kOutOfMemory);
-    const std::string m = test::as_flags(st.to_string());
+    const std::string m = st.to_string();
     SCOPED_TRACE(m);
     EXPECT_EQ(m.find('\n'), std::string::npos);
-    EXPECT_NE(m.find("--host-memory-limit " + std::to_string(limit_mib) + ".0 MiB"),
+    EXPECT_NE(m.find("`storage.host_memory_limit` " + std::to_string(limit_mib) + ".0 MiB"),
               std::string::npos);
     EXPECT_NE(m.find("needs 130.0 MiB"), std::string::npos);
-    EXPECT_NE(m.find("--host-memory-limit 130MiB"), std::string::npos);
+    EXPECT_NE(m.find("`storage.host_memory_limit` 130MiB"), std::string::npos);
     // The reference scan: the smallest k/20 with the rest (30 MiB) + the optimizer side within.
     int want = 0;
     for (int k = 1; k <= 20 && want == 0; ++k) {
       if (30 * kMiB + optimizer_side(k / 20.0) <= limit) want = k;
     }
     if (want == 0) {
-      EXPECT_EQ(m.find("--optimizer-nvme-fraction"), std::string::npos);
+      EXPECT_EQ(m.find("`optimizer.nvme_fraction`"), std::string::npos);
     } else {
       char flag[64];
-      std::snprintf(flag, sizeof flag, "--optimizer-nvme-fraction %g", want / 20.0);
+      std::snprintf(flag, sizeof flag, "`optimizer.nvme_fraction` %g", want / 20.0);
       EXPECT_NE(m.find(flag), std::string::npos) << flag;
     }
     // Moving the 20 MiB of parameter shards is advised only when that is enough.
-    EXPECT_EQ(m.find("--offload-param nvme") != std::string::npos, 130 - limit_mib <= 20);
+    EXPECT_EQ(m.find("`zero.offload_param` nvme") != std::string::npos, 130 - limit_mib <= 20);
   }
 }
 
-TEST(MemoryBudget, DeviceRefusalNamesTheFlags) {
+TEST(MemoryBudget, DeviceRefusalNamesTheFields) {
   DeviceNeeds d;
   d.in_use = 10 * kMiB;
   d.plan = 6 * kMiB;
   d.stage = 2;
   d.activations = 2 * kMiB;
-  const std::string m = test::as_flags(check_device_budget(d, 15 * kMiB).to_string());
-  EXPECT_NE(m.find("--gpu-memory-limit 15.0 MiB"), std::string::npos) << m;
+  const std::string m = check_device_budget(d, 15 * kMiB).to_string();
+  EXPECT_NE(m.find("`storage.gpu_memory_limit` 15.0 MiB"), std::string::npos) << m;
   EXPECT_NE(m.find("needs 16.0 MiB"), std::string::npos) << m;
-  EXPECT_NE(m.find("--zero-stage 3"), std::string::npos) << m;
-  EXPECT_NE(m.find("--offload-activations cpu"), std::string::npos) << m;
-  EXPECT_NE(m.find("--gpu-memory-limit 16MiB"), std::string::npos) << m;
+  EXPECT_NE(m.find("`zero.stage` 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("`zero.offload_activations` cpu"), std::string::npos) << m;
+  EXPECT_NE(m.find("`storage.gpu_memory_limit` 16MiB"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -90,16 +90,16 @@ TrainRun train(const Case& c, nvme::SwapStore* store) {
   EXPECT_TRUE(m.init_params(7).ok());
   EngineConfig config;
   config.precision = c.dtype;
-  config.schedule = c.planned ? Schedule::kPlanned : Schedule::kSerial;
-  config.adam.lr = 3e-3f;
-  config.adam.weight_decay = 0.01f;
+  config.schedule.kind = c.planned ? Schedule::kPlanned : Schedule::kSerial;
+  config.optimizer.adam.lr = 3e-3f;
+  config.optimizer.adam.weight_decay = 0.01f;
   if (c.nvme_fraction > 0) {
-    config.offload_optimizer = Home::kNvme;
-    config.optimizer_nvme_fraction = c.nvme_fraction;
+    config.optimizer.offload = Home::kNvme;
+    config.optimizer.nvme_fraction = c.nvme_fraction;
   }
-  if (c.device_optimizer) config.offload_optimizer = Home::kDevice;
-  config.nvme_buffer_count = c.planned ? 2 : 3;
-  config.grad_clip = c.grad_clip;
+  if (c.device_optimizer) config.optimizer.offload = Home::kDevice;
+  config.storage.nvme_buffer_count = c.planned ? 2 : 3;
+  config.optimizer.grad_clip = c.grad_clip;
   config.loss_scaling = c.loss_scaling;
   std::unique_ptr<Session> session = one_rank_session(config, m, store);
   if (!session) return run;
@@ -395,9 +395,9 @@ TEST(PlannedStep, ACorruptedSwapExtentStopsTrainingWithTheFileAndOffset) {
   ASSERT_TRUE(m->init_params(3).ok());
   EngineConfig config;
   config.precision = cfg.dtype;
-  config.offload_optimizer = Home::kNvme;
-  config.optimizer_nvme_fraction = 1.0;
-  config.nvme_paths = {dir.path()};
+  config.optimizer.offload = Home::kNvme;
+  config.optimizer.nvme_fraction = 1.0;
+  config.storage.nvme_paths = {dir.path()};
   std::unique_ptr<Session> session = one_rank_session(config, *m, store.get());
   ASSERT_NE(session, nullptr);
   TrainStep* step = &session->step();

@@ -57,12 +57,12 @@ TEST(Session, TheStoreItOpensHoldsEverythingARunStores) {
   auto one = comm::create_local_comm();
   const model::GptConfig cfg = small_config();
   EngineConfig config;
-  config.zero_stage = 3;
-  config.offload_optimizer = Home::kNvme;
-  config.optimizer_nvme_fraction = 1.0;
-  config.offload_param = Home::kNvme;
-  config.offload_activations = Home::kNvme;
-  config.nvme_paths = {dir.path()};
+  config.zero.stage = 3;
+  config.optimizer.offload = Home::kNvme;
+  config.optimizer.nvme_fraction = 1.0;
+  config.zero.offload_param = Home::kNvme;
+  config.zero.offload_activations = Home::kNvme;
+  config.storage.nvme_paths = {dir.path()};
   auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
   auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 1}, layout.storage).value();
   ASSERT_GE(m->num_segments(), 3);  // checkpoints to store
@@ -127,16 +127,16 @@ TEST(Session, RefusesWhatOnlyItCanCheckNamingTheField) {
   EXPECT_EQ(r.status().code(), ErrorCode::kConfig);
   EXPECT_EQ(r.status().message().rfind(ref(Field::kPrecision), 0), 0u) << r.status().message();
   EngineConfig bad;
-  bad.prefetch_depth = 99;
+  bad.zero.prefetch_depth = 99;
   r = Session::create(bad, *dev, *one, *m, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message().rfind(ref(Field::kPrefetchDepth), 0), 0u) << r.status().message();
   // What the planner resolves (planner::choose), left unresolved.
   EngineConfig order;
-  order.grad_accum = 2;
-  order.microbatch_order = MicrobatchOrder::kAuto;
+  order.schedule.grad_accum = 2;
+  order.schedule.microbatch_order = MicrobatchOrder::kAuto;
   EngineConfig offload;
-  offload.zero_stage = 3;
+  offload.zero.stage = 3;
   offload.offload_auto = true;
   for (const auto& [config, field] :
        {std::pair{order, Field::kMicrobatchOrder}, std::pair{offload, Field::kOffloadAuto}}) {
@@ -169,10 +169,10 @@ TEST(Session, WeightDecayReachesExactlyTheTensorsItsRuleNames) {
     for (int stage : {0, 2}) {
       SCOPED_TRACE("rule " + std::to_string(int(rule)) + " stage " + std::to_string(stage));
       EngineConfig config;
-      config.zero_stage = stage;
-      config.adam.lr = 0.01f;
-      config.adam.weight_decay = 0.1f;
-      config.decay_on = rule;
+      config.zero.stage = stage;
+      config.optimizer.adam.lr = 0.01f;
+      config.optimizer.adam.weight_decay = 0.1f;
+      config.optimizer.decay_on = rule;
       auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
       auto m =
           model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}, layout.storage).value();
@@ -229,12 +229,12 @@ TEST(Session, MicroBatchGradientsAddUpInFp32WithoutDrift) {
   };
   auto start = [&](int accum, DType acc_dtype) {
     EngineConfig config;
-    config.zero_stage = 2;
-    config.grad_clip = 0.0f;
-    config.adam.lr = 0.0f;
-    config.adam.beta1 = 0.0f;
-    config.grad_accum = accum;
-    config.grad_accum_dtype = acc_dtype;
+    config.zero.stage = 2;
+    config.optimizer.grad_clip = 0.0f;
+    config.optimizer.adam.lr = 0.0f;
+    config.optimizer.adam.beta1 = 0.0f;
+    config.schedule.grad_accum = accum;
+    config.schedule.grad_accum_dtype = acc_dtype;
     auto layout = Session::prepare(config, model::GptModel::block_numels(cfg), 1).value();
     Run r;
     r.model = model::GptModel::create(*dev, cfg, model::RunShape{B, T, 0}, layout.storage).value();
@@ -300,7 +300,7 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
   std::vector<sched::Prediction> pred;
   for (int64_t k : {1, 3}) {
     EngineConfig config;  // stage 0, the optimizer in host RAM, planned
-    config.grad_accum = k;
+    config.schedule.grad_accum = k;
     auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();
     auto s = Session::create(config, *dev, *one, *m, {}).value();
     const std::optional<ZeroMemory> mem = s->step().memory_report();
@@ -323,7 +323,7 @@ TEST(Session, ReportsAndPredictsWhatAStepWithAPlanHas) {
   EXPECT_GT(pred[1].step_s, 2.0 * pred[0].step_s);
   EXPECT_LT(pred[1].step_s, 3.0 * pred[0].step_s);
   EngineConfig serial;
-  serial.schedule = Schedule::kSerial;
+  serial.schedule.kind = Schedule::kSerial;
   auto m = model::GptModel::create(*dev, cfg, model::RunShape{2, 10, 0}).value();
   auto s = Session::create(serial, *dev, *one, *m, {}).value();
   EXPECT_FALSE(s->step().memory_report().has_value());

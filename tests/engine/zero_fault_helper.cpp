@@ -50,11 +50,11 @@ int main(int argc, char** argv) {
   if (Status st = m.value()->init_params(1); !st.ok()) stop(&world, st);
   // Stage 3, the optimizer state all on NVMe in argv[1] (the session's own swap store).
   engine::EngineConfig config;
-  config.zero_stage = 3;
+  config.zero.stage = 3;
   config.precision = cfg.dtype;
-  config.offload_optimizer = engine::Home::kNvme;
-  config.optimizer_nvme_fraction = 1.0;
-  config.nvme_paths = {std::string(argv[1])};
+  config.optimizer.offload = engine::Home::kNvme;
+  config.optimizer.nvme_fraction = 1.0;
+  config.storage.nvme_paths = {std::string(argv[1])};
   auto session = engine::Session::create(config, *dev.value(), world, *m.value(), {});
   if (!session.ok()) stop(&world, session.status());
   nvme::SwapStore* store = session.value()->store();

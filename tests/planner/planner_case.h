@@ -86,18 +86,18 @@ inline Result<Built> build(const PCase& c, bool plan_only, nvme::SwapStore* stor
   b.comm = comm::create_local_comm();
   const model::GptConfig cfg = config_of(c);
   EngineConfig config;
-  config.zero_stage = c.stage;
+  config.zero.stage = c.stage;
   config.precision = cfg.dtype;
-  config.grad_clip = c.grad_clip;
+  config.optimizer.grad_clip = c.grad_clip;
   if (c.nvme_fraction > 0.0) {
-    config.offload_optimizer = Home::kNvme;
-    config.optimizer_nvme_fraction = c.nvme_fraction;
+    config.optimizer.offload = Home::kNvme;
+    config.optimizer.nvme_fraction = c.nvme_fraction;
   }
-  if (c.stage == 3) config.offload_param = c.offload_param;
-  config.offload_activations = c.offload_activations;
-  config.gpu_optimizer_fraction = c.gpu_fraction;
-  config.nvme_buffer_count = 2;
-  config.prefetch_depth = 1;
+  if (c.stage == 3) config.zero.offload_param = c.offload_param;
+  config.zero.offload_activations = c.offload_activations;
+  config.optimizer.gpu_fraction = c.gpu_fraction;
+  config.storage.nvme_buffer_count = 2;
+  config.zero.prefetch_depth = 1;
   // NVMe homes use `store` (a plan-only build opens none and needs no directory).
   STRATA_ASSIGN_OR_RETURN(const SessionLayout layout,
                           Session::prepare(config, model::GptModel::block_numels(cfg), 1));

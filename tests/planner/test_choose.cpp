@@ -74,10 +74,10 @@ struct Machine {
 
 EngineConfig stage3(int64_t micro) {
   EngineConfig c;
-  c.zero_stage = 3;
-  c.grad_accum = micro;
-  c.adam.lr = 0.25f;
-  c.grad_clip = 0.5f;
+  c.zero.stage = 3;
+  c.schedule.grad_accum = micro;
+  c.optimizer.adam.lr = 0.25f;
+  c.optimizer.grad_clip = 0.5f;
   return c;
 }
 
@@ -85,18 +85,18 @@ TEST(Choose, SaysWhatIsLeftToIt) {
   EngineConfig c = stage3(2);
   EXPECT_FALSE(has_auto(c));
   EXPECT_FALSE(needs_rates(c));
-  c.microbatch_order = MicrobatchOrder::kAuto;
+  c.schedule.microbatch_order = MicrobatchOrder::kAuto;
   EXPECT_TRUE(has_auto(c));
-  EXPECT_TRUE(needs_rates(c));  // two micro-batches: both orders are planned
-  c.device_grad_sum = true;     // only the segment-major order has it
+  EXPECT_TRUE(needs_rates(c));        // two micro-batches: both orders are planned
+  c.schedule.device_grad_sum = true;  // only the segment-major order has it
   EXPECT_FALSE(needs_rates(c));
   c = stage3(1);
-  c.microbatch_order = MicrobatchOrder::kAuto;
+  c.schedule.microbatch_order = MicrobatchOrder::kAuto;
   EXPECT_FALSE(needs_rates(c));  // one micro-batch: one order
   c = stage3(2);
-  c.zero_stage = 2;
-  c.microbatch_order = MicrobatchOrder::kAuto;
-  c.delayed_update_warmup = 0;  // not with the segment-major order
+  c.zero.stage = 2;
+  c.schedule.microbatch_order = MicrobatchOrder::kAuto;
+  c.optimizer.delayed_update_warmup = 0;  // not with the segment-major order
   EXPECT_FALSE(needs_rates(c));
   c = stage3(1);
   c.offload_auto = true;
@@ -118,18 +118,18 @@ TEST(Choose, ResolvesAnOrderWithoutAnAlternativeWithoutPlanning) {
   Machine m;
   m.ctx.rates = sched::Rates{};  // no rates at all: planning would fail
   EngineConfig one = stage3(1);
-  one.microbatch_order = MicrobatchOrder::kAuto;
+  one.schedule.microbatch_order = MicrobatchOrder::kAuto;
   Choice c = choose({one, 2}, false, planning(), m.ctx);
   ASSERT_TRUE(c.status.ok());
   EXPECT_FALSE(c.order);
-  EXPECT_EQ(c.settings.config.microbatch_order, MicrobatchOrder::kMicro);
+  EXPECT_EQ(c.settings.config.schedule.microbatch_order, MicrobatchOrder::kMicro);
   EngineConfig summed = stage3(2);
-  summed.microbatch_order = MicrobatchOrder::kAuto;
-  summed.device_grad_sum = true;
+  summed.schedule.microbatch_order = MicrobatchOrder::kAuto;
+  summed.schedule.device_grad_sum = true;
   c = choose({summed, 2}, false, planning(), m.ctx);
   ASSERT_TRUE(c.status.ok());
   EXPECT_FALSE(c.order);
-  EXPECT_EQ(c.settings.config.microbatch_order, MicrobatchOrder::kLayer);
+  EXPECT_EQ(c.settings.config.schedule.microbatch_order, MicrobatchOrder::kLayer);
   EXPECT_TRUE(c.settings.config.validate(true).ok());
 }
 
@@ -137,22 +137,23 @@ TEST(Choose, TakesTheSegmentMajorOrderOnlyWhenPredictedFaster) {
   Machine m;
   for (const bool offload_acts : {false, true}) {
     EngineConfig base = stage3(3);
-    if (offload_acts) base.offload_activations = Home::kPinned;
-    base.microbatch_order = MicrobatchOrder::kAuto;
+    if (offload_acts) base.zero.offload_activations = Home::kPinned;
+    base.schedule.microbatch_order = MicrobatchOrder::kAuto;
     const Choice c = choose({base, 2}, false, planning(), m.ctx);
     ASSERT_TRUE(c.status.ok()) << c.status.to_string();
     ASSERT_TRUE(c.order);
     double step[2];
     for (int k = 0; k < 2; ++k) {
       Settings s{base, 2};
-      s.config.microbatch_order = k == 1 ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
+      s.config.schedule.microbatch_order =
+          k == 1 ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
       auto planned = plan_candidate(s, planning(), m.ctx);
       ASSERT_TRUE(planned.ok()) << planned.status().to_string();
       ASSERT_TRUE(planned->fit.ok());
       step[k] = planned->prediction.step_s;
       EXPECT_EQ(c.order->planned[k].prediction.step_s, step[k]);
     }
-    EXPECT_EQ(c.settings.config.microbatch_order,
+    EXPECT_EQ(c.settings.config.schedule.microbatch_order,
               step[1] < 0.99 * step[0] ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro)
         << "micro " << step[0] << " s, layer " << step[1] << " s";
   }
@@ -162,19 +163,19 @@ TEST(Choose, OffloadAutoTakesAFittingCandidateWithinOnePercentOfTheFastest) {
   Machine m;
   EngineConfig base = stage3(2);
   base.offload_auto = true;
-  base.microbatch_order = MicrobatchOrder::kAuto;
+  base.schedule.microbatch_order = MicrobatchOrder::kAuto;
   const Choice c = choose({base, 0}, false, planning(), m.ctx);
   ASSERT_TRUE(c.status.ok()) << c.status.to_string();
   ASSERT_TRUE(c.offload);
   const EngineConfig& got = c.settings.config;
   EXPECT_FALSE(got.offload_auto);
-  EXPECT_NE(got.microbatch_order, MicrobatchOrder::kAuto);
+  EXPECT_NE(got.schedule.microbatch_order, MicrobatchOrder::kAuto);
   // The settings the search does not own are the base's.
-  EXPECT_EQ(got.zero_stage, 3);
-  EXPECT_EQ(got.grad_accum, 2);
-  EXPECT_EQ(got.adam.lr, 0.25f);
-  EXPECT_EQ(got.grad_clip, 0.5f);
-  EXPECT_NE(got.offload_optimizer, Home::kNvme);  // no NVMe directory was offered
+  EXPECT_EQ(got.zero.stage, 3);
+  EXPECT_EQ(got.schedule.grad_accum, 2);
+  EXPECT_EQ(got.optimizer.adam.lr, 0.25f);
+  EXPECT_EQ(got.optimizer.grad_clip, 0.5f);
+  EXPECT_NE(got.optimizer.offload, Home::kNvme);  // no NVMe directory was offered
   double fastest = 1e30;
   int fitting = 0;
   for (const Candidate& k : c.offload->candidates) {
