@@ -124,13 +124,19 @@ void CheckpointSave::write_optimizer(const json& scaling) {
     json e;
     STRATA_RETURN_IF_ERROR(write_text(tmp_ + "/" + state, scaling.dump(2), &e));
     entries_[state] = e;
-    // The shared files, once the training thread has written them: synced here, off its path.
+    // The shared files, once the training thread has written them: synced here, off its path,
+    // by rank 0, which wrote them. Not the other ranks' files (each syncs its own; they may be
+    // renamed or not there yet while this lists the directory, from another machine too), nor
+    // temporaries of a file being written.
     std::unique_lock<std::mutex> lock(mu_);
     shared_cv_.wait(lock, [this] { return shared_done_ || cancel_.load(); });
+    if (comm_.rank() != 0) return ok_status();
     std::error_code ec;
     for (const auto& shared : fs::directory_iterator(tmp_, ec)) {
       const std::string n = shared.path().filename().string();
-      if (shared.is_regular_file() && !entries_.contains(n)) {
+      const bool ranks_own = n.find("-rank") != std::string::npos;
+      const bool temporary = n.find(".tmp") != std::string::npos;
+      if (shared.is_regular_file() && !entries_.contains(n) && !ranks_own && !temporary) {
         STRATA_RETURN_IF_ERROR(fsync_path(shared.path().string()));
       }
     }
