@@ -108,8 +108,9 @@ class CheckpointSave {
 // rank's small files, then the optimizer file on a background thread; `write_shared(dir)` runs on
 // every rank meanwhile (it may take part in collectives), and what it writes into dir on rank 0
 // is checksummed with the rest; it need not sync its files (rank 0's writer syncs the files in
-// dir that are no rank's own once write_shared returned). The optimizer (and comm) must outlive the returned save; call its
-// finish() before the next save, the end of training, or changing the optimizer wholesale.
+// dir that are no rank's own once write_shared returned). The optimizer (and comm) must outlive the
+// returned save; call its finish() before the next save, the end of training, or changing the
+// optimizer wholesale.
 Result<std::unique_ptr<CheckpointSave>> start_checkpoint(
     const std::string& root, int keep, comm::Communicator& comm, const CheckpointInfo& info,
     OffloadedOptimizer& opt, const StepScaling::State& scaling, const WriteShared& write_shared);
