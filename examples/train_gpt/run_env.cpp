@@ -9,6 +9,7 @@
 #include "comm/mpi_comm.h"
 #include "config_fields.h"
 #include "engine/checkpoint.h"
+#include "engine/shared_directory.h"
 #include "nvme/swap_store.h"
 
 namespace strata::train_gpt {
@@ -41,6 +42,11 @@ Status lock_checkpoint_dir(const Flags& f, bool lead, DirectoryLock& lock) {
     std::printf("checkpoint: removed %s, left by a save that did not complete\n", p.c_str());
   }
   return ok_status();
+}
+
+Status check_checkpoint_dir_shared(const Flags& f, comm::Communicator& world) {
+  if (f.checkpoint_dir.empty() || f.checkpoint_every <= 0 || f.plan) return ok_status();
+  return engine::check_shared_directory(f.checkpoint_dir, world).with_context("--checkpoint-dir");
 }
 
 Result<std::unique_ptr<comm::Communicator>> open_communicator(const Flags& f) {

@@ -26,6 +26,10 @@ Status make_checkpoint_dir(const Flags& f);
 // lock on it (flock on the directory itself, so that no file is left; released by any exit),
 // then removes what saves that did not complete left there, saying so.
 Status lock_checkpoint_dir(const Flags& f, bool lead, DirectoryLock& lock);
+// With several ranks that save: --checkpoint-dir is one directory for all of them (on machines
+// of their own, a shared filesystem), refused otherwise naming the ranks that do not see it.
+// Collective.
+Status check_checkpoint_dir_shared(const Flags& f, comm::Communicator& world);
 Result<std::unique_ptr<comm::Communicator>> open_communicator(const Flags& f);
 // Where this rank runs (cpu/rank_placement.h): its GPU, cores and memory node chosen by --bind
 // and --device-ids, the process bound to them, and one line per rank printed by rank 0 (every

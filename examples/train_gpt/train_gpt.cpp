@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
   if (Status st = train_gpt::lock_checkpoint_dir(f, lead, checkpoint_lock); !st.ok()) {
     return die(st);
   }
+  // The same verdict on every rank: rank 0 says it, every rank stops.
+  if (Status st = train_gpt::check_checkpoint_dir_shared(f, world); !st.ok()) {
+    return lead ? fail_rank(st) : 1;
+  }
   // The data: token files opened and their headers checked before anything large is allocated.
   auto data =
       train_gpt::TrainData::open(*source, f, f.batch * ranks, setup.shape.seq, spec.vocab());

@@ -10,7 +10,9 @@
 #   2. each host's ranks are local ranks 0 and 1 of 2 there, and each host's swap files were in
 #      its own directory; none is left behind on either;
 #   3. the two-host run's step-3 checkpoint resumed by 4 ranks on one host ends with the same
-#      model file (a run moved to another set of machines with as many ranks).
+#      model file (a run moved to another set of machines with as many ranks);
+#   4. a --checkpoint-dir that is another directory on each host is refused before step 1 in one
+#      line naming it and the ranks that do not see it.
 # Skipped (with the reason) where network namespaces cannot be made (not root, no iproute2).
 # Usage: two_hosts_test.sh MPIEXEC TRAIN_GPT SCRATCH_DIR
 set -uo pipefail
@@ -23,7 +25,7 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/d
   exit 0
 fi
 rm -rf "$scratch"
-mkdir -p "$scratch"/{nvme,disk_h1,disk_h2,nvme_one,ckpt,ckpt_one}
+mkdir -p "$scratch"/{nvme,disk_h1,disk_h2,nvme_one,ckpt,ckpt_h1,ckpt_h2,ckpt_split}
 ns1=strata_h1_$$ ns2=strata_h2_$$ v1=sv$$a v2=sv$$b
 cleanup() { ip netns del "$ns1" 2>/dev/null; ip netns del "$ns2" 2>/dev/null; }
 trap cleanup EXIT
@@ -44,8 +46,10 @@ cat >"$scratch/agent" <<AGENT
 #!/usr/bin/env bash
 while [[ \$# -gt 0 && \$1 == -* ]]; do shift; done
 read -r ns name <"$scratch/host_\$1"; shift
+split=""  # the test's last case: a checkpoint directory of each host's own
+[ -e "$scratch/split_ckpt" ] && split="mount --bind $scratch/ckpt_\$name $scratch/ckpt_split &&"
 exec ip netns exec "\$ns" unshare --uts --mount --propagation private sh -c \
-  "hostname \$name && mount --bind $scratch/disk_\$name $scratch/nvme && \$*"
+  "hostname \$name && mount --bind $scratch/disk_\$name $scratch/nvme && \$split \$*"
 AGENT
 chmod +x "$scratch/agent"
 
@@ -104,4 +108,21 @@ cmp "$scratch/two.bin" "$scratch/one.bin" || fail "two hosts and one host save d
 diff <(strip <"$scratch/one.txt" | tail -3) <(strip <"$scratch/resumed.txt") ||
   fail "the resumed steps differ from the straight run's"
 cmp "$scratch/resumed.bin" "$scratch/one.bin" || fail "the resumed run saves another model"
+# 4. A checkpoint directory that is another directory on each host is refused before step 1,
+# naming it and the ranks that do not see rank 0's files.
+touch "$scratch/split_ckpt"
+ip netns exec "$ns1" unshare --uts --mount --propagation private sh -c \
+  "hostname h1 && mount --bind $scratch/disk_h1 $scratch/nvme && \
+   mount --bind $scratch/ckpt_h1 $scratch/ckpt_split && \
+   timeout 300 $mpiexec --allow-run-as-root --hostfile $scratch/hostfile -np 4 \
+     --mca plm_rsh_agent $scratch/agent --mca btl tcp,self \
+     --mca btl_tcp_if_include 10.213.0.0/24 --mca oob_tcp_if_include 10.213.0.0/24 \
+     $train ${flags[*]} --steps 6 --nvme-path $scratch/nvme --checkpoint-dir $scratch/ckpt_split \
+     --checkpoint-every 3" >"$scratch/split.txt" 2>&1
+rc=$?
+[ "$rc" != 0 ] || fail "a checkpoint directory of each host's own was accepted"
+grep -q "^step" "$scratch/split.txt" && fail "a step ran before the refusal"
+want="--checkpoint-dir: directory $scratch/ckpt_split is not the same directory on every rank: ranks 2, 3 do not see"
+[ "$(grep -c -- "$want" "$scratch/split.txt")" = 1 ] || { cat "$scratch/split.txt" >&2; fail "expected one line: $want"; }
+[ -z "$(find "$scratch/ckpt_h1" "$scratch/ckpt_h2" -mindepth 1)" ] || fail "the probe file was left behind"
 echo "two hosts: 4 ranks over two network namespaces give the bits of 4 ranks on one host"
