@@ -70,6 +70,8 @@ cases=(
   "--schedule fast|--schedule 'fast' is not accepted"
   "--schedule serial --zero-stage 1|--zero-stage 1 needs --schedule planned"
   "--comm-backend nccl|--comm-backend 'nccl' is not accepted"
+  "--comm fast|--comm 'fast' is not accepted"
+  "--device cpu --comm nccl|--comm nccl needs a GPU"
   "--gpu-memory-limit lots|--gpu-memory-limit"
   "--host-memory-limit lots|--host-memory-limit"
   "--offload-optimizer nvme --nvme-path $s/missing|--nvme-path: '$s/missing' is not a directory"

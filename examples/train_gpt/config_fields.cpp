@@ -56,6 +56,7 @@ constexpr std::array<FieldNames, engine::kNumFields> kTable = {{
     {Field::kHysteresis, "--hysteresis", "fp16.hysteresis"},
     {Field::kMinLossScale, "--min-loss-scale", "fp16.min_loss_scale"},
     {Field::kConsecutiveHysteresis, "--consecutive-hysteresis", "fp16.consecutive_hysteresis"},
+    {Field::kCollectives, "--comm", ""},
 }};
 
 constexpr bool in_field_order() {
@@ -112,6 +113,8 @@ Result<engine::EngineConfig> engine_config(const Flags& f) {
     c.storage.nvme_paths = std::move(dirs).value();
   }
   c.zero.stage = f.zero_stage;
+  // --comm auto is resolved once the device and the ranks are known (open_device_comm).
+  c.zero.collectives = f.comm == "nccl" ? engine::Collectives::kDevice : engine::Collectives::kHost;
   c.precision = f.precision == "fp16"   ? DType::kF16
                 : f.precision == "fp32" ? DType::kF32
                                         : DType::kBF16;

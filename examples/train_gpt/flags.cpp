@@ -139,8 +139,12 @@ Status check_flags(const Flags& f) {
   }
   if (f.comm_backend != "auto" && f.comm_backend != "mpi" && f.comm_backend != "local") {
     return make_error(ErrorCode::kConfig, "--comm-backend '", f.comm_backend,
-                      "' is not accepted (use auto, mpi or local: the engine reduces in host "
-                      "memory)");
+                      "' is not accepted (use auto, mpi or local: the step's host communicator; "
+                      "NCCL comes beside it with --comm nccl)");
+  }
+  if (f.comm != "auto" && f.comm != "nccl" && f.comm != "mpi") {
+    return make_error(ErrorCode::kConfig, "--comm '", f.comm,
+                      "' is not accepted (use auto, nccl or mpi)");
   }
   STRATA_RETURN_IF_ERROR(check_schedule(schedule_of(f)));
   if (f.data_order != "sequential" && f.data_order != "shuffled") {
@@ -273,6 +277,11 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--comm-backend", f.comm_backend,
                  "auto|mpi|local: the communicator (auto: mpi under mpirun, else local)")
+      ->capture_default_str();
+  app.add_option("--comm", f.comm,
+                 "auto|nccl|mpi: where the ZeRO step's collectives run: mpi on pinned host memory "
+                 "(whole blocks cross PCIe), nccl on the GPUs (only each rank's shard crosses; "
+                 "--device cuda); auto: nccl with GPUs, several ranks and NCCL built, else mpi")
       ->capture_default_str();
   app.add_option("--steps", f.steps, "the step to train to (0: none, e.g. to export a checkpoint)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

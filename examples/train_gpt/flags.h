@@ -40,6 +40,7 @@ struct Flags {
   double bucket_mb = 0.0;
   int64_t persistence_threshold = 0;
   std::string comm_backend = "auto";
+  std::string comm = "auto";  // where the ZeRO step's collectives run: auto|nccl|mpi
   int64_t steps = 1000, digits = 2, layers = 2, channels = 64, heads = 4, batch = 32;
   int64_t checkpoint_interval = -1, val_every = 50;  // -1: 0, or about sqrt(L) when offloaded
   std::string offload_activations = "none";

@@ -129,4 +129,38 @@ Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement) {
   return d;
 }
 
+Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
+                                                             engine::EngineConfig& config,
+                                                             const gpu::Device& dev,
+                                                             comm::Communicator& world,
+                                                             const cpu::Placement& placement) {
+  const bool cuda = dev.kind() == gpu::DeviceKind::kCuda;
+  const bool mpi = world.backend() == "mpi";
+  if (f.comm == "auto" && cuda && mpi && world.size() > 1 && comm::nccl_built()) {
+    config.zero.collectives = engine::Collectives::kDevice;
+  }
+  if (f.comm == "nccl" && !cuda) {
+    return make_error(ErrorCode::kConfig,
+                      "--comm nccl needs a GPU (--device cuda; this run's "
+                      "device is ",
+                      dev.name(), ", whose collectives are MPI's: --comm mpi)");
+  }
+  if (config.zero.collectives != engine::Collectives::kDevice || !cuda || f.plan) {
+    return std::unique_ptr<comm::Communicator>();
+  }
+  if (!comm::nccl_built()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--comm nccl: this build has no NCCL (configure with -DSTRATA_NCCL=ON)");
+  }
+  if (!mpi) {
+    return make_error(ErrorCode::kConfig,
+                      "--comm nccl needs the ranks of mpirun (NCCL starts through MPI); use "
+                      "--comm mpi for one local rank");
+  }
+  auto nccl = comm::create_communicator(comm::Backend::kNccl, comm::CommOptions::from_env(),
+                                        std::max(0, placement.gpu));
+  if (!nccl.ok()) return nccl.status().with_context("--comm nccl");
+  return std::move(nccl).value();
+}
+
 }  // namespace strata::train_gpt

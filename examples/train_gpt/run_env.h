@@ -12,6 +12,7 @@
 #include "core/file_identity.h"
 #include "core/status.h"
 #include "cpu/rank_placement.h"
+#include "engine/engine_config.h"
 #include "flags.h"
 #include "gpu/device.h"
 #include "gpu/planning_device.h"
@@ -47,5 +48,14 @@ struct Devices {
 };
 // The rank's GPU and thread count are its placement's (--device-threads overrides the count).
 Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement);
+// --comm: resolves auto in `config` (the collectives on the device with a CUDA device, several
+// ranks under MPI and NCCL built) and, for the collectives on a CUDA device, opens the NCCL
+// communicator on the placement's GPU (null otherwise, and for --plan, which runs nothing).
+// Collective.
+Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
+                                                             engine::EngineConfig& config,
+                                                             const gpu::Device& dev,
+                                                             comm::Communicator& world,
+                                                             const cpu::Placement& placement);
 
 }  // namespace strata::train_gpt

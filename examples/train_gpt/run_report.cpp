@@ -46,6 +46,13 @@ void print_banner(const Run& run) {
         static_cast<long long>(ms.ok() ? ms->params16 : 0),
         static_cast<long long>(ms.ok() ? ms->grads16 : 0),
         static_cast<long long>(ms.ok() ? ms->optimizer : 0));
+    const bool on_device = session.config().zero.collectives == engine::Collectives::kDevice;
+    const std::string over = on_device && run.dev.kind() == gpu::DeviceKind::kCuda
+                                 ? "nccl"
+                                 : std::string(run.world.backend());
+    std::printf("collectives: %s (%s, --comm): %s\n", on_device ? "device" : "host", over.c_str(),
+                on_device ? "only each rank's shard crosses between host and device"
+                          : "on pinned host memory; whole blocks cross between host and device");
   }
   const engine::EngineConfig& config = session.config();
   if (config.optimizer.offload == engine::Home::kDevice) {

@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
       !st.ok()) {
     return die(st);
   }
+  auto device_comm = train_gpt::open_device_comm(f, config, dev, world, *placement);
+  if (!device_comm.ok()) return die(device_comm.status());
   auto layout = engine::Session::prepare(config, spec.block_numels(), ranks);
   if (!layout.ok()) return die(layout.status());
   auto model = train_gpt::build_model(f, setup, dev, layout->storage, config);
@@ -206,8 +208,9 @@ int main(int argc, char** argv) {
       !st.ok()) {
     return die(st);
   }
-  auto session = engine::Session::create(config, dev, world, *model.value(),
-                                         train_gpt::session_inputs(f, setup, rank, host_threads));
+  engine::SessionInputs inputs = train_gpt::session_inputs(f, setup, rank, host_threads);
+  inputs.device_comm = device_comm->get();
+  auto session = engine::Session::create(config, dev, world, *model.value(), inputs);
   if (!session.ok()) return die(session.status());
   engine::TrainStep& train_step = session.value()->step();
   if (!setup.resume_dir.empty() && lead) {

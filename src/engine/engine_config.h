@@ -45,6 +45,13 @@ std::string_view schedule_name(Schedule schedule);  // "planned", "serial"
 // or the planner's choice (planner::choose resolves it before a session is made).
 enum class MicrobatchOrder { kMicro, kLayer, kAuto };
 std::string_view microbatch_order_name(MicrobatchOrder order);  // "micro", "layer", "auto"
+// Where the ZeRO step's collectives run (ZeroSettings::collectives): on pinned host memory over
+// the host communicator (every gathered block goes up whole, every gradient comes down whole), or
+// on the device over a communicator of device buffers (NCCL; on the CpuDevice, whose device
+// memory is host memory, the host communicator), so that only the rank's shard crosses between
+// host and device.
+enum class Collectives { kHost, kDevice };
+std::string_view collectives_name(Collectives where);  // "host", "device"
 
 // The settings, by name, as messages refer to them (engine_fields.h: one line per field).
 enum class Field {
@@ -52,7 +59,7 @@ enum class Field {
   STRATA_ENGINE_FIELDS(STRATA_FIELD_ENUM)
 #undef STRATA_FIELD_ENUM
 };
-inline constexpr int kNumFields = static_cast<int>(Field::kConsecutiveHysteresis) + 1;
+inline constexpr int kNumFields = static_cast<int>(Field::kCollectives) + 1;
 std::string_view field_name(Field field);  // the member's path: "zero_stage", "adam.lr", ...
 // "`zero_stage`": how a message names a field (render_fields() replaces it).
 std::string ref(Field field);
@@ -62,13 +69,14 @@ std::string render_fields(std::string_view message, const std::function<std::str
 // The ZeRO partitioning and where the model's own state lives between uses (ZeroStep takes it
 // as it is).
 struct ZeroSettings {
-  int stage = 0;                             // 0..3
-  std::optional<Home> offload_param;         // stage 3's shards (unset: kPinned there)
-  double param_gpu_fraction = 0.0;           // stage 3: the share of shards kept on the device
-  Home offload_activations = Home::kDevice;  // the activation checkpoints
-  int prefetch_depth = 2;                    // stage 3: gathers ahead of the one in use
-  uint64_t bucket_bytes = 0;                 // stage >= 2: host gradients awaiting reduction
-  int64_t persistence_threshold = 0;         // stage 3: blocks under this stay whole
+  int stage = 0;                                 // 0..3
+  std::optional<Home> offload_param;             // stage 3's shards (unset: kPinned there)
+  double param_gpu_fraction = 0.0;               // stage 3: the share of shards kept on the device
+  Home offload_activations = Home::kDevice;      // the activation checkpoints
+  int prefetch_depth = 2;                        // stage 3: gathers ahead of the one in use
+  uint64_t bucket_bytes = 0;                     // stage >= 2: host gradients awaiting reduction
+  int64_t persistence_threshold = 0;             // stage 3: blocks under this stay whole
+  Collectives collectives = Collectives::kHost;  // where the collectives run (above)
 
   // Where stage 3's shards live (kPinned unless set).
   Home param_home() const { return offload_param.value_or(Home::kPinned); }

@@ -69,7 +69,8 @@ constexpr Accepted at_least(double lo, const char* words) {
   X(kLossScaleWindow, loss_scaling.loss_scale_window, kAnyValue) \
   X(kHysteresis, loss_scaling.hysteresis, kAnyValue) \
   X(kMinLossScale, loss_scaling.min_loss_scale, kAnyValue) \
-  X(kConsecutiveHysteresis, loss_scaling.consecutive_hysteresis, kAnyValue)
+  X(kConsecutiveHysteresis, loss_scaling.consecutive_hysteresis, kAnyValue) \
+  X(kCollectives, zero.collectives, kAnyValue)
 // clang-format on
 
 }  // namespace strata::engine

@@ -64,6 +64,7 @@ ZeroStepOptions zero_options(const EngineConfig& c, const SessionInputs& in, nvm
   zo.schedule = c.schedule;
   zo.staging_slots = c.storage.nvme_buffer_count;
   zo.inject_inf_step = in.inject_inf_step;
+  zo.device_comm = in.device_comm;
   zo.swap_store = store;
   zo.shard_key_base = Session::shard_key(rank, 0);
   zo.checkpoint_key_base = Session::checkpoint_key(rank, 0);

@@ -58,6 +58,8 @@ struct SessionInputs {
   // A swap store the caller owns (tests and benches that share one among sessions, one at a
   // time), used instead of opening one from config.nvme_paths; its capacity is the caller's.
   nvme::SwapStore* store = nullptr;
+  // zero.collectives device: the communicator of device buffers (ZeroStepOptions::device_comm).
+  comm::Communicator* device_comm = nullptr;
   cpu::PinnedPool* pool = nullptr;  // the optimizer's and the plan's pinned memory (null: default)
   bool plan_only = false;           // lay out only (above)
   int host_threads = 1;             // the CPU lane's threads (the CPU Adam and host passes)

@@ -53,6 +53,9 @@ struct ZeroTraffic {
   uint64_t grad_all_gather = 0;      // stage 0: the reduced gradients all-gathered
   uint64_t param_all_gather = 0;     // new parameters (stages 1-3) and stage-3 gathers
   uint64_t stats = 0;                // gradient statistics and the loss
+  // Of the above, the bytes of collectives on device buffers (Collectives::kDevice): what the
+  // links between the devices carry (NVLink, or the network between machines).
+  uint64_t device_link = 0;
   uint64_t total() const {
     return grad_reduce_scatter + grad_all_gather + param_all_gather + stats;
   }

@@ -21,11 +21,33 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   }
   if (comm.device_buffers()) {
     return make_error(ErrorCode::kUnsupported, "ZeRO step: the ", comm.backend(),
-                      " communicator needs device buffers; the engine reduces in pinned host "
-                      "memory: use the MPI communicator");
+                      " communicator needs device buffers; the step's host communicator must "
+                      "take host buffers (MPI), and a device one comes beside it");
+  }
+  comm::Communicator* dcomm = nullptr;
+  if (options.zero.collectives == Collectives::kDevice) {
+    dcomm = options.device_comm;
+    // The CpuDevice's device memory is host memory; a plan that runs nothing (plan_only) only
+    // needs the ranks.
+    if (dcomm == nullptr &&
+        (model.device().kind() == gpu::DeviceKind::kCpu || optimizer.options().plan_only)) {
+      dcomm = &comm;
+    }
+    if (dcomm == nullptr) {
+      return make_error(ErrorCode::kConfig, ref(Field::kCollectives),
+                        " device needs a communicator of device buffers (NCCL) on the ",
+                        model.device().name(), "; use host");
+    }
+    if (dcomm->size() != comm.size() || dcomm->rank() != comm.rank()) {
+      return make_error(ErrorCode::kConfig, "ZeRO step: the device communicator is rank ",
+                        dcomm->rank(), " of ", dcomm->size(), ", the host one rank ", comm.rank(),
+                        " of ", comm.size());
+    }
   }
   std::unique_ptr<ZeroStep> s(new ZeroStep(model, optimizer, comm, options));
+  s->rt_->dcomm = dcomm;
   zero::Layout& lay = s->layout_;
+  lay.on_device = dcomm != nullptr;
   lay.rank = comm.rank();
   lay.ranks = comm.size();
   lay.stage = options.zero.stage;

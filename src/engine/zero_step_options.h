@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "engine/engine_config.h"
 #include "engine/offload_step.h"
 #include "nvme/swap_store.h"
@@ -31,6 +32,10 @@ struct ZeroStepOptions {
   // replay per micro-batch.
   ScheduleSettings schedule;
   int staging_slots = 3;  // pinned staging buffers for NVMe partitions (1..64)
+  // zero.collectives kDevice: the communicator of device buffers (NCCL), of the host
+  // communicator's ranks. Null: the host communicator, which only the CpuDevice accepts (its
+  // device memory is host memory).
+  comm::Communicator* device_comm = nullptr;
   // Test hook (fault injection): at this step, this rank's local gradient of layer 0 gets an
   // Inf in its first element before the reduction. 0: never.
   int64_t inject_inf_step = 0;
@@ -42,8 +47,11 @@ struct ZeroStepOptions {
   //     ahead of each gather (up to prefetch_depth ahead, as the gathers), written after each
   //     update; the fp32 master is not read for it (only the update reads the master).
   //   kDevice (none): the device. One rank: the shard is the whole block, used in place (no
-  //     gather, no upload). More ranks: it goes down into the gathered copy's slot, which is then
-  //     all-gathered in place and uploaded (our collectives run on pinned host memory).
+  //     gather, no upload). More ranks: with the collectives on the host it goes down into the
+  //     gathered copy's slot, which is then all-gathered in place and uploaded; on the device it
+  //     is all-gathered from where it is.
+  //   zero.collectives: where the collectives run (engine_config.h Collectives; kDevice needs
+  //     device_comm, or the CpuDevice).
   // Stages 0-2 keep parameters whole on the device: kNvme and a fraction are refused there (as
   // DeepSpeed's offload_param needs stage 3); kPinned and kDevice mean nothing below stage 3.
   //   zero.param_gpu_fraction: the share of the sharded blocks' elements whose shard stays on

@@ -122,6 +122,8 @@ ZeroTraffic ZeroStep::expected_traffic(int micro_batches) const {
   }
   // Statistics: 2 doubles per block per rank, all-gathered (stages 1-3); the loss: an
   // all-reduce of one float (the textbook formula's integer division).
+  // The collectives on the device: all but the statistics and the loss (on the host).
+  if (layout_.on_device) t.device_link = t.total();
   if (options_.zero.stage >= 1) t.stats += (n - 1) * layout_.parts.num_blocks() * 16;
   t.stats += 2 * (n - 1) * 4 / n;
   return t;

@@ -172,6 +172,7 @@ EngineConfig unusual() {
   c.zero.prefetch_depth = 5;
   c.zero.bucket_bytes = (uint64_t{1} << 40) + 3;
   c.zero.persistence_threshold = 12345;
+  c.zero.collectives = Collectives::kDevice;
   c.optimizer.delayed_update_warmup = -1;
   c.schedule.grad_accum = 7;
   c.schedule.microbatch_order = MicrobatchOrder::kLayer;

@@ -101,6 +101,7 @@ struct ZCase {
   bool layer_major = false;      // the segment-major order of the micro-batches (one replay)
   bool device_grad_sum = false;  // with it at stages 2-3: the gradients summed on the device
   bool llama = false;            // a LlamaModel (GQA, untied head) instead of a GptModel
+  Collectives collectives = Collectives::kHost;  // zero.collectives (device: over the same MPI)
   // Called before each step; then a failing step ends the run with ZRun::error (no failure).
   std::function<void(int64_t step)> before_step;
 };
@@ -114,7 +115,7 @@ struct ZRun {
   std::vector<std::vector<float>> history;        // params of block 0 after each step (flushed)
   std::vector<std::vector<float>> state_history;  // every partition's master|m|v, likewise
   std::vector<comm::CollectiveStats> traffic;     // by kind, of the last step
-  ZeroTraffic expected;
+  ZeroTraffic expected, last;   // the step's traffic theory, and what its last step sent
   sched::Prediction predicted;  // the cost model's work for a step, at unit rates
   ZeroMemory memory;
   int64_t partition_state_bytes = 0;  // Partitioning::model_state_bytes of the stage
@@ -124,6 +125,7 @@ struct ZRun {
   std::vector<bool> nvme_parts;                // by partition: optimizer state on NVMe
   std::vector<bool> device_parts;              // by partition: optimizer state on the device
   std::vector<int64_t> part_blocks;            // partition -> block
+  std::vector<int64_t> block_numels;           // by block
   std::string error;                           // ZCase::expect_error: Session::create's message
   int64_t segments = 0, checkpoint_bytes = 0;  // the model's checkpoint segments, one's bytes
 };
@@ -221,6 +223,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   config.zero.offload_activations = c.offload_activations;
   config.zero.persistence_threshold = c.persistence;
   config.zero.prefetch_depth = c.prefetch;
+  if (!c.serial) config.zero.collectives = c.collectives;
   // The ZeRO step's NVMe staging; the serial step's optimizer stages through 3.
   config.storage.nvme_buffer_count = c.serial ? 3 : c.staging_slots;
   SessionInputs inputs;
@@ -271,6 +274,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
     for (size_t p = 0; p < opt.num_partitions(); ++p) run.nvme_parts.push_back(opt.on_nvme(p));
     run.device_parts = DeviceOptimizer::choose(opt, c.device_optimizer ? 1.0 : c.gpu_fraction);
     run.part_blocks = partition_blocks(m);
+    for (int64_t b = 0; b < m.num_blocks(); ++b) run.block_numels.push_back(m.block_numel(b));
     run.segments = m.num_segments();
     run.checkpoint_bytes = static_cast<int64_t>(m.checkpoint_bytes());
   }
@@ -317,6 +321,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
       run.traffic.push_back(comm.stats(static_cast<comm::CollectiveKind>(k)));
     }
     if (zero) run.lanes = zero->last_lane_bytes();
+    if (zero) run.last = zero->last_traffic();
     run.losses.push_back(r->loss);
     run.norms.push_back(r->grad_norm);
     run.scales.push_back(r->loss_scale);
@@ -411,7 +416,11 @@ std::string describe(const ZCase& c) {
          " offload-activations " + kHomeNames[int(c.offload_activations)] +
          (c.adam_mode == cpu::AdamMode::kAdam ? " adam (L2)" : "") +
          (c.bias_correction ? "" : " no bias correction") +
-         (c.decay_on == model::DecayRule::kAll ? "" : " decay on matrices");
+         (c.decay_on == model::DecayRule::kAll ? "" : " decay on matrices") +
+         (c.collectives == Collectives::kDevice ? " collectives on the device" : "") +
+         (c.micro > 1 ? ", " + std::to_string(c.micro) + " micro-batches" +
+                            (c.layer_major ? " segment-major" : "")
+                      : "");
 }
 
 struct Store {
@@ -493,6 +502,108 @@ TEST(ZeroStep, EveryStageGivesTheBitsOfStageZero) {
     c.nvme_fraction = stage == 3 ? 0.5 : 0.0;
     SCOPED_TRACE(describe(c) + " clip 0");
     expect_same_bits(ref, train(comm, c, c.nvme_fraction > 0 ? store.store.get() : nullptr));
+  }
+}
+
+// The collectives on the device (on the CpuDevice over the same MPI communicator): every stage,
+// every home of the parameters and of the optimizer state, rotated or not, both micro-batch
+// orders give stage 0's bits with the collectives on the host; the reductions are the same calls
+// on the same values, only where the buffers are differs.
+TEST(ZeroStep, DeviceCollectivesGiveTheBitsOfStageZero) {
+  comm::Communicator& comm = world();
+  Store store = open_store();
+  ASSERT_TRUE(store.store);
+  for (float clip : {0.5f, 0.0f}) {  // rotated, and not
+    ZCase base;
+    base.grad_clip = clip;
+    base.steps = 8;
+    const ZRun ref = train(comm, base, nullptr);
+    std::vector<ZCase> cases;
+    for (int stage = 0; stage <= 3; ++stage) {
+      ZCase c = base;
+      c.stage = stage;
+      c.collectives = Collectives::kDevice;
+      cases.push_back(c);
+      if (clip == 0.0f) continue;
+      c.gpu_fraction = 0.3;  // a share of the optimizer on the device, some on NVMe
+      c.nvme_fraction = 0.4;
+      cases.push_back(c);
+      c.gpu_fraction = 0.0;
+      c.nvme_fraction = 0.0;
+      c.device_optimizer = true;
+      cases.push_back(c);
+    }
+    for (Home home : {Home::kNvme, Home::kDevice}) {
+      ZCase c = base;
+      c.stage = 3;
+      c.collectives = Collectives::kDevice;
+      c.offload_param = home;
+      cases.push_back(c);
+      c.offload_param = Home::kPinned;  // some shards on the device, the rest in pinned memory
+      c.param_gpu_fraction = 0.5;
+      c.offload_activations = home;
+      cases.push_back(c);
+    }
+    ZCase persistent = base;  // the layers whole at stage 3, the shared block sharded
+    persistent.stage = 3;
+    persistent.collectives = Collectives::kDevice;
+    persistent.persistence = 20000;
+    cases.push_back(persistent);
+    for (const ZCase& c : cases) {
+      SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip));
+      const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme ||
+                        c.offload_activations == Home::kNvme;
+      expect_same_bits(ref, train(comm, c, nvme ? store.store.get() : nullptr));
+    }
+  }
+  // Micro-batches in both orders (the shards adding up in fp32 on the host at stages 2-3, so
+  // these give the bits of the host collectives at the same stage, not stage 0's).
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool layer_major : {false, true}) {
+      ZCase c;
+      c.micro = 2;
+      c.steps = 6;
+      c.stage = stage;
+      c.layer_major = layer_major;
+      c.offload_param = stage == 3 && layer_major ? Home::kNvme : Home::kPinned;
+      nvme::SwapStore* s = stage == 3 ? store.store.get() : nullptr;
+      const ZRun host = train(comm, c, s);
+      c.collectives = Collectives::kDevice;
+      SCOPED_TRACE(describe(c));
+      expect_same_bits(host, train(comm, c, s));
+    }
+  }
+}
+
+// Stage 3 with the collectives on the device: each gather uploads the rank's shard, 1/N of the
+// block (the whole block with the collectives on the host), and the device links carry every
+// collective but the statistics' and the loss's: the textbook bytes.
+TEST(ZeroStep, DeviceCollectivesUploadOnlyTheShard) {
+  comm::Communicator& comm = world();
+  ZCase c;
+  c.stage = 3;
+  c.steps = 3;
+  const ZRun host = train(comm, c, nullptr);
+  c.collectives = Collectives::kDevice;
+  const ZRun dev = train(comm, c, nullptr);
+  const auto n = uint64_t(comm.size());
+  const auto parts = Partitioning::create(dev.block_numels, comm.size(), 0).value();
+  uint64_t shards = 0, whole = 0;  // one gather pass of every block (the shared block: one)
+  for (size_t b = 0; b < parts.num_blocks(); ++b) {
+    const uint64_t g = b + 1 == parts.num_blocks() ? 1 : 2;  // forward and backward
+    shards += g * uint64_t(parts.block(b).shard_numel) * 2;
+    whole += g * uint64_t(parts.block(b).numel) * 2;
+  }
+  // Rotated with pinned shards: the uploads are the gathers' alone.
+  EXPECT_EQ(host.lanes.h2d, whole);
+  EXPECT_EQ(dev.lanes.h2d, shards);
+  EXPECT_NEAR(double(dev.lanes.h2d) * double(n) / double(host.lanes.h2d), 1.0, 0.01);
+  EXPECT_EQ(host.last.device_link, 0u);
+  EXPECT_EQ(dev.last.device_link, dev.expected.device_link);
+  EXPECT_EQ(dev.last.total() - dev.last.stats, dev.last.device_link);
+  EXPECT_EQ(dev.last.total(), host.last.total());
+  if (n > 1) {
+    EXPECT_GT(dev.last.device_link, 0u);
   }
 }
 
@@ -775,12 +886,16 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       c.device_grad_sum = k == 13;  // the gradients down once per step
     }
     cases.push_back(c);
+    c.collectives = Collectives::kDevice;
+    cases.push_back(c);
   }
   for (const ZCase& c : cases) {
-    SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches" +
-                 (c.layer_major ? " segment-major" : ""));
+    SCOPED_TRACE(describe(c));
     const ZRun r = train(comm, c, store.store.get());
     ASSERT_EQ(r.homes.size(), r.params.size());
+    // The collectives on the device: only shards cross (a gathered block's, a gradient's, new
+    // parameters'), but stage 0's whole reduced gradient down.
+    const bool dev = c.collectives == Collectives::kDevice;
     const auto parts = Partitioning::create(model::GptModel::block_numels([&] {
                                               model::GptConfig cfg;
                                               cfg.vocab = model::AdditionTask::kVocab;
@@ -809,9 +924,14 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const uint64_t g = b + 1 == nb ? 1 : 2;
       const bool sharded = c.stage == 3;
       const bool in_place_shard = sharded && r.homes[b] == Home::kDevice && n_ranks == 1;
-      want.d2h += grads * n * e;
-      if (sharded && !in_place_shard) want.h2d += R * g * n * e;
-      if (sharded && r.homes[b] == Home::kDevice && n_ranks > 1) want.d2h += R * g * sh * e;
+      const uint64_t N = uint64_t(n_ranks);
+      want.d2h += grads * (!dev ? n : c.stage == 0 ? N * sh : sh) * e;
+      if (sharded && !in_place_shard && !(dev && r.homes[b] == Home::kDevice)) {
+        want.h2d += R * g * (dev ? sh : n) * e;
+      }
+      if (sharded && r.homes[b] == Home::kDevice && n_ranks > 1 && !dev) {
+        want.d2h += R * g * sh * e;
+      }
       // Rotated, the first forward gathers the update's new shard from its staging: no read
       // for it.
       const uint64_t reads = R * g - (rotated ? 1 : 0);
@@ -821,7 +941,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const size_t p = part_of[b];
       const uint64_t k = c.stage == 0 ? n : sh;
       const bool on_dev = r.device_parts[p];
-      if (!sharded && !(on_dev && c.stage == 0)) want.h2d += n * e;
+      if (!sharded && !(on_dev && c.stage == 0)) want.h2d += (dev && c.stage >= 1 ? sh : n) * e;
       if (on_dev && !(n_ranks == 1 && c.stage == 0)) want.h2d += k * e;
       if (on_dev && c.stage >= 1) want.d2h += k * e;
       if (r.nvme_parts[p]) {
@@ -1035,7 +1155,7 @@ TEST(ZeroStep, SegmentMajorMicroBatchesGiveTheBitsOfOneReplayEach) {
                       c.offload_activations == Home::kNvme;
     const ZRun ref = train(comm, c, nvme ? store.store.get() : nullptr);
     c.layer_major = true;
-    SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches segment-major");
+    SCOPED_TRACE(describe(c));
     expect_same_bits(ref, train(comm, c, nvme ? store.store.get() : nullptr));
   }
   for (int k = 1; k < 5; ++k) {
@@ -1083,8 +1203,7 @@ TEST(ZeroStep, DeviceGradientSumGivesTheBitsOfStageZero) {
       c.offload_param = k == 0 ? Home::kNvme : k == 2 ? Home::kPinned : Home::kDevice;
     if (k == 3) c.nvme_fraction = 0.5;
     const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme;
-    SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) +
-                 " micro-batches segment-major, summed on the device");
+    SCOPED_TRACE(describe(c) + ", summed on the device");
     const ZRun r = train(comm, c, nvme ? store.store.get() : nullptr);
     expect_same_bits(ref, r);
     EXPECT_EQ(r.expected.grad_reduce_scatter, ref.expected.grad_reduce_scatter);
@@ -1135,8 +1254,7 @@ TEST(ZeroStep, BytesPerStepMatchTheTheory) {
       c.layer_major = v >= 3;
       c.device_grad_sum = v == 4;  // one reduce-scatter per step
       c.steps = 3;
-      SCOPED_TRACE(describe(c) + ", " + std::to_string(c.micro) + " micro-batches" +
-                   (c.layer_major ? " segment-major" : ""));
+      SCOPED_TRACE(describe(c));
       const ZRun z = train(comm, c, nullptr);
       ASSERT_EQ(z.traffic.size(), comm::kNumCollectiveKinds);
       auto sent = [&](comm::CollectiveKind k) { return z.traffic[size_t(k)].bytes_sent; };
@@ -1410,11 +1528,16 @@ TEST(ZeroStep, Fp16OverflowOnOneRankSkipsTheStepEverywhere) {
     const ZRun ref = train(comm, c, nullptr);
     ASSERT_EQ(ref.skipped.size(), 10u);
     EXPECT_TRUE(ref.skipped[2]);
-    for (int stage = 1; stage <= 3; ++stage) {
-      c.stage = stage;
-      SCOPED_TRACE(describe(c) + " fp16, no flush between steps");
-      expect_same_bits(ref, train(comm, c, nullptr));
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (Collectives where : {Collectives::kHost, Collectives::kDevice}) {
+        if (stage == 0 && where == Collectives::kHost) continue;  // the reference
+        c.stage = stage;
+        c.collectives = where;
+        SCOPED_TRACE(describe(c) + " fp16, no flush between steps");
+        expect_same_bits(ref, train(comm, c, nullptr));
+      }
     }
+    c.collectives = Collectives::kHost;
   }
 }
 

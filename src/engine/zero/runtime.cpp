@@ -16,6 +16,12 @@ void Runtime::count(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*fie
   traffic_.*field += comm::textbook_bytes(call, rank, ranks).sent;
 }
 
+Status Runtime::on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field) {
+  count(call, field);
+  traffic_.device_link += comm::textbook_bytes(call, rank, ranks).sent;
+  return dcomm->start(call).wait();
+}
+
 void Runtime::reset_counts() {
   traffic_ = ZeroTraffic{};
   for (auto& c : lanes_) c.store(0, std::memory_order_relaxed);

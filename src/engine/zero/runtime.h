@@ -70,6 +70,9 @@ class Runtime {
   model::Model& model;
   OffloadedOptimizer& opt;
   comm::Communicator& comm;
+  // The collectives on device buffers (Collectives::kDevice; null otherwise): a communicator of
+  // device buffers, or on the CpuDevice the host one. Same ranks as `comm`.
+  comm::Communicator* dcomm = nullptr;
   std::optional<DeviceOptimizer> device_opt;  // the partitions updated on the device
   const SwapKeys swap;
   const int rank, ranks;
@@ -87,6 +90,9 @@ class Runtime {
   }
   // The bytes `call` sends (the comm layer's textbook accounting), under `field`.
   void count(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
+  // Starts `call` on the device communicator, counted under `field` and as device-link bytes,
+  // and waits for it.
+  Status on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
   void reset_counts();
   const ZeroTraffic& traffic() const { return traffic_; }
   ZeroLaneBytes lane_bytes() const;

@@ -10,8 +10,15 @@ sched::Budgets plan_budgets(const Layout& lay, const HostBuffers& hb, const Budg
   using sched::Tier;
   uint64_t largest_dev = 0;
   for (size_t b = 0; b < lay.nb(); ++b) {
-    largest_dev = std::max<uint64_t>(largest_dev, round_device(lay.block_bytes(int64_t(b))));
+    const int64_t bb = int64_t(b);
+    // What the device collectives act on is padded.
+    largest_dev = std::max<uint64_t>(
+        largest_dev, round_device(lay.on_device ? lay.padded_bytes(bb) : lay.block_bytes(bb)));
   }
+  // With the collectives on the device: the gradient buckets of stages 0-1 and the new
+  // parameters' padded copies of the blocks kept whole.
+  const uint64_t device_collective_buffers =
+      !lay.on_device ? 0 : (lay.stage <= 1 ? 3 * largest_dev : 0) + 2 * largest_dev;
   sched::Budgets budgets;
   const uint64_t ck_micros = in.segments == 0 ? 0 : in.checkpoints / uint64_t(in.segments);
   const uint64_t ck_pinned = in.segments == 0 ? 0
@@ -31,7 +38,8 @@ sched::Budgets plan_budgets(const Layout& lay, const HostBuffers& hb, const Budg
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
         (in.segments == 0 ? 0 : (2 + ck_micros) * round_device(in.checkpoint_bytes)) +
         hb.device_homes + (lay.stage >= 2 ? grads * largest_dev : 0) +
-        (in.gathers ? (in.depth + k + 2) * largest_dev : 0) + 4 * in.largest_opt;
+        (in.gathers ? (in.depth + k + 2) * largest_dev : 0) + 4 * in.largest_opt +
+        device_collective_buffers;
   }
   return budgets;
 }

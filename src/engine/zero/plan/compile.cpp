@@ -37,7 +37,7 @@ Result<Compiled> compile(const CompileInput& in) {
   CheckpointLowering checkpoints(
       pb, plan_checkpoint_moves(ops.ops, begin, in.offloaded_segments, ops.micros, lay.layers),
       ops.ops.size(), in.checkpoint_home, in.checkpoint_bytes, in.rt);
-  GradLowering grads(pb, lay, out.host, ob.dgrad, updates, in.rt);
+  GradLowering grads(pb, lay, out.host, ob, updates, in.rt);
   lower_ops(pb, lay, ops, ob, out.host, updates.tasks(), {gathers, checkpoints, grads}, in.rt);
   grads.norm();
   BudgetInput bi;

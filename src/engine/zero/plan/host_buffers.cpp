@@ -9,6 +9,11 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
   const size_t nb = lay.nb();
   const int stage = lay.stage;
   HostBuffers h;
+  // A gradient's pinned landing place: whole and padded, but at stages 2-3 with the
+  // collectives on the device only the reduced shard comes down.
+  auto landing = [&](int64_t b) {
+    return lay.on_device && stage >= 2 ? lay.shard_bytes(b) : lay.padded_bytes(b);
+  };
   h.gfull.assign(size_t(lay.slots) * nb, -1);
   h.gshard.assign(nb, -1);
   h.pbuf.assign(nb, -1);
@@ -17,7 +22,7 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
     const int64_t bb = int64_t(b);
     h.largest = std::max<uint64_t>(h.largest, lay.padded_bytes(bb));
     h.gfull[b] = pb.add_buffer(stage <= 1 ? BufferKind::kGradWhole : BufferKind::kGradBucket,
-                               "grad " + lay.name(bb), Tier::kPinnedHost, lay.padded_bytes(bb),
+                               "grad " + lay.name(bb), Tier::kPinnedHost, landing(bb),
                                /*initially_valid=*/stage <= 1);
     if (stage >= 2) {
       h.gshard[b] = pb.add_buffer(BufferKind::kHome, "grad shard " + lay.name(bb),
@@ -54,7 +59,7 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
     for (size_t b = 0; b < nb; ++b) {
       h.gfull[lay.at(slot, int64_t(b))] = pb.add_buffer(
           BufferKind::kGradBucket, "grad " + lay.name(int64_t(b)) + lay.slot_name(slot),
-          Tier::kPinnedHost, lay.padded_bytes(int64_t(b)));
+          Tier::kPinnedHost, landing(int64_t(b)));
     }
   }
   if (stage >= 2) {

@@ -1,6 +1,7 @@
 // Lowering, the step-long pinned buffers and the shards' device homes: per block its whole
 // gradient (gfull, padded; kept for the step at stages 0-1, where the next run's update reads
-// it; at stages 2-3 held from its transfer to its reduction, and one per gradient slot), its
+// it; at stages 2-3 held from its transfer to its reduction, and one per gradient slot; with the
+// collectives on the device, at stages 2-3 the reduced shard's landing place only), its
 // reduced gradient shard (gshard, stages 2-3), its new parameters (pbuf: padded, the rank's
 // shard written by Adam then all-gathered; at stage 3 the parameter shard itself, or for a shard
 // homed off pinned memory its staging after the update) and a shard's device home (dshard).

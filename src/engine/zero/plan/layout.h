@@ -39,6 +39,9 @@ struct Layout {
   // The update of step n runs at the start of step n+1's replay (clipping, fp16, the device
   // optimizer, the delayed update: zero_step.h); the delayed update (--delayed-update).
   bool rotate = true, delayed = false;
+  // Collectives::kDevice: the collectives run on device buffers (Runtime::dcomm); only shards
+  // cross between host and device (lower_gathers.h, lower_grads.h, updates.h).
+  bool on_device = false;
 
   size_t nb() const { return blocks.size(); }
   size_t es() const { return dtype_size(dt); }

@@ -93,7 +93,7 @@ void GatherLowering::emit(size_t k, const std::vector<TaskId>& op_task) {
     if (from_staging) pb_.task_runs_when(fetch, RunsWhen::kNoUpdate);
     plan.acquire(fetch, sh);
     plan.writes(fetch, sh);
-  } else if (home == Home::kDevice) {
+  } else if (home == Home::kDevice && !lay_.on_device) {
     sh = gh;
     send_off = static_cast<size_t>(lay_.rank) * sbytes;
     const BufferId d = hb_.dshard[size_t(b)];
@@ -114,6 +114,11 @@ void GatherLowering::emit(size_t k, const std::vector<TaskId>& op_task) {
   if (fetch >= 0) deps = {fetch};
   const BufferId staged = from_staging ? hb_.pbuf[size_t(b)] : -1;
   if (from_staging) deps.push_back(updates_.shard_acquirer[p]);
+  if (lay_.on_device) {
+    const TaskId first = on_device(k, sh, staged, fetch, std::move(deps));
+    if (!deferred_.empty() && deferred_.back().second == -1) deferred_.back().second = first;
+    return;
+  }
   const TaskId gather = plan.add(
       "gather " + what, Lane::kComm,
       [rt = rt_, sh, staged, send_off, gh, c16, dt](const TaskContext& c) -> Status {
@@ -151,6 +156,73 @@ void GatherLowering::emit(size_t k, const std::vector<TaskId>& op_task) {
                         {gather});
   pb_.work(upload_[k], sched::Work::kH2DBytes, double(bytes));
   pb_.hands_over(upload_[k], gh, gd);
+}
+
+// The collectives on the device: the rank's shard up into its slot of the device copy (from
+// pinned memory or staging; a device home needs no transfer), then the all-gather there.
+// Returns the gather's first task.
+TaskId GatherLowering::on_device(size_t k, BufferId sh, BufferId staged, TaskId fetch,
+                                 std::vector<TaskId> deps) {
+  sched::Plan& plan = pb_.plan;
+  const DType dt = lay_.dt;
+  const Gather& gt = gathers_[k];
+  const int64_t b = gt.block;
+  const BufferId gd = ob_.gathered_dev[gt.phase][size_t(b)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(b));
+  const size_t sbytes = lay_.shard_bytes(b), off = static_cast<size_t>(lay_.rank) * sbytes;
+  const Home home = lay_.home[size_t(b)];
+  const std::string what = lay_.name(b) + (gt.phase == 0 ? " (forward)" : " (backward)");
+  TaskId first = fetch;
+  comm::CollectiveCall call;
+  call.kind = comm::CollectiveKind::kAllGather;
+  call.count = c16;
+  call.dtype = dt;
+  const BufferId d = hb_.dshard[size_t(b)];
+  BufferId src = d;  // a device home: the all-gather's source
+  if (home != Home::kDevice) {
+    src = -1;  // in place
+    const TaskId up = plan.add(
+        "param shard up " + what, Lane::kH2D,
+        [rt = rt_, sh, staged, gd, off, sbytes](const TaskContext& c) -> Status {
+          if (c.args<Replay>().flushing) return ok_status();
+          const BufferId from = staged >= 0 && c.args<Replay>().update_step != 0 ? staged : sh;
+          rt->moved(Moved::kH2D, sbytes);
+          return c.stream->copy(static_cast<std::byte*>(c.buffer(gd)) + off, c.buffer(from), sbytes,
+                                gpu::CopyKind::kHostToDevice);
+        },
+        std::move(deps));
+    pb_.work(up, sched::Work::kH2DBytes, double(sbytes));
+    plan.reads(up, sh);
+    if (home == Home::kNvme) plan.release(up, sh);
+    if (staged >= 0) {
+      plan.reads(up, staged);
+      plan.depend(updates_.shard_home[lay_.part_of[size_t(b)]], up);
+    }
+    plan.acquire(up, gd);
+    plan.writes(up, gd);
+    if (first < 0) first = up;
+    deps = {up};
+  }
+  const TaskId gather = plan.add(
+      "gather " + what, Lane::kComm,
+      [rt = rt_, call, src, gd, off](const TaskContext& c) -> Status {
+        if (c.args<Replay>().flushing) return ok_status();
+        comm::CollectiveCall all = call;
+        all.recv = c.buffer(gd);
+        all.send = src >= 0 ? c.buffer(src) : static_cast<std::byte*>(c.buffer(gd)) + off;
+        return rt->on_device(all, &ZeroTraffic::param_all_gather);
+      },
+      std::move(deps));
+  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks);
+  if (src >= 0) {
+    plan.reads(gather, src);
+    plan.acquire(gather, gd);
+  } else {
+    plan.reads(gather, gd);  // in place: the rank's shard
+  }
+  plan.writes(gather, gd);
+  upload_[k] = gather;
+  return first >= 0 ? first : gather;
 }
 
 }  // namespace strata::engine::zero

@@ -1,7 +1,9 @@
 // Lowering of the gather schedule (gathers.h, stage 3): per gather the rank's shard fetched
 // from its home (pinned memory: nothing; NVMe: read into pinned staging; the device: down into
 // its slot of the gathered copy), the all-gather into the pinned landing buffer, and the upload
-// into the device copy the ops read. At most `depth` gathers run ahead of the one in use; a
+// into the device copy the ops read; with the collectives on the device (Layout::on_device) the
+// shard up into its slot of the device copy and the all-gather there, so that 1/N of the block
+// crosses to the device. At most `depth` gathers run ahead of the one in use; a
 // gather waits for the new shard its update produced (UpdateTasks::ready) or, rotated with the
 // shard on NVMe, reads the forward's new shard straight from the update's staging.
 //
@@ -35,10 +37,14 @@ class GatherLowering {
   void emit_upto(size_t need, const std::vector<sched::TaskId>& op_task);
   // Op i's task t exists: the gathers emitted before it that wait for it.
   void after_op(size_t i, sched::TaskId t);
+  // The task after which gather k's device copy is complete (the upload, or the device
+  // all-gather).
   sched::TaskId upload(size_t k) const { return upload_[k]; }
 
  private:
   void emit(size_t k, const std::vector<sched::TaskId>& op_task);
+  sched::TaskId on_device(size_t k, sched::BufferId sh, sched::BufferId staged, sched::TaskId fetch,
+                          std::vector<sched::TaskId> deps);
 
   PlanBuilder& pb_;
   const Layout& lay_;

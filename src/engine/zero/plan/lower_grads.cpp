@@ -32,9 +32,16 @@ void write_inf(void* at, DType dt) {
 }  // namespace
 
 GradLowering::GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers& hb,
-                           const std::vector<BufferId>& dgrad, UpdateLowering& updates, Runtime* rt)
-    : pb_(pb), lay_(lay), hb_(hb), dgrad_(dgrad), updates_(updates), rt_(rt) {
+                           const OpBuffers& ob, UpdateLowering& updates, Runtime* rt)
+    : pb_(pb),
+      lay_(lay),
+      hb_(hb),
+      dgrad_(ob.dgrad),
+      dbucket_(ob.dbucket),
+      updates_(updates),
+      rt_(rt) {
   checks_.assign(lay.nb(), -1);
+  added_.assign(lay.nb(), -1);
 }
 
 void GradLowering::chain(int64_t gb, int slot, TaskId t) {
@@ -44,6 +51,12 @@ void GradLowering::chain(int64_t gb, int slot, TaskId t) {
   const size_t es = lay_.es();
   const int rank = lay_.rank, ranks = lay_.ranks;
   const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
+  const BufferId gs = hb_.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  if (lay_.on_device) {
+    check(gb, slot, reduce_on_device(gb, slot, t));
+    return;
+  }
   const size_t bytes = lay_.block_bytes(gb);
   const BufferId dg = dgrad_[lay_.at(slot, gb)];
   const std::string what = lay_.name(gb) + lay_.slot_name(slot);
@@ -71,8 +84,6 @@ void GradLowering::chain(int64_t gb, int slot, TaskId t) {
     plan.release(down, dg);
   }
   plan.writes(down, gf);
-  const BufferId gs = hb_.gshard[size_t(gb)];
-  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
   const size_t real = static_cast<size_t>(lay_.numel(gb));
   const TaskId reduce =
       plan.add("reduce " + what, Lane::kComm,
@@ -121,42 +132,183 @@ void GradLowering::chain(int64_t gb, int slot, TaskId t) {
     plan.writes(reduce, gs);
     plan.release(reduce, gf);
   }
+  check(gb, slot, reduce);
+}
+
+TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const DType dt = lay_.dt;
+  const size_t es = lay_.es();
+  const int rank = lay_.rank;
+  const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
+  const BufferId gs = hb_.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  const size_t own = static_cast<size_t>(rank) * c16 * es;  // the rank's shard in a padded copy
+  const size_t bytes = lay_.block_bytes(gb), padded = lay_.padded_bytes(gb);
+  const std::string what = lay_.name(gb) + lay_.slot_name(slot);
+  const bool last_only = stage <= 1;  // stages 0-1 reduce after the last micro-batch only
+  auto skip = [last_only](const TaskContext& c) {
+    return c.args<Replay>().flushing || (last_only && !c.args<Replay>().last_micro());
+  };
+  // Stages 0-1: the model's gradient into its padded bucket (the padding zero; the test hook's
+  // Inf before the reduction, as every rank's stage 0 check needs).
+  // Stages 2-3: the op's padded gradient buffer, its padding zeroed with it.
+  BufferId dbuf = dgrad_[lay_.at(slot, gb)];
+  TaskId before = t;
+  if (stage <= 1) {
+    dbuf = dbucket_[size_t(gb)];
+    before =
+        plan.add("grad bucket " + what, Lane::kCompute,
+                 [rt = rt_, gb, dbuf, bytes, padded, es, skip](const TaskContext& c) -> Status {
+                   if (skip(c)) return ok_status();
+                   auto* d = static_cast<std::byte*>(c.buffer(dbuf));
+                   STRATA_RETURN_IF_ERROR(c.stream->copy(d, rt->model.grad_block(gb), bytes,
+                                                         gpu::CopyKind::kDeviceToDevice));
+                   if (padded > bytes)
+                     STRATA_RETURN_IF_ERROR(c.stream->memset(d + bytes, 0, padded - bytes));
+                   if (gb != 0 || c.args<Replay>().step != rt->inject_inf_step) return ok_status();
+                   std::byte inf[4];
+                   write_inf(inf, rt->model.dtype());
+                   for (size_t i = 0; i < es; ++i) {  // byte by byte: no host buffer to copy from
+                     STRATA_RETURN_IF_ERROR(c.stream->memset(d + i, int(inf[i]), 1));
+                   }
+                   return ok_status();
+                 },
+                 {t});
+    pb_.task_runs_when(before, RunsWhen::kLastMicro);
+    plan.acquire(before, dbuf);
+    plan.writes(before, dbuf);
+  }
+  comm::CollectiveCall call;
+  call.kind = comm::CollectiveKind::kReduceScatter;
+  call.count = c16;
+  call.dtype = dt;
+  const TaskId reduce =
+      plan.add("reduce " + what, Lane::kComm,
+               [rt = rt_, dbuf, own, call, stage, skip](const TaskContext& c) -> Status {
+                 if (skip(c)) return ok_status();
+                 auto* d = static_cast<std::byte*>(c.buffer(dbuf));
+                 comm::CollectiveCall rs = call;
+                 rs.send = d;
+                 rs.recv = d + own;
+                 STRATA_RETURN_IF_ERROR(rt->on_device(rs, &ZeroTraffic::grad_reduce_scatter));
+                 if (stage != 0) return ok_status();
+                 comm::CollectiveCall ag = rs;  // stage 0: the other half of the all-reduce
+                 ag.kind = comm::CollectiveKind::kAllGather;
+                 ag.send = d + own;
+                 ag.recv = d;
+                 return rt->on_device(ag, &ZeroTraffic::grad_all_gather);
+               },
+               {before});
+  pb_.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16, dt, rank, lay_.ranks);
+  if (stage == 0) {
+    pb_.collective_work(reduce, comm::CollectiveKind::kAllGather, c16, dt, rank, lay_.ranks);
+  }
+  if (last_only) pb_.task_runs_when(reduce, RunsWhen::kLastMicro);
+  plan.reads(reduce, dbuf);
+  plan.writes(reduce, dbuf);
+  // Down: stage 0 the whole reduced gradient, stage 1 the rank's shard into its place in the
+  // whole one, stages 2-3 the shard into its landing place.
+  const size_t from = stage == 0 ? 0 : own, to = stage == 1 ? own : 0;
+  const size_t down_bytes = stage == 0 ? padded : c16 * es;
+  const TaskId down =
+      plan.add("grads down " + what, Lane::kD2H,
+               [rt = rt_, gf, dbuf, from, to, down_bytes, skip](const TaskContext& c) -> Status {
+                 if (skip(c)) return ok_status();
+                 rt->moved(Moved::kD2H, down_bytes);
+                 return c.stream->copy(static_cast<std::byte*>(c.buffer(gf)) + to,
+                                       static_cast<const std::byte*>(c.buffer(dbuf)) + from,
+                                       down_bytes, gpu::CopyKind::kDeviceToHost);
+               },
+               {reduce});
+  pb_.work(down, sched::Work::kD2HBytes, double(down_bytes));
+  if (last_only) pb_.task_runs_when(down, RunsWhen::kLastMicro);
+  // Delayed, the previous step's update may still be reading this block's gradient buffers.
+  const TaskId reader = updates_.tasks().grad_reader[size_t(gb)];
+  if (lay_.delayed && reader >= 0) plan.depend(down, reader);
+  plan.reads(down, dbuf);
+  plan.release(down, dbuf);
+  if (stage >= 2) plan.acquire(down, gf);
+  plan.writes(down, gf);
+  if (stage <= 1) return down;
+  // Stages 2-3: the shard into the rank's (added from the second micro-batch on, converted to
+  // fp32 with fp32 accumulation), as the comm task does with the collectives on the host.
+  const int fixed = lay_.slots > 1 ? slot : -1;
+  const TaskId acc = plan.add(
+      "add grad shard " + what, Lane::kCpu,
+      [rt = rt_, gf, gs, gb, c16, dt, acc = lay_.acc, es, fixed](const TaskContext& c) -> Status {
+        if (c.args<Replay>().flushing) return ok_status();
+        void* land = c.buffer(gf);
+        if (gb == 0 && c.args<Replay>().step == rt->inject_inf_step) write_inf(land, dt);
+        const int micro = fixed >= 0 ? fixed : c.args<Replay>().micro;
+        if (micro > 0) {
+          add_into(c.buffer(gs), acc, land, dt, c16);
+        } else if (acc != dt) {
+          ::strata::convert(land, dt, c.buffer(gs), acc, c16);
+        } else {
+          std::memcpy(c.buffer(gs), land, c16 * es);
+        }
+        return ok_status();
+      },
+      {down});
+  pb_.work(acc, sched::Work::kHostBytes, double(c16 * (es + lay_.acc_es())));
+  // Segment-major, the slots add up in micro-batch order.
+  TaskId& previous = added_[size_t(gb)];
+  if (previous >= 0) plan.depend(acc, previous);
+  previous = acc;
+  plan.reads(acc, gf);
+  plan.release(acc, gf);
+  plan.reads(acc, gs);
+  plan.writes(acc, gs);
+  return acc;
+}
+
+// After `reduced`, the last slot's check: the sums of squares of the reduced shards this rank
+// holds.
+void GradLowering::check(int64_t gb, int slot, TaskId reduced) {
   if (slot + 1 < lay_.slots) return;  // the last slot's reduction completes the shard
-  // The check: the sums of squares of the reduced shards this rank holds.
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const DType dt = lay_.dt;
+  const size_t es = lay_.es();
+  const int rank = lay_.rank, ranks = lay_.ranks;
+  const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
+  const BufferId gs = hb_.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
   const BufferId src = gs >= 0 ? gs : gf;
   const DType cdt = gs >= 0 ? lay_.acc : dt;  // the checked shard's dtype
-  TaskId& check = checks_[size_t(gb)];
-  check = plan.add("check " + lay_.name(gb), Lane::kCpu,
-                   [rt = rt_, src, gb, c16, cdt, es, stage, rank, ranks,
-                    rotate = lay_.rotate](const TaskContext& c) -> Status {
-                     if (c.args<Replay>().flushing || !c.args<Replay>().last_micro())
-                       return ok_status();
-                     const auto* base = static_cast<const std::byte*>(c.buffer(src));
-                     for (int r = 0; r < ranks; ++r) {
-                       if (stage != 0 && r != rank) continue;
-                       const std::byte* at = stage == 0 || stage == 1
-                                                 ? base + static_cast<size_t>(r) * c16 * es
-                                                 : base;
-                       const cpu::GradStats s = cpu::grad_check(at, cdt, static_cast<int64_t>(c16));
-                       double* out = rt->stats.at(r, size_t(gb));
-                       out[0] = s.sum_squares;
-                       out[1] = s.has_nonfinite ? 1.0 : 0.0;
-                       // Not rotated, the block's Adam follows at once: a non-finite gradient
-                       // (an error without fp16) must stop the step before it reaches the
-                       // state.
-                       if (!rotate && s.has_nonfinite)
-                         return nonfinite_gradient_error(c.args<Replay>().step);
-                     }
+  TaskId& chk = checks_[size_t(gb)];
+  chk = plan.add("check " + lay_.name(gb), Lane::kCpu,
+                 [rt = rt_, src, gb, c16, cdt, es, stage, rank, ranks,
+                  rotate = lay_.rotate](const TaskContext& c) -> Status {
+                   if (c.args<Replay>().flushing || !c.args<Replay>().last_micro())
                      return ok_status();
-                   },
-                   {reduce});
-  pb_.task_runs_when(check, RunsWhen::kLastMicro);
-  pb_.work(check, sched::Work::kHostBytes,
+                   const auto* base = static_cast<const std::byte*>(c.buffer(src));
+                   for (int r = 0; r < ranks; ++r) {
+                     if (stage != 0 && r != rank) continue;
+                     const std::byte* at =
+                         stage == 0 || stage == 1 ? base + static_cast<size_t>(r) * c16 * es : base;
+                     const cpu::GradStats s = cpu::grad_check(at, cdt, static_cast<int64_t>(c16));
+                     double* out = rt->stats.at(r, size_t(gb));
+                     out[0] = s.sum_squares;
+                     out[1] = s.has_nonfinite ? 1.0 : 0.0;
+                     // Not rotated, the block's Adam follows at once: a non-finite gradient
+                     // (an error without fp16) must stop the step before it reaches the
+                     // state.
+                     if (!rotate && s.has_nonfinite)
+                       return nonfinite_gradient_error(c.args<Replay>().step);
+                   }
+                   return ok_status();
+                 },
+                 {reduced});
+  pb_.task_runs_when(chk, RunsWhen::kLastMicro);
+  pb_.work(chk, sched::Work::kHostBytes,
            double(c16 * (gs >= 0 ? lay_.acc_es() : es) * size_t(stage == 0 ? ranks : 1)));
-  plan.reads(check, src);
+  plan.reads(chk, src);
   // Not rotated: the block's update right after its own check (the next step's forward comes
   // after this replay anyway).
-  if (!lay_.rotate) updates_.add(lay_.part_of[size_t(gb)], {check});
+  if (!lay_.rotate) updates_.add(lay_.part_of[size_t(gb)], {chk});
 }
 
 // The statistics of every shard on every rank (stages 1-3), then the norm in a fixed order.

@@ -8,7 +8,12 @@
 // shard into the rank's (in fp32 with fp32_grad_accum); the checks and the norm run after the
 // last.
 //
-// Takes the layout, the buffers (host_buffers.h, op_buffers.h' dgrad), the update lowering and
+// With the collectives on the device (Layout::on_device): the reduction on the device (stages
+// 0-1 in a padded copy of the model's gradient, with stage 0's all-gather), then only the rank's
+// reduced shard comes down (stage 0: the whole reduced gradient), and at stages 2-3 a host task
+// adds it into the rank's shard as the comm task does otherwise.
+//
+// Takes the layout, the buffers (host_buffers.h, op_buffers.h), the update lowering and
 // the runtime the tasks act on (the communicator, the statistics, the fault-injection step).
 #pragma once
 
@@ -18,6 +23,7 @@
 #include "engine/zero/plan/builder.h"
 #include "engine/zero/plan/host_buffers.h"
 #include "engine/zero/plan/layout.h"
+#include "engine/zero/plan/op_buffers.h"
 #include "engine/zero/plan/updates.h"
 #include "engine/zero/runtime.h"
 
@@ -25,21 +31,30 @@ namespace strata::engine::zero {
 
 class GradLowering {
  public:
-  GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers& hb,
-               const std::vector<sched::BufferId>& dgrad, UpdateLowering& updates, Runtime* rt);
+  GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers& hb, const OpBuffers& ob,
+               UpdateLowering& updates, Runtime* rt);
   // The gradient of block gb (its slot `slot`) is complete after task t.
   void chain(int64_t gb, int slot, sched::TaskId t);
   // After the last check: the statistics exchange and the norm.
   void norm();
 
  private:
+  // The reduction with the collectives on the device (Layout::on_device): returns the task after
+  // which the rank's reduced shard (stage 0: the whole reduced gradient) is where the check
+  // reads it.
+  sched::TaskId reduce_on_device(int64_t gb, int slot, sched::TaskId t);
+  // The last slot's check of block gb after `reduced` (and, not rotated, the block's update).
+  void check(int64_t gb, int slot, sched::TaskId reduced);
+
   PlanBuilder& pb_;
   const Layout& lay_;
   const HostBuffers& hb_;
   const std::vector<sched::BufferId>& dgrad_;
+  const std::vector<sched::BufferId>& dbucket_;
   UpdateLowering& updates_;
   Runtime* rt_;
   std::vector<sched::TaskId> checks_;  // by block
+  std::vector<sched::TaskId> added_;   // by block: the last slot's shard added (on the device)
 };
 
 }  // namespace strata::engine::zero

@@ -108,7 +108,9 @@ TaskId add_op_task(PlanBuilder& pb, const Layout& lay, const OpList& ops, size_t
   const Op& op = ops.ops[i];
   if (op.zero_grad >= 0) {
     const BufferId dg = ob.dgrad[lay.at(op.slot, op.zero_grad)];
-    const size_t bytes = lay.block_bytes(op.zero_grad);
+    // With the collectives on the device, the padding too (the reduction reads it).
+    const size_t bytes =
+        lay.on_device ? lay.padded_bytes(op.zero_grad) : lay.block_bytes(op.zero_grad);
     const TaskId z = plan.add("zero grad " + lay.name(op.zero_grad) + lay.slot_name(op.slot),
                               Lane::kCompute, [dg, bytes](const TaskContext& c) -> Status {
                                 if (c.args<Replay>().flushing) return ok_status();

@@ -73,8 +73,11 @@ TaskId UpdateLowering::add(size_t p, std::vector<TaskId> deps) {
 }
 
 // The new parameters of a block kept whole on the device: after `after` wrote the rank's part
-// into pbuf, all-gathered (stages 1-3) and uploaded into the model's block.
+// into pbuf, all-gathered (stages 1-3) and uploaded into the model's block; with the collectives
+// on the device (stages 1-3), the rank's part up into its slot of a padded device copy,
+// all-gathered there and copied into the model's block.
 TaskId UpdateLowering::params_up(int64_t b, TaskId after) {
+  if (lay_.on_device && lay_.stage >= 1) return params_up_on_device(b, after);
   sched::Plan& plan = pb_.plan;
   const DType dt = lay_.dt;
   const size_t es = lay_.es();
@@ -113,6 +116,60 @@ TaskId UpdateLowering::params_up(int64_t b, TaskId after) {
   pb_.work(up, sched::Work::kH2DBytes, double(bytes));
   plan.reads(up, u);
   return up;
+}
+
+TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
+  sched::Plan& plan = pb_.plan;
+  const DType dt = lay_.dt;
+  const size_t c16 = static_cast<size_t>(lay_.shard(b));
+  const size_t sbytes = lay_.shard_bytes(b), off = static_cast<size_t>(lay_.rank) * sbytes;
+  const size_t bytes = lay_.block_bytes(b);
+  const BufferId u = hb_.pbuf[size_t(b)];
+  const BufferId d =
+      pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b) + " (device)",
+                     Tier::kDevice, lay_.padded_bytes(b));
+  const TaskId up =
+      plan.add("params up " + lay_.name(b), Lane::kH2D,
+               [rt = rt_, u, d, off, sbytes](const TaskContext& c) {
+                 if (c.args<Replay>().update_step == 0) return ok_status();
+                 rt->moved(Moved::kH2D, sbytes);
+                 return c.stream->copy(static_cast<std::byte*>(c.buffer(d)) + off,
+                                       static_cast<const std::byte*>(c.buffer(u)) + off, sbytes,
+                                       gpu::CopyKind::kHostToDevice);
+               },
+               {after});
+  pb_.work(up, sched::Work::kH2DBytes, double(sbytes));
+  plan.reads(up, u);
+  plan.acquire(up, d);
+  plan.writes(up, d);
+  comm::CollectiveCall call;
+  call.kind = comm::CollectiveKind::kAllGather;
+  call.count = c16;
+  call.dtype = dt;
+  const TaskId gather = plan.add("gather params " + lay_.name(b), Lane::kComm,
+                                 [rt = rt_, d, off, call](const TaskContext& c) -> Status {
+                                   if (c.args<Replay>().update_step == 0) return ok_status();
+                                   comm::CollectiveCall all = call;
+                                   auto* base = static_cast<std::byte*>(c.buffer(d));
+                                   all.send = base + off;
+                                   all.recv = base;
+                                   return rt->on_device(all, &ZeroTraffic::param_all_gather);
+                                 },
+                                 {up});
+  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks);
+  plan.reads(gather, d);
+  plan.writes(gather, d);
+  // Into the model's block on the device (no host link crossed).
+  const TaskId copy = plan.add("new params into " + lay_.name(b), Lane::kH2D,
+                               [rt = rt_, b, d, bytes](const TaskContext& c) {
+                                 if (c.args<Replay>().update_step == 0) return ok_status();
+                                 return c.stream->copy(rt->model.param_block(b), c.buffer(d), bytes,
+                                                       gpu::CopyKind::kDeviceToDevice);
+                               },
+                               {gather});
+  plan.reads(copy, d);
+  plan.release(copy, d);
+  return copy;
 }
 
 // Device optimizer: partition p's reduced gradient up (h2d) into a device buffer.

@@ -57,6 +57,7 @@ class UpdateLowering {
   sched::TaskId add_device(size_t p, std::vector<sched::TaskId> deps);
   void add_grad_up(size_t p, std::vector<sched::TaskId> deps);
   sched::TaskId params_up(int64_t b, sched::TaskId after);
+  sched::TaskId params_up_on_device(int64_t b, sched::TaskId after);
   sched::TaskId finish_shard(int64_t b, sched::TaskId after);
   sched::TaskId to_next_use(size_t p, int64_t b, sched::TaskId after);
 
