@@ -52,20 +52,29 @@ Status refusal(const planner::OffloadSearch& r, const Status& why) {
                     settings_flags(least->settings), "): ", least->fit.message());
 }
 
+namespace {
+// One of two planned candidates in words: its prediction and device peak, or its refusal.
+std::string said(const planner::Candidate& planned, const Status& why) {
+  if (!why.ok()) return "does not fit: " + with_flag_names(why).message();
+  char line[160];
+  std::snprintf(line, sizeof(line), "predicted %.1f ms a step, device peak %s",
+                planned.prediction.step_s * 1e3, planner::human_bytes(planned.device_peak).c_str());
+  return line;
+}
+}  // namespace
+
 std::string order_line(const planner::OrderSearch& o, bool layer, bool decided) {
-  auto said = [&](int k) {
-    char line[160];
-    if (o.why[k].ok()) {
-      std::snprintf(line, sizeof(line), "predicted %.1f ms a step, device peak %s",
-                    o.planned[k].prediction.step_s * 1e3,
-                    planner::human_bytes(o.planned[k].device_peak).c_str());
-      return std::string(line);
-    }
-    return "does not fit: " + with_flag_names(o.why[k]).message();
-  };
   return std::string("plan: micro-batch order ") + (layer ? "layer" : "micro") + " (" +
          (decided ? "the planner's choice: --microbatch-order auto" : "--microbatch-order") +
-         "); micro: " + said(0) + "; layer: " + said(1) + "\n";
+         "); micro: " + said(o.planned[0], o.why[0]) + "; layer: " + said(o.planned[1], o.why[1]) +
+         "\n";
+}
+
+std::string collectives_line(const planner::CollectivesSearch& o) {
+  const bool device = o.device_faster;
+  return std::string("plan: collectives ") + (device ? "device" : "host") +
+         " (the planner's choice: --comm auto); host: " + said(o.planned[0], o.why[0]) +
+         "; device: " + said(o.planned[1], o.why[1]) + "\n";
 }
 
 std::string explain(const planner::OffloadSearch& r) {

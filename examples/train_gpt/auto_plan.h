@@ -26,5 +26,8 @@ Status refusal(const planner::OffloadSearch& r, const Status& why);
 // The line of --plan and --microbatch-order auto: the order taken (layer or not) and each
 // order's prediction or refusal; `decided`: the planner's choice, not the flag's.
 std::string order_line(const planner::OrderSearch& o, bool layer, bool decided);
+// "plan: collectives device (the planner's choice: --comm auto); host: predicted ...; device:
+// ...": where the collectives run, both places priced.
+std::string collectives_line(const planner::CollectivesSearch& o);
 
 }  // namespace strata::train_gpt

@@ -281,7 +281,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--comm", f.comm,
                  "auto|nccl|mpi: where the ZeRO step's collectives run: mpi on pinned host memory "
                  "(whole blocks cross PCIe), nccl on the GPUs (only each rank's shard crosses; "
-                 "--device cuda); auto: nccl with GPUs, several ranks and NCCL built, else mpi")
+                 "--device cuda); auto: under mpirun the planner prices both and takes the "
+                 "faster, else mpi")
       ->capture_default_str();
   app.add_option("--steps", f.steps, "the step to train to (0: none, e.g. to export a checkpoint)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))

@@ -41,6 +41,7 @@ Result<planner::Settings> lead_choice(const Flags& f, const planner::Settings& b
           choice.settings.config.schedule.microbatch_order == engine::MicrobatchOrder::kLayer;
       std::printf("%s", order_line(*choice.order, layer, true).c_str());
     }
+    if (choice.collectives) std::printf("%s", collectives_line(*choice.collectives).c_str());
     return choice.settings;
   }
   // The order given: both orders' predictions reported (--plan).
@@ -56,7 +57,8 @@ Result<planner::Settings> lead_choice(const Flags& f, const planner::Settings& b
 
 Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& real,
                     const ModelSpec& spec, model::RunShape& shape, comm::Communicator& comm,
-                    const std::vector<std::string>& nvme_dirs, int host_threads) {
+                    const std::vector<std::string>& nvme_dirs, int host_threads,
+                    comm::Communicator* device_comm) {
   engine::EngineConfig layer = config;
   layer.schedule.microbatch_order = engine::MicrobatchOrder::kLayer;
   const bool report = f.plan && !planner::has_auto(config) && planner::layer_order_possible(layer);
@@ -78,16 +80,23 @@ Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& r
       planner::calibration_request(config, spec.probe(), shape, real, comm, host_threads);
   rq.redo = f.calibrate;
   rq.nvme_dirs = nvme_dirs;  // NVMe is a choice when there is a path
+  rq.device_comm = device_comm;
   auto cal = planner::calibrate(rq);
   // Rank 0's choice, broadcast: [chosen, checkpoint interval], then its engine config.
   float chosen[2] = {};
   planner::Settings pick = base;
   Status st = cal.status();
-  if (lead && !cal.ok() && !config.offload_auto) {  // the order falls back to micro-batch-major
-    std::printf("plan: micro-batch order micro (no prediction to choose by: %s)\n",
-                with_flag_names(cal.status()).to_string().c_str());
+  if (lead && !cal.ok() && !config.offload_auto) {
+    // The order falls back to micro-batch-major, the collectives to the host.
+    std::printf(
+        "plan: micro-batch order micro, collectives host (no prediction to choose by: "
+        "%s)\n",
+        with_flag_names(cal.status()).to_string().c_str());
     if (config.schedule.microbatch_order == engine::MicrobatchOrder::kAuto) {
       pick.config.schedule.microbatch_order = engine::MicrobatchOrder::kMicro;
+    }
+    if (config.zero.collectives == engine::Collectives::kAuto) {
+      pick.config.zero.collectives = engine::Collectives::kHost;
     }
     st = ok_status();
   } else if (lead && cal.ok()) {

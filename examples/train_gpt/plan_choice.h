@@ -22,8 +22,11 @@ namespace strata::train_gpt {
 
 // `config` and `shape` (its checkpoint interval) with every auto value resolved. Collective:
 // every rank calls it; rank 0 chooses and prints why; each rank keeps its own NVMe paths.
+// `device_comm`: the device collectives' communicator, when one is open (its links are
+// calibrated with it; else at the network's rates).
 Status resolve_auto(const Flags& f, engine::EngineConfig& config, gpu::Device& real,
                     const ModelSpec& spec, model::RunShape& shape, comm::Communicator& comm,
-                    const std::vector<std::string>& nvme_dirs, int host_threads);
+                    const std::vector<std::string>& nvme_dirs, int host_threads,
+                    comm::Communicator* device_comm);
 
 }  // namespace strata::train_gpt

@@ -136,8 +136,11 @@ Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
                                                              const cpu::Placement& placement) {
   const bool cuda = dev.kind() == gpu::DeviceKind::kCuda;
   const bool mpi = world.backend() == "mpi";
-  if (f.comm == "auto" && cuda && mpi && world.size() > 1 && comm::nccl_built()) {
-    config.zero.collectives = engine::Collectives::kDevice;
+  // auto: the planner prices both places where a device communicator can exist (NCCL on GPUs;
+  // the CpuDevice's device memory is host memory: MPI).
+  if (f.comm == "auto" && config.planned() && mpi && world.size() > 1 &&
+      (!cuda || comm::nccl_built())) {
+    config.zero.collectives = engine::Collectives::kAuto;
   }
   if (f.comm == "nccl" && !cuda) {
     return make_error(ErrorCode::kConfig,
@@ -145,7 +148,7 @@ Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
                       "device is ",
                       dev.name(), ", whose collectives are MPI's: --comm mpi)");
   }
-  if (config.zero.collectives != engine::Collectives::kDevice || !cuda || f.plan) {
+  if (config.zero.collectives == engine::Collectives::kHost || !cuda || f.plan) {
     return std::unique_ptr<comm::Communicator>();
   }
   if (!comm::nccl_built()) {

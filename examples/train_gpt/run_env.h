@@ -48,10 +48,10 @@ struct Devices {
 };
 // The rank's GPU and thread count are its placement's (--device-threads overrides the count).
 Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement);
-// --comm: resolves auto in `config` (the collectives on the device with a CUDA device, several
-// ranks under MPI and NCCL built) and, for the collectives on a CUDA device, opens the NCCL
-// communicator on the placement's GPU (null otherwise, and for --plan, which runs nothing).
-// Collective.
+// --comm: auto becomes the planner's choice in `config` (zero.collectives auto: resolve_auto
+// prices both places) with several ranks under MPI on the CpuDevice, or on GPUs with NCCL built;
+// for the collectives on (or possibly on) a CUDA device it opens the NCCL communicator on the
+// placement's GPU (null otherwise, and for --plan, which runs nothing). Collective.
 Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
                                                              engine::EngineConfig& config,
                                                              const gpu::Device& dev,

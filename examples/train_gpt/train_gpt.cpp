@@ -191,13 +191,13 @@ int main(int argc, char** argv) {
   // its choice); then the model holding on the device only what the ZeRO stage keeps there, and
   // the engine's session (engine/session.h).
   engine::EngineConfig config = train_gpt::engine_config(f).value();
+  auto device_comm = train_gpt::open_device_comm(f, config, dev, world, *placement);
+  if (!device_comm.ok()) return die(device_comm.status());
   if (Status st = train_gpt::resolve_auto(f, config, *devices->real, spec, setup.shape, world,
-                                          *nvme_dirs, host_threads);
+                                          *nvme_dirs, host_threads, device_comm->get());
       !st.ok()) {
     return die(st);
   }
-  auto device_comm = train_gpt::open_device_comm(f, config, dev, world, *placement);
-  if (!device_comm.ok()) return die(device_comm.status());
   auto layout = engine::Session::prepare(config, spec.block_numels(), ranks);
   if (!layout.ok()) return die(layout.status());
   auto model = train_gpt::build_model(f, setup, dev, layout->storage, config);

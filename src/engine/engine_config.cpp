@@ -66,7 +66,7 @@ std::string_view microbatch_order_name(MicrobatchOrder order) {
 }
 
 std::string_view collectives_name(Collectives where) {
-  return where == Collectives::kDevice ? "device" : "host";
+  return where == Collectives::kDevice ? "device" : where == Collectives::kAuto ? "auto" : "host";
 }
 
 std::string_view schedule_name(Schedule schedule) {
@@ -184,9 +184,10 @@ Status EngineConfig::validate(bool store_given) const {
   STRATA_RETURN_IF_ERROR(check_planned(*this, zero.stage > 0,
                                        setting(Field::kZeroStage, zero.stage),
                                        "the serial step is the one-rank reference"));
-  STRATA_RETURN_IF_ERROR(check_planned(*this, zero.collectives == Collectives::kDevice,
-                                       ref(Field::kCollectives) + " device",
-                                       "the serial step has no collectives"));
+  STRATA_RETURN_IF_ERROR(
+      check_planned(*this, zero.collectives != Collectives::kHost,
+                    setting(Field::kCollectives, collectives_name(zero.collectives)),
+                    "the serial step has no collectives"));
   if ((zero.offload_param || zero.param_gpu_fraction > 0.0) && zero.stage != 3) {
     return make_error(ErrorCode::kConfig,
                       zero.offload_param

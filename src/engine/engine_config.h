@@ -49,9 +49,9 @@ std::string_view microbatch_order_name(MicrobatchOrder order);  // "micro", "lay
 // the host communicator (every gathered block goes up whole, every gradient comes down whole), or
 // on the device over a communicator of device buffers (NCCL; on the CpuDevice, whose device
 // memory is host memory, the host communicator), so that only the rank's shard crosses between
-// host and device.
-enum class Collectives { kHost, kDevice };
-std::string_view collectives_name(Collectives where);  // "host", "device"
+// host and device. kAuto: the planner's choice (planner::choose prices both).
+enum class Collectives { kHost, kDevice, kAuto };
+std::string_view collectives_name(Collectives where);  // "host", "device", "auto"
 
 // The settings, by name, as messages refer to them (engine_fields.h: one line per field).
 enum class Field {

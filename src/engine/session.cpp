@@ -119,11 +119,14 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
                                                  const SessionInputs& inputs) {
   // A given store, or none at all (plan_only), needs no directories.
   STRATA_RETURN_IF_ERROR(config.validate(inputs.store != nullptr || inputs.plan_only));
-  if (config.schedule.microbatch_order == MicrobatchOrder::kAuto || config.offload_auto) {
-    return make_error(
-        ErrorCode::kConfig, "engine session: ",
-        config.offload_auto ? ref(Field::kOffloadAuto) : ref(Field::kMicrobatchOrder) + " auto",
-        " is the planner's to resolve (planner::choose) before a session");
+  if (config.schedule.microbatch_order == MicrobatchOrder::kAuto || config.offload_auto ||
+      config.zero.collectives == Collectives::kAuto) {
+    return make_error(ErrorCode::kConfig, "engine session: ",
+                      config.offload_auto ? ref(Field::kOffloadAuto)
+                      : config.zero.collectives == Collectives::kAuto
+                          ? ref(Field::kCollectives) + " auto"
+                          : ref(Field::kMicrobatchOrder) + " auto",
+                      " is the planner's to resolve (planner::choose) before a session");
   }
   if (&model.device() != &device) {
     return make_error(ErrorCode::kConfig, "engine session: the model lives on another device (",
@@ -143,6 +146,7 @@ Result<std::unique_ptr<Session>> Session::create(const EngineConfig& config, gpu
   s->config_ = config;
   s->model_ = &model;
   s->comm_ = &comm;
+  s->device_comm_ = inputs.device_comm;
   s->host_threads_ = inputs.host_threads;
   STRATA_ASSIGN_OR_RETURN(SessionLayout layout, prepare(config, model.block_numels(), ranks));
   s->parts_ = std::move(layout.parts);

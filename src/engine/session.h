@@ -115,6 +115,8 @@ class Session {
   // What the session was made with (the planner's calibration and prediction read them).
   const model::Model& model() const { return *model_; }
   comm::Communicator& communicator() const { return *comm_; }
+  // The device collectives' communicator given (SessionInputs::device_comm), or null.
+  comm::Communicator* device_communicator() const { return device_comm_; }
   int host_threads() const { return host_threads_; }
 
  private:
@@ -122,6 +124,7 @@ class Session {
   EngineConfig config_;
   model::Model* model_ = nullptr;
   comm::Communicator* comm_ = nullptr;
+  comm::Communicator* device_comm_ = nullptr;
   int host_threads_ = 1;
   Partitioning parts_;
   std::vector<int64_t> numel_;

@@ -250,17 +250,25 @@ Result<std::vector<double>> measure_disk(const CalibrationRequest& rq) {
 // machine a 32 KiB reduce-scatter took 36 us where an all-gather of as many bytes took 7; from
 // 8 MiB on, its rate halves again as its 32-bit sums leave the caches).
 // {bytes/s moved, bytes/s reduced, calls/s moving, calls/s reducing}.
-Result<std::vector<double>> measure_network(comm::Communicator& comm) {
+// A communicator of device buffers (comm.device_buffers()) is measured on buffers of `device`
+// (what they hold does not matter to the time).
+Result<std::vector<double>> measure_network(comm::Communicator& comm, gpu::Device& device) {
   const size_t n = static_cast<size_t>(comm.size());
+  constexpr size_t kLargest = size_t{256} << 10;  // elements per rank
   std::vector<uint16_t> in, out;
+  gpu::DeviceBuffer din, dout;
+  if (comm.device_buffers()) {
+    STRATA_ASSIGN_OR_RETURN(din, device.allocate(n * kLargest * 2));
+    STRATA_ASSIGN_OR_RETURN(dout, device.allocate(n * kLargest * 2));
+  }
   auto time = [&](comm::CollectiveKind kind, size_t count, double& sent) -> Result<double> {
     const bool gather = kind == comm::CollectiveKind::kAllGather;
-    in.assign(gather ? count : n * count, 1);
-    out.assign(gather ? n * count : count, 0);
+    in.assign(din.data() != nullptr ? 0 : gather ? count : n * count, 1);
+    out.assign(dout.data() != nullptr ? 0 : gather ? n * count : count, 0);
     comm::CollectiveCall call;
     call.kind = kind;
-    call.send = in.data();
-    call.recv = out.data();
+    call.send = din.data() != nullptr ? din.data() : in.data();
+    call.recv = dout.data() != nullptr ? dout.data() : out.data();
     call.count = count;
     call.dtype = DType::kBF16;
     sent = double(comm::textbook_bytes(call, comm.rank(), comm.size()).sent);
@@ -272,7 +280,7 @@ Result<std::vector<double>> measure_network(comm::Communicator& comm) {
   for (int k = 0; k < 2; ++k) {
     double small_sent = 0.0, large_sent = 0.0;
     STRATA_ASSIGN_OR_RETURN(const double small, time(kinds[k], 2048, small_sent));
-    STRATA_ASSIGN_OR_RETURN(const double large, time(kinds[k], size_t{256} << 10, large_sent));
+    STRATA_ASSIGN_OR_RETURN(const double large, time(kinds[k], kLargest, large_sent));
     // At least a quarter of the larger call is its bytes': one that took no longer than the
     // small one (a hiccup of this machine's during the small one, seen under load) would
     // otherwise read as a network of infinite bandwidth.
@@ -418,13 +426,24 @@ Result<Calibration> calibrate(const CalibrationRequest& rq) {
   // can fail on one rank).
   const std::array<Work, 4> kNetKinds = {Work::kNetBytes, Work::kNetReduceBytes, Work::kNetCalls,
                                          Work::kNetReduceCalls};
+  const std::array<Work, 4> kLinkKinds = {Work::kLinkBytes, Work::kLinkReduceBytes,
+                                          Work::kLinkCalls, Work::kLinkReduceCalls};
   if (ranks > 1) {
     // Measured every time, not cached: a collective, which every rank must start whatever its
-    // own cache holds.
-    STRATA_ASSIGN_OR_RETURN(const std::vector<double> net, measure_network(*rq.comm));
-    for (size_t i = 0; i < kNetKinds.size(); ++i) r.per_second[int(kNetKinds[i])] = net[i];
+    // own cache holds. The device links: with the device communicator where there is one, else
+    // the host one's (which the CpuDevice's device collectives use).
+    STRATA_ASSIGN_OR_RETURN(const std::vector<double> net, measure_network(*rq.comm, *rq.device));
+    std::vector<double> link = net;
+    if (rq.device_comm != nullptr && rq.device_comm != rq.comm) {
+      STRATA_ASSIGN_OR_RETURN(link, measure_network(*rq.device_comm, *rq.device));
+    }
+    for (size_t i = 0; i < kNetKinds.size(); ++i) {
+      r.per_second[int(kNetKinds[i])] = net[i];
+      r.per_second[int(kLinkKinds[i])] = link[i];
+    }
   } else {
     for (const Work w : kNetKinds) r.per_second[int(w)] = 1e30;  // one rank sends nothing
+    for (const Work w : kLinkKinds) r.per_second[int(w)] = 1e30;
   }
   if (!rq.probe.make) return make_error(ErrorCode::kConfig, "calibration: no model probe");
   // The entries, in one order on every rank.

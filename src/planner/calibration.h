@@ -30,7 +30,9 @@
 //                 all-gathers and reduce-scatters of 2048 and 256Ki 16-bit elements per rank:
 //                 a latency per call (kNetCalls, kNetReduceCalls) and a rate for the bytes
 //                 sent (kNetBytes, kNetReduceBytes), the reductions apart (they sum as they go:
-//                 at 32 KiB five times an all-gather's time on the test machine);
+//                 at 32 KiB five times an all-gather's time on the test machine); the same
+//                 four for the device links (kLinkBytes, ...) with the device communicator
+//                 (CalibrationRequest::device_comm, on device buffers), else the network's;
 //   overhead      a plan of 64 empty tasks on the compute and cpu lanes replayed by the executor
 //                 (Rates::task_overhead_s).
 // The rates of one lane are aggregate rates (a lane's concurrent tasks share its cores, link or
@@ -85,9 +87,13 @@ struct CalibrationRequest {
   uint64_t nvme_block_bytes = 1 << 20;
   uint32_t nvme_queue_depth = 32;
   comm::Communicator* comm = nullptr;  // network rate when size() > 1; collective
-  int host_threads = 1;                // the cpu lane's arena
-  std::string cache_path;              // empty: the default file above
-  bool redo = false;                   // --calibrate
+  // The device collectives' communicator (NCCL), measured for the device links; null: the
+  // links are priced at the network's rates (the CpuDevice's device collectives are the host
+  // communicator's). Collective too.
+  comm::Communicator* device_comm = nullptr;
+  int host_threads = 1;    // the cpu lane's arena
+  std::string cache_path;  // empty: the default file above
+  bool redo = false;       // --calibrate
 };
 
 struct Calibration {

@@ -4,6 +4,7 @@
 
 namespace strata::planner {
 
+using engine::Collectives;
 using engine::MicrobatchOrder;
 
 namespace {
@@ -13,16 +14,46 @@ bool order_to_plan(const engine::EngineConfig& c) {
   return c.schedule.microbatch_order == MicrobatchOrder::kAuto && !c.schedule.device_grad_sum &&
          layer_order_possible(layer);
 }
+
+bool collectives_to_plan(const engine::EngineConfig& c, const SearchContext& ctx) {
+  return c.zero.collectives == Collectives::kAuto && c.planned() && ctx.comm != nullptr &&
+         ctx.comm->size() > 1;
+}
+
+// The offload settings and the micro-batch order (choose(), the collectives aside).
+Choice choose_offload_and_order(const Settings& base, bool nvme, const ModelPlanning& model,
+                                const SearchContext& ctx);
 }  // namespace
 
 bool has_auto(const engine::EngineConfig& c) {
-  return c.offload_auto || c.schedule.microbatch_order == MicrobatchOrder::kAuto;
+  return c.offload_auto || c.schedule.microbatch_order == MicrobatchOrder::kAuto ||
+         c.zero.collectives == Collectives::kAuto;
 }
 
-bool needs_rates(const engine::EngineConfig& c) { return c.offload_auto || order_to_plan(c); }
+bool needs_rates(const engine::EngineConfig& c) {
+  return c.offload_auto || order_to_plan(c) || c.zero.collectives == Collectives::kAuto;
+}
 
 Choice choose(const Settings& base, bool nvme, const ModelPlanning& model,
               const SearchContext& ctx) {
+  // The other choices with the collectives on the host, then the collectives with them.
+  Settings host = base;
+  const bool collectives_auto = base.config.zero.collectives == Collectives::kAuto;
+  if (collectives_auto) host.config.zero.collectives = Collectives::kHost;
+  Choice choice = choose_offload_and_order(host, nvme, model, ctx);
+  if (!collectives_auto || !choice.status.ok() || !collectives_to_plan(base.config, ctx)) {
+    return choice;
+  }
+  choice.collectives = search_collectives(choice.settings, model, ctx);
+  if (choice.collectives->device_faster) {
+    choice.settings.config.zero.collectives = Collectives::kDevice;
+  }
+  return choice;
+}
+
+namespace {
+Choice choose_offload_and_order(const Settings& base, bool nvme, const ModelPlanning& model,
+                                const SearchContext& ctx) {
   Choice choice;
   choice.settings = base;
   engine::EngineConfig& config = choice.settings.config;
@@ -53,5 +84,7 @@ Choice choose(const Settings& base, bool nvme, const ModelPlanning& model,
       choice.order->layer_faster ? MicrobatchOrder::kLayer : MicrobatchOrder::kMicro;
   return choice;
 }
+
+}  // namespace
 
 }  // namespace strata::planner

@@ -8,7 +8,10 @@
 //   segment-major
 //     one taken when it is possible, fits and is predicted faster by more than 1%; with
 //     device_grad_sum the segment-major one (the only one it has), without several micro-batches
-//     (or with the delayed update, or the serial schedule) the micro-batch-major one.
+//     (or with the delayed update, or the serial schedule) the micro-batch-major one;
+//   - EngineConfig::zero.collectives kAuto: after the above, both places planned with the
+//     settings chosen (search_collectives), the device taken when it fits and is predicted
+//     faster; one rank or the serial schedule: the host (there is nothing to gather).
 // It returns the config with those values resolved (a config a session accepts), and what the
 // front end explains the choice by (the searches: the candidates, the choice, the runner-up and
 // each one's prediction). The front end renders the explanation in its own words.
@@ -29,6 +32,7 @@ struct Choice {
   Settings settings;                     // the base with every auto value resolved
   std::optional<OffloadSearch> offload;  // offload_auto: every candidate, best and runner-up
   std::optional<OrderSearch> order;      // microbatch_order auto, when both were planned
+  std::optional<CollectivesSearch> collectives;  // zero.collectives auto, when both were planned
   // ok, or why there is no choice: kOutOfMemory when offload_auto finds no candidate that fits
   // (`offload` holds each one's refusal: the front end names the one needing the least memory);
   // the first candidate's planning error when none could be planned.

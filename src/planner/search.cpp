@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <tuple>
 #include <utility>
 
@@ -154,21 +155,48 @@ OffloadSearch search_offload(const engine::EngineConfig& base, bool nvme,
   return r;
 }
 
+namespace {
+// Two candidates of `base`, variant k made by set(config, k): each one's plan (planned[k]) and its
+// plan or budget refusal (why[k]; ok: it fits).
+void plan_two(const Settings& base, const ModelPlanning& model, const SearchContext& ctx,
+              const std::function<void(engine::EngineConfig&, int)>& set, Candidate (&planned)[2],
+              Status (&why)[2]) {
+  for (int k = 0; k < 2; ++k) {
+    Settings s = base;
+    set(s.config, k);
+    auto r = plan_candidate(s, model, ctx);
+    why[k] = r.ok() ? r->fit : r.status();
+    if (r.ok()) planned[k] = std::move(r).value();
+  }
+}
+}  // namespace
+
 OrderSearch search_order(const engine::EngineConfig& config, const ModelPlanning& model,
                          const SearchContext& ctx) {
   OrderSearch o;
-  for (int k = 0; k < 2; ++k) {
-    Settings s;
-    s.config = config;
-    s.config.schedule.microbatch_order =
-        k == 1 ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
-    s.checkpoint_interval = model.shape.checkpoint_interval;
-    auto r = plan_candidate(s, model, ctx);
-    o.why[k] = r.ok() ? r->fit : r.status();
-    if (r.ok()) o.planned[k] = std::move(r).value();
-  }
+  plan_two(
+      Settings{config, model.shape.checkpoint_interval}, model, ctx,
+      [](engine::EngineConfig& c, int k) {
+        c.schedule.microbatch_order =
+            k == 1 ? engine::MicrobatchOrder::kLayer : engine::MicrobatchOrder::kMicro;
+      },
+      o.planned, o.why);
   o.layer_faster = o.why[1].ok() && (!o.why[0].ok() || o.planned[1].prediction.step_s <
                                                            0.99 * o.planned[0].prediction.step_s);
+  return o;
+}
+
+CollectivesSearch search_collectives(const Settings& settings, const ModelPlanning& model,
+                                     const SearchContext& ctx) {
+  CollectivesSearch o;
+  plan_two(
+      settings, model, ctx,
+      [](engine::EngineConfig& c, int k) {
+        c.zero.collectives = k == 1 ? engine::Collectives::kDevice : engine::Collectives::kHost;
+      },
+      o.planned, o.why);
+  o.device_faster = o.why[1].ok() && (!o.why[0].ok() || o.planned[1].prediction.step_s <
+                                                            o.planned[0].prediction.step_s);
   return o;
 }
 

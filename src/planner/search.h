@@ -10,6 +10,8 @@
 //     segment-major one (with device_grad_sum only that). The choice never changes the results.
 //   - the micro-batch order (microbatch_order auto): both orders planned, the segment-major one
 //     taken when it is possible, fits and is predicted faster (by more than 1%).
+//   - where the collectives run (zero.collectives auto): both planned, the device taken when it
+//     fits and is predicted faster (or the host does not fit).
 // The front end says what it asks and renders the answer in its own words (train_gpt: its flags).
 //
 // Thread safety: none (one thread); nothing here is collective: each rank may search, and the
@@ -93,6 +95,16 @@ struct OrderSearch {
   Status why[2];              // each one's plan or budget refusal (ok: it fits)
   bool layer_faster = false;  // [1] fits and is predicted faster by more than 1%
 };
+
+struct CollectivesSearch {
+  Candidate planned[2];        // [0] on the host, [1] on the device
+  Status why[2];               // each one's plan or budget refusal (ok: it fits)
+  bool device_faster = false;  // [1] fits and is predicted faster, or [0] does not fit
+};
+
+// Both places of the collectives of `settings` (its other settings kept).
+CollectivesSearch search_collectives(const Settings& settings, const ModelPlanning& model,
+                                     const SearchContext& ctx);
 
 // Both micro-batch orders of `config` (layer_order_possible(config) with kLayer).
 OrderSearch search_order(const engine::EngineConfig& config, const ModelPlanning& model,

@@ -26,6 +26,7 @@ Result<Calibration> calibrate(const engine::Session& session, gpu::Device& real,
       calibration_request(session.config(), session.model().probe(), session.model().shape(), real,
                           session.communicator(), session.host_threads());
   rq.redo = redo;
+  rq.device_comm = session.device_communicator();
   return calibrate(rq);
 }
 

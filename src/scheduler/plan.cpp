@@ -43,7 +43,11 @@ std::string_view work_name(Work work) {
                                                              "nvme ops",
                                                              "network reduce bytes",
                                                              "collective calls",
-                                                             "reducing collective calls"};
+                                                             "reducing collective calls",
+                                                             "device link bytes",
+                                                             "device link reduce bytes",
+                                                             "device collective calls",
+                                                             "device reducing calls"};
   return kNames[static_cast<int>(work)];
 }
 

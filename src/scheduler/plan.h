@@ -84,8 +84,14 @@ enum class Work : uint8_t {
   kNetReduceBytes,      // bytes this rank sends in reducing collectives (reduce-scatter, ...)
   kNetCalls,            // collective calls that move data: each pays the network's latency
   kNetReduceCalls,      // reducing collective calls: each pays their latency
+  // The same four for collectives on device buffers (the links between the devices: NVLink,
+  // or the network between machines, as the device communicator sees them).
+  kLinkBytes,
+  kLinkReduceBytes,
+  kLinkCalls,
+  kLinkReduceCalls,
 };
-inline constexpr int kNumWorkKinds = 14;
+inline constexpr int kNumWorkKinds = 18;
 std::string_view work_name(Work work);  // "flops", "head flops", "h2d bytes", ...
 
 struct Budgets {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/check.h"
@@ -102,6 +103,7 @@ struct ZCase {
   bool device_grad_sum = false;  // with it at stages 2-3: the gradients summed on the device
   bool llama = false;            // a LlamaModel (GQA, untied head) instead of a GptModel
   Collectives collectives = Collectives::kHost;  // zero.collectives (device: over the same MPI)
+  comm::Communicator* device_comm = nullptr;     // ... or over this one (NCCL)
   // Called before each step; then a failing step ends the run with ZRun::error (no failure).
   std::function<void(int64_t step)> before_step;
 };
@@ -229,6 +231,7 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
   SessionInputs inputs;
   inputs.store = store;
   inputs.inject_inf_step = c.inject_inf_step;
+  inputs.device_comm = c.device_comm;
   // init_params(7)'s values; the elements each block is asked for are kept (below: a rank asks
   // for its own elements only at stages 1-3).
   std::vector<std::pair<int64_t, model::ElementRange>> asked;
@@ -1557,8 +1560,10 @@ Result<std::unique_ptr<gpu::Device>> cuda_device(comm::Communicator& comm,
 
 constexpr int kCudaSteps = gpu::test::kEmulatedCuda ? 6 : kSteps;
 
-TEST(ZeroStepOnCuda, EveryStageGivesTheBitsOfStageZero) {
-  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+// Stages 1-3 (over NCCL 0-3) and stage 3 with the parameters and half the optimizer state on
+// NVMe (over NCCL also with the shards on the device) give the bits of stage 0 with the
+// collectives on the host; over NCCL the device links carry the collectives' textbook bytes.
+void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
   comm::Communicator& comm = world();
   make_device = cuda_device;
   Store store = open_store();
@@ -1566,21 +1571,45 @@ TEST(ZeroStepOnCuda, EveryStageGivesTheBitsOfStageZero) {
   ZCase base;
   base.steps = kCudaSteps;
   const ZRun ref = train(comm, base, nullptr);
+  if (nccl != nullptr) {
+    base.collectives = Collectives::kDevice;
+    base.device_comm = nccl;
+  }
   std::vector<ZCase> cases;
-  for (int stage = 1; stage <= 3; ++stage) {
+  for (int stage = nccl != nullptr ? 0 : 1; stage <= 3; ++stage) {
     ZCase c = base;
     c.stage = stage;
     cases.push_back(c);
   }
-  ZCase c = base;  // stage 3 with the parameters and half the optimizer state on NVMe
-  c.stage = 3;
+  ZCase c = cases.back();  // stage 3, the parameters and half the optimizer state on NVMe
   c.offload_param = Home::kNvme;
   c.nvme_fraction = 0.5;
   cases.push_back(c);
+  c.offload_param = Home::kDevice;  // the shards on the device: all-gathered where they are
+  c.nvme_fraction = 0.0;
+  if (nccl != nullptr) cases.push_back(c);
   for (const ZCase& z : cases) {
-    SCOPED_TRACE(describe(z));
-    expect_same_bits(ref, train(comm, z, z.nvme_fraction > 0 ? store.store.get() : nullptr));
+    SCOPED_TRACE(describe(z) + (nccl != nullptr ? " over NCCL" : ""));
+    const ZRun r = train(comm, z, z.nvme_fraction > 0 ? store.store.get() : nullptr);
+    expect_same_bits(ref, r);
+    EXPECT_EQ(r.last.device_link, r.expected.device_link);
   }
+}
+
+TEST(ZeroStepOnCuda, EveryStageGivesTheBitsOfStageZero) {
+  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  expect_stage_zero_bits_on_cuda(nullptr);
+}
+
+// The collectives on the GPUs over NCCL (on the emulated runtime: NCCL emulated over MPI, which
+// sums in rank order in fp32 as the MPI communicator does).
+TEST(ZeroStepOnCuda, NcclCollectivesGiveTheBitsOfStageZero) {
+  if (gpu::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (!comm::nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  auto nccl = comm::create_communicator(comm::Backend::kNccl, comm::CommOptions::from_env(),
+                                        world().local_rank() % gpu::cuda_device_count());
+  ASSERT_TRUE(nccl.ok()) << nccl.status().to_string();
+  expect_stage_zero_bits_on_cuda(nccl->get());
 }
 
 #if STRATA_CUDA_EMULATE

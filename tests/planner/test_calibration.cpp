@@ -88,8 +88,11 @@ TEST_F(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineK
   }
   EXPECT_GT(r.rate(sched::Work::kFlops), 0.0);
   // The network's four rates, measured with several ranks; one rank sends nothing.
-  for (const sched::Work w : {sched::Work::kNetBytes, sched::Work::kNetReduceBytes,
-                              sched::Work::kNetCalls, sched::Work::kNetReduceCalls}) {
+  // The device links: the same measurement (no device communicator: the host one's).
+  for (const sched::Work w :
+       {sched::Work::kNetBytes, sched::Work::kNetReduceBytes, sched::Work::kNetCalls,
+        sched::Work::kNetReduceCalls, sched::Work::kLinkBytes, sched::Work::kLinkReduceBytes,
+        sched::Work::kLinkCalls, sched::Work::kLinkReduceCalls}) {
     if (comm.size() == 1) {
       EXPECT_EQ(r.rate(w), 1e30) << sched::work_name(w);
     } else {

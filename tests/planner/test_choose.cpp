@@ -104,6 +104,71 @@ TEST(Choose, SaysWhatIsLeftToIt) {
   EXPECT_TRUE(needs_rates(c));
 }
 
+// Rank 0 of two, for plans only: a plan-only session reads the ranks and starts no collective.
+class TwoRanksToPlan : public comm::Communicator {
+ public:
+  TwoRanksToPlan() : comm::Communicator(comm::CommOptions{}) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 2; }
+  std::string_view backend() const override { return "plan"; }
+  [[noreturn]] void abort(const Status& reason) override {
+    ADD_FAILURE() << "abort: " << reason.to_string();
+    std::abort();
+  }
+
+ protected:
+  Result<std::unique_ptr<comm::PendingOp>> start_impl(const comm::CollectiveCall&) override {
+    return make_error(ErrorCode::kInternal, "a plan-only session started a collective");
+  }
+};
+
+// zero.collectives auto: with several ranks both places are planned and the device taken when
+// predicted faster (at equal rates it moves the shards, not whole blocks, over PCIe); with slow
+// device links the host; one rank: the host, without planning.
+TEST(Choose, CollectivesOnTheDeviceOnlyWhenPredictedFaster) {
+  Machine m;
+  TwoRanksToPlan two;
+  m.ctx.comm = &two;
+  EngineConfig c = stage3(1);
+  c.zero.collectives = engine::Collectives::kAuto;
+  EXPECT_TRUE(has_auto(c));
+  EXPECT_TRUE(needs_rates(c));
+  Choice fast = choose({c, 2}, false, planning(), m.ctx);
+  ASSERT_TRUE(fast.status.ok()) << fast.status.to_string();
+  ASSERT_TRUE(fast.collectives);
+  const CollectivesSearch& s = *fast.collectives;
+  ASSERT_TRUE(s.why[0].ok() && s.why[1].ok());
+  using sched::Work;
+  auto work = [&](int k, Work w) { return s.planned[k].prediction.work[int(w)]; };
+  // Each gather uploads half a block (two ranks); the collectives move as much either way, on
+  // the device links instead of the network.
+  EXPECT_NEAR(work(1, Work::kH2DBytes) * 2, work(0, Work::kH2DBytes),
+              0.02 * work(0, Work::kH2DBytes));
+  EXPECT_EQ(work(1, Work::kNetBytes) + work(1, Work::kLinkBytes), work(0, Work::kNetBytes));
+  EXPECT_EQ(work(0, Work::kLinkBytes), 0.0);
+  EXPECT_TRUE(s.device_faster);
+  EXPECT_EQ(fast.settings.config.zero.collectives, engine::Collectives::kDevice);
+  EXPECT_TRUE(fast.settings.config.validate(true).ok());
+  // Device links a million times slower than the network: the host.
+  for (Work w :
+       {Work::kLinkBytes, Work::kLinkReduceBytes, Work::kLinkCalls, Work::kLinkReduceCalls}) {
+    m.ctx.rates.per_second[int(w)] = 1e3;
+  }
+  Choice slow = choose({c, 2}, false, planning(), m.ctx);
+  ASSERT_TRUE(slow.status.ok() && slow.collectives);
+  EXPECT_FALSE(slow.collectives->device_faster);
+  EXPECT_EQ(slow.settings.config.zero.collectives, engine::Collectives::kHost);
+  // One rank: nothing to plan.
+  Machine one;
+  one.ctx.rates = sched::Rates{};
+  Choice alone = choose({c, 2}, false, planning(), one.ctx);
+  ASSERT_TRUE(alone.status.ok());
+  EXPECT_FALSE(alone.collectives);
+  EXPECT_EQ(alone.settings.config.zero.collectives, engine::Collectives::kHost);
+}
+
 TEST(Choose, LeavesAConfigWithoutAutoValuesAlone) {
   Machine m;
   const Settings base{stage3(2), 2};

@@ -66,8 +66,9 @@ class PlanBuilder {
   // A task of `bytes` on the NVMe lane: its bytes, and one request's latency.
   void nvme_work(sched::TaskId t, sched::Work w, double bytes);
   // A collective of `kind` over `count` elements of `dt` per rank (collective_work.h).
+  // On device buffers (`on_device`): the device links' work.
   void collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count, DType dt, int rank,
-                       int ranks);
+                       int ranks, bool on_device = false);
 };
 
 }  // namespace strata::engine::zero

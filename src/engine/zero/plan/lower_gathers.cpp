@@ -213,7 +213,8 @@ TaskId GatherLowering::on_device(size_t k, BufferId sh, BufferId staged, TaskId 
         return rt->on_device(all, &ZeroTraffic::param_all_gather);
       },
       std::move(deps));
-  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks);
+  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks,
+                      true);
   if (src >= 0) {
     plan.reads(gather, src);
     plan.acquire(gather, gd);

@@ -201,9 +201,10 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
                  return rt->on_device(ag, &ZeroTraffic::grad_all_gather);
                },
                {before});
-  pb_.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16, dt, rank, lay_.ranks);
+  pb_.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16, dt, rank, lay_.ranks,
+                      true);
   if (stage == 0) {
-    pb_.collective_work(reduce, comm::CollectiveKind::kAllGather, c16, dt, rank, lay_.ranks);
+    pb_.collective_work(reduce, comm::CollectiveKind::kAllGather, c16, dt, rank, lay_.ranks, true);
   }
   if (last_only) pb_.task_runs_when(reduce, RunsWhen::kLastMicro);
   plan.reads(reduce, dbuf);

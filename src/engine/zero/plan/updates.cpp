@@ -156,7 +156,8 @@ TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
                                    return rt->on_device(all, &ZeroTraffic::param_all_gather);
                                  },
                                  {up});
-  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks);
+  pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks,
+                      true);
   plan.reads(gather, d);
   plan.writes(gather, d);
   // Into the model's block on the device (no host link crossed).
