@@ -18,11 +18,14 @@ void print_step_traffic(int64_t step, const engine::StepTraffic& traffic,
       static_cast<unsigned long long>(t.param_all_gather), static_cast<unsigned long long>(t.stats),
       static_cast<unsigned long long>(traffic.expected.total()));
   const engine::ZeroLaneBytes& lb = traffic.lanes;
-  std::printf("lanes step %lld: h2d %llu bytes, d2h %llu, nvme read %llu, nvme write %llu\n",
-              static_cast<long long>(step), static_cast<unsigned long long>(lb.h2d),
-              static_cast<unsigned long long>(lb.d2h),
-              static_cast<unsigned long long>(lb.nvme_read),
-              static_cast<unsigned long long>(lb.nvme_write));
+  std::printf(
+      "lanes step %lld: h2d (PCIe up) %llu bytes, d2h (down) %llu, nvme read %llu, nvme write "
+      "%llu, device links %llu (--comm: collectives on the %s)\n",
+      static_cast<long long>(step), static_cast<unsigned long long>(lb.h2d),
+      static_cast<unsigned long long>(lb.d2h), static_cast<unsigned long long>(lb.nvme_read),
+      static_cast<unsigned long long>(lb.nvme_write),
+      static_cast<unsigned long long>(t.device_link),
+      t.device_link > 0 || traffic.expected.device_link > 0 ? "device" : "host");
   for (size_t k = 0; k < comm::kNumCollectiveKinds; ++k) {
     const auto ck = static_cast<comm::CollectiveKind>(k);
     const comm::CollectiveStats cs = world.stats(ck);

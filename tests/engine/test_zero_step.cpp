@@ -1587,12 +1587,36 @@ void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
   cases.push_back(c);
   c.offload_param = Home::kDevice;  // the shards on the device: all-gathered where they are
   c.nvme_fraction = 0.0;
-  if (nccl != nullptr) cases.push_back(c);
+  if (nccl != nullptr) {
+    cases.push_back(c);
+    c.offload_param = Home::kPinned;  // the checkpoints in pinned memory
+    c.offload_activations = Home::kPinned;
+    cases.push_back(c);
+    c = base;  // stage 2, the optimizer on the device
+    c.stage = 2;
+    c.device_optimizer = true;
+    cases.push_back(c);
+  }
   for (const ZCase& z : cases) {
     SCOPED_TRACE(describe(z) + (nccl != nullptr ? " over NCCL" : ""));
     const ZRun r = train(comm, z, z.nvme_fraction > 0 ? store.store.get() : nullptr);
     expect_same_bits(ref, r);
     EXPECT_EQ(r.last.device_link, r.expected.device_link);
+  }
+  if (nccl == nullptr) return;
+  // Two micro-batches at stage 3 in both orders (the shards adding up in fp32 on the host): the
+  // bits of the collectives on the host.
+  for (bool layer_major : {false, true}) {
+    ZCase z;
+    z.steps = kCudaSteps;
+    z.stage = 3;
+    z.micro = 2;
+    z.layer_major = layer_major;
+    const ZRun host = train(comm, z, nullptr);
+    z.collectives = Collectives::kDevice;
+    z.device_comm = nccl;
+    SCOPED_TRACE(describe(z) + " over NCCL");
+    expect_same_bits(host, train(comm, z, nullptr));
   }
 }
 
