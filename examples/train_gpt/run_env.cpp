@@ -136,10 +136,17 @@ Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
                                                              const cpu::Placement& placement) {
   const bool cuda = dev.kind() == gpu::DeviceKind::kCuda;
   const bool mpi = world.backend() == "mpi";
-  // auto: the planner prices both places where a device communicator can exist (NCCL on GPUs;
-  // the CpuDevice's device memory is host memory: MPI).
+  // NCCL takes one rank a GPU: whether any rank shares its GPU (agreed, so that every rank
+  // decides alike; starting NCCL is collective).
+  float shared = cuda && placement.gpu_ranks > 1 ? 1.0f : 0.0f;
+  if (cuda && mpi && world.size() > 1) {
+    STRATA_RETURN_IF_ERROR(
+        world.all_reduce(&shared, &shared, 1, DType::kF32, comm::ReduceOp::kMax));
+  }
+  // auto: the planner prices both places where a device communicator can exist (NCCL on GPUs,
+  // one rank each; the CpuDevice's device memory is host memory: MPI).
   if (f.comm == "auto" && config.planned() && mpi && world.size() > 1 &&
-      (!cuda || comm::nccl_built())) {
+      (!cuda || (comm::nccl_built() && shared == 0.0f))) {
     config.zero.collectives = engine::Collectives::kAuto;
   }
   if (f.comm == "nccl" && !cuda) {
@@ -147,6 +154,11 @@ Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
                       "--comm nccl needs a GPU (--device cuda; this run's "
                       "device is ",
                       dev.name(), ", whose collectives are MPI's: --comm mpi)");
+  }
+  if (f.comm == "nccl" && shared != 0.0f) {
+    return make_error(ErrorCode::kConfig,
+                      "--comm nccl needs a GPU for each rank (NCCL refuses two ranks on one GPU; "
+                      "here ranks share a GPU: --device-ids, or --comm mpi)");
   }
   if (config.zero.collectives == engine::Collectives::kHost || !cuda || f.plan) {
     return std::unique_ptr<comm::Communicator>();

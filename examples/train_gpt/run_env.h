@@ -49,7 +49,8 @@ struct Devices {
 // The rank's GPU and thread count are its placement's (--device-threads overrides the count).
 Result<Devices> open_devices(const Flags& f, const cpu::Placement& placement);
 // --comm: auto becomes the planner's choice in `config` (zero.collectives auto: resolve_auto
-// prices both places) with several ranks under MPI on the CpuDevice, or on GPUs with NCCL built;
+// prices both places) with several ranks under MPI on the CpuDevice, or on GPUs with NCCL built
+// and a GPU for each rank;
 // for the collectives on (or possibly on) a CUDA device it opens the NCCL communicator on the
 // placement's GPU (null otherwise, and for --plan, which runs nothing). Collective.
 Result<std::unique_ptr<comm::Communicator>> open_device_comm(const Flags& f,
