@@ -5,6 +5,9 @@
 //
 // Shapes use B (batch), T (time), C (channels), NH (heads), HS = C/NH, V (vocab), Vp (padded
 // vocab, the row stride of logits and of the embedding table), N = rows.
+// Work: each op says its FLOPs (tensor-core work: matmul, attention) or the bytes it must move
+// at least (each input read once, each output written once; e bytes an element of `dtype`), the
+// figures bench/kernels/bench_kernels measures each kernel against its roofline with.
 // Every op returns a Status for argument errors found at enqueue time (bad shape, bad dtype
 // combination); errors while running surface at the next synchronize.
 //
@@ -25,6 +28,7 @@ namespace strata::gpu {
 // op(A) = A stored [M,K], or A stored [K,M] transposed when trans_a. op(B) = B stored [K,N], or
 // B stored [N,K] transposed when trans_b. Leading dimensions are the stored row lengths.
 // fp32 accumulation. A and B share dtype_ab; C and bias have dtype_c. beta = 0 never reads C.
+// Work: 2·M·N·K FLOPs; (M·K + K·N + M·N) e bytes (+ M·N e when beta reads C, + N e for a bias).
 struct MatmulArgs {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -59,25 +63,29 @@ class Kernels {
 
   virtual Status matmul(Stream& s, const MatmulArgs& args) = 0;
   // dbias[N] (+)= sum over rows of dout[M,N]; accumulate adds into dbias, else overwrites.
+  // Work: (M·N + N) e bytes.
   virtual Status bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,
                                DType dtype, bool accumulate) = 0;
 
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. tokens int32 in [0, V); wte [Vp,C], wpe [T',C]
-  // with T' >= T.
+  // with T' >= T. Work: (2·B·T·C + T·C) e + 4·B·T bytes.
   virtual Status embedding_forward(Stream& s, void* out, const int32_t* tokens, const void* wte,
                                    const void* wpe, int64_t B, int64_t T, int64_t C,
                                    DType dtype) = 0;
   // dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Each element's
-  // additions are summed in fp32 in position order and rounded once.
+  // additions are summed in fp32 in position order and rounded once. Work: (2·B·T·C + 2·T·C) e
+  // + 4·B·T bytes.
   virtual Status embedding_backward(Stream& s, void* dwte, void* dwpe, const void* dout,
                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                     DType dtype) = 0;
 
   // out[N,C] = (inp - mean) * rstd * weight + bias, per row; mean/rstd fp32 [N] are saved.
+  // Work: (2·N·C + 2·C) e + 8·N bytes.
   virtual Status layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
                                    const void* weight, const void* bias, int64_t N, int64_t C,
                                    float eps, DType dtype) = 0;
-  // dinp += d/dinp; dweight += ...; dbias += ... (all three accumulate).
+  // dinp += d/dinp; dweight += ...; dbias += ... (all three accumulate). Work: (4·N·C + 5·C) e
+  // + 8·N bytes (dout, inp, dinp read and written, the weight, dweight and dbias).
   virtual Status layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias,
                                     const void* dout, const void* inp, const void* weight,
                                     const float* mean, const float* rstd, int64_t N, int64_t C,
@@ -114,6 +122,7 @@ class Kernels {
                                  int64_t N, int64_t H, DType dtype) = 0;
 
   // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  // Work: 2·n e bytes (the backward: 3·n e).
   virtual Status gelu_forward(Stream& s, void* out, const void* inp, int64_t n, DType dtype) = 0;
   // dinp = gelu'(inp) * dout (overwrites).
   virtual Status gelu_backward(Stream& s, void* dinp, const void* inp, const void* dout, int64_t n,
@@ -124,16 +133,19 @@ class Kernels {
   // row [B,T,C + 2*NKV*HS] holds q (NH heads of HS = C/NH) | k (NKV heads) | v (NKV heads);
   // query head h uses key/value head h / (NH / NKV). out [B,T,C]; lse fp32 [B,NH,T] = log-sum-
   // exp of each row's scaled scores (saved for the backward). Scores are q.k / sqrt(HS),
-  // softmax in fp32.
+  // softmax in fp32. Work (NKV = NH): 2·B·T²·C FLOPs (QKᵀ and PV, the causal half of 4·B·T²·C);
+  // 4·B·T·C e + 4·B·NH·T bytes.
   virtual Status attention_forward(Stream& s, void* out, float* lse, const void* qkv, int64_t B,
                                    int64_t T, int64_t C, int64_t NH, int64_t NKV, DType dtype) = 0;
   // dqkv (qkv's shape) = gradient w.r.t. qkv (overwrites), from dout [B,T,C], the forward's qkv,
   // out and lse. A key/value head's gradient sums its group's query heads in head order.
+  // Work (NKV = NH): 5·B·T²·C FLOPs (five matmuls of the causal half, as FlashAttention-2's
+  // backward); 8·B·T·C e + 4·B·NH·T bytes.
   virtual Status attention_backward(Stream& s, void* dqkv, const void* dout, const void* qkv,
                                     const void* out, const float* lse, int64_t B, int64_t T,
                                     int64_t C, int64_t NH, int64_t NKV, DType dtype) = 0;
 
-  // out = a + b (n elements; out may alias a or b).
+  // out = a + b (n elements; out may alias a or b). Work: 3·n e bytes.
   virtual Status add(Stream& s, void* out, const void* a, const void* b, int64_t n,
                      DType dtype) = 0;
   // x *= factor (n elements).
@@ -145,13 +157,14 @@ class Kernels {
   // Softmax over the first V of Vp columns of logits [N,Vp], then per row:
   // losses[r] = -log p[targets[r]] (fp32), and logits are overwritten with the gradient
   // dlogits = (p - onehot(target)) * dloss (padded columns set to 0). A row whose target is
-  // negative is ignored: loss 0 and gradient 0.
+  // negative is ignored: loss 0 and gradient 0. Work: 2·N·Vp e + 8·N bytes.
   virtual Status softmax_cross_entropy(Stream& s, float* losses, void* logits,
                                        const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                                        float dloss, DType dtype) = 0;
 
   // out fp32 [2]: out[0] = sum of x^2 (fp32 accumulation, fixed order), out[1] = 1.0f if any
   // element is NaN or Inf else 0.0f. When accumulate, out[0] += and out[1] = max(out[1], ...).
+  // Work: n e bytes.
   virtual Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
                              bool accumulate) = 0;
 
@@ -159,7 +172,8 @@ class Kernels {
   // updated in place from gradients of `grad_dtype`, the new params also written as fp16/bf16
   // into out16 when it is given, with the constants of cpu::CpuAdam::constants and exactly
   // cpu_adam.h's per-element operations (bit for bit with the CPU Adam on the CpuDevice; on a GPU
-  // the same IEEE operations, fused multiply-adds included).
+  // the same IEEE operations, fused multiply-adds included). Work: 24 bytes an element (fp32 p,
+  // m, v read and written) + the gradient's + out16's.
   virtual Status adam_step(Stream& s, const AdamArgs& args) = 0;
 };
 

@@ -12,4 +12,14 @@ double datasheet_peak_flops(std::string_view name, DType dtype) {
   return 0.0;
 }
 
+double datasheet_memory_bandwidth(std::string_view name) {
+  auto has = [name](std::string_view part) { return name.find(part) != std::string_view::npos; };
+  if (has("H100") && has("PCIe")) return 2.0e12;
+  if (has("GH200")) return 4.0e12;
+  if (has("H200")) return 4.8e12;
+  if (has("H100")) return 3.35e12;
+  if (has("A100")) return 2.0e12;
+  return 0.0;
+}
+
 }  // namespace strata::gpu

@@ -15,4 +15,9 @@ namespace strata::gpu {
 
 double datasheet_peak_flops(std::string_view device_name, DType dtype);
 
+// The datasheet's memory bandwidth (bytes/s), the other roof of a kernel's roofline: H100 SXM
+// 3.35 TB/s, H100 PCIe 2.0, H200 4.8, GH200 4.0, A100 2.0 (the 80 GB part; the 40 GB reads as it
+// too). 0 for any other device and the CpuDevice.
+double datasheet_memory_bandwidth(std::string_view device_name);
+
 }  // namespace strata::gpu

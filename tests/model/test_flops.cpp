@@ -30,6 +30,11 @@ TEST(Mfu, Gpt2SmallFlopsPerTokenByHand) {
 TEST(Mfu, DatasheetPeaksByName) {
   EXPECT_EQ(gpu::datasheet_peak_flops("NVIDIA H100 80GB HBM3 (sm_90)", DType::kBF16), 989e12);
   EXPECT_EQ(gpu::datasheet_peak_flops("NVIDIA H200 (sm_90)", DType::kF16), 989e12);
+  EXPECT_EQ(gpu::datasheet_memory_bandwidth("NVIDIA H100 80GB HBM3 (sm_90)"), 3.35e12);
+  EXPECT_EQ(gpu::datasheet_memory_bandwidth("NVIDIA H100 PCIe (sm_90)"), 2.0e12);
+  EXPECT_EQ(gpu::datasheet_memory_bandwidth("NVIDIA H200 (sm_90)"), 4.8e12);
+  EXPECT_EQ(gpu::datasheet_memory_bandwidth("NVIDIA GH200 480GB (sm_90)"), 4.0e12);
+  EXPECT_EQ(gpu::datasheet_memory_bandwidth("cpu (2 threads)"), 0.0);
   EXPECT_EQ(gpu::datasheet_peak_flops("NVIDIA GH200 480GB (sm_90)", DType::kBF16), 989e12);
   EXPECT_EQ(gpu::datasheet_peak_flops("NVIDIA H100 PCIe (sm_90)", DType::kBF16), 756e12);
   EXPECT_EQ(gpu::datasheet_peak_flops("NVIDIA A100-SXM4-80GB (sm_80)", DType::kBF16), 312e12);
