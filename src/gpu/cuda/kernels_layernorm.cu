@@ -10,7 +10,6 @@ namespace strata::gpu::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRowGroups = 16;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
@@ -273,13 +272,18 @@ cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dwe
                                      N, C, scratch);
 }
 
-int layernorm_param_chunks(int64_t N, int64_t C) {
+int column_reduction_chunks(int64_t rows, int64_t columns, int64_t per_column) {
   constexpr int64_t kTargetBlocks = 528;  // four blocks per SM of an H100/H200 (132 SMs)
-  const int64_t column_blocks = (C + 31) / 32;
+  const int64_t column_blocks = (columns + 31) / 32;
   int64_t chunks = (kTargetBlocks + column_blocks - 1) / column_blocks;
-  chunks = std::min(chunks, (N + kRowGroups - 1) / kRowGroups);  // a chunk: kRowGroups rows or more
-  chunks = std::min(chunks, kStreamScratchFloats / (2 * C));
+  // A chunk: kRowGroups rows or more.
+  chunks = std::min(chunks, (rows + kRowGroups - 1) / kRowGroups);
+  chunks = std::min(chunks, kStreamScratchFloats / std::max<int64_t>(1, per_column * columns));
   return static_cast<int>(std::max<int64_t>(1, chunks));
 }
+
+int layernorm_param_chunks(int64_t N, int64_t C) { return column_reduction_chunks(N, C, 2); }
+
+int bias_backward_chunks(int64_t m, int64_t n) { return column_reduction_chunks(m, n, 1); }
 
 }  // namespace strata::gpu::cuda

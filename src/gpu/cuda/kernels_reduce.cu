@@ -6,28 +6,49 @@
 namespace strata::gpu::cuda {
 namespace {
 
-// bias_backward: a block of 32 columns x kRowGroups row groups; thread (x, y) sums rows
-// y, y + kRowGroups, ... of its column in order, then row 0 of the block adds the kRowGroups
-// partials in order.
-constexpr int kRowGroups = 16;
-
+// bias_backward: a block of 32 columns x kRowGroups row groups over the rows of one chunk
+// (blockIdx.y; one chunk: every row); thread (x, y) sums rows y, y + kRowGroups, ... of its
+// column in the chunk in order, then row 0 of the block adds the kRowGroups partials in order.
+// One chunk: that is the column's sum (+ dbias), stored. Several (bias_backward_chunks: the
+// columns alone would leave the GPU idle, 24 blocks at C = 768): each chunk's sums go to
+// scratch[chunk][col], and a second pass adds them in chunk order. No atomics: the same bits
+// every run.
 template <typename T>
-__global__ void bias_backward_kernel(T* dbias, const T* dout, int64_t m, int64_t n,
-                                     bool accumulate) {
+__global__ void bias_backward_kernel(T* dbias, float* scratch, const T* dout, int64_t m, int64_t n,
+                                     int64_t rows_per_chunk, bool accumulate) {
   __shared__ float partial[kRowGroups][32];
   const int64_t col = blockIdx.x * int64_t{32} + threadIdx.x;
+  const int64_t first = blockIdx.y * rows_per_chunk;
+  const int64_t end = first + rows_per_chunk < m ? first + rows_per_chunk : m;
   float sum = 0.0f;
   if (col < n) {
-    for (int64_t r = threadIdx.y; r < m; r += kRowGroups) sum += load_f32(dout + r * n + col);
+    for (int64_t r = first + threadIdx.y; r < end; r += kRowGroups) {
+      sum += load_f32(dout + r * n + col);
+    }
   }
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < n) {
     float total = 0.0f;
     for (int g = 0; g < kRowGroups; ++g) total += partial[g][threadIdx.x];
+    if (gridDim.y > 1) {
+      scratch[int64_t{blockIdx.y} * n + col] = total;
+      return;
+    }
     if (accumulate) total += load_f32(dbias + col);
     store_f32(dbias + col, total);
   }
+}
+
+template <typename T>
+__global__ void bias_backward_final_kernel(T* dbias, const float* scratch, int64_t n, int chunks,
+                                           bool accumulate) {
+  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (col >= n) return;
+  float total = 0.0f;
+  for (int k = 0; k < chunks; ++k) total += scratch[int64_t{k} * n + col];
+  if (accumulate) total += load_f32(dbias + col);
+  store_f32(dbias + col, total);
 }
 
 template <typename T>
@@ -165,11 +186,18 @@ __global__ void sum_squares_final_kernel(float* out, const float* scratch, int b
 struct BiasBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dbias, const void* dout, int64_t m, int64_t n,
-                         bool accumulate) {
+                         bool accumulate, float* scratch) {
+    const int chunks = bias_backward_chunks(m, n);
+    const int64_t rows_per_chunk = (m + chunks - 1) / chunks;
     const dim3 block(32, kRowGroups);
-    const dim3 grid(static_cast<unsigned>((n + 31) / 32));
-    bias_backward_kernel<T><<<grid, block, 0, s>>>(static_cast<T*>(dbias),
-                                                   static_cast<const T*>(dout), m, n, accumulate);
+    const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+    bias_backward_kernel<T><<<grid, block, 0, s>>>(static_cast<T*>(dbias), scratch,
+                                                   static_cast<const T*>(dout), m, n,
+                                                   rows_per_chunk, accumulate);
+    const cudaError_t err = launch_result();
+    if (err != cudaSuccess || chunks == 1) return err;
+    bias_backward_final_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+        static_cast<T*>(dbias), scratch, n, chunks, accumulate);
     return launch_result();
   }
 };
@@ -229,9 +257,9 @@ struct SumSquares {
 }  // namespace
 
 cudaError_t launch_bias_backward(cudaStream_t stream, void* dbias, const void* dout, int64_t m,
-                                 int64_t n, ElemType t, bool accumulate) {
+                                 int64_t n, ElemType t, bool accumulate, float* scratch) {
   if (n == 0) return cudaSuccess;
-  return dispatch<BiasBackward>(t, stream, dbias, dout, m, n, accumulate);
+  return dispatch<BiasBackward>(t, stream, dbias, dout, m, n, accumulate, scratch);
 }
 
 cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32_t* tokens,

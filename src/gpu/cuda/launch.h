@@ -18,6 +18,9 @@ namespace strata::gpu::cuda {
 // Same values as strata::DType (core/dtype.h), which .cu files cannot include (C++20).
 enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
+// The row groups of a block of the column reductions (bias_backward, the norms' parameter
+// gradients): 32 columns x kRowGroups threads, each summing every kRowGroups-th row in order.
+inline constexpr int kRowGroups = 16;
 // Largest head size the attention kernels support.
 inline constexpr int64_t kMaxHeadSize = 256;
 // Floats of per-stream scratch that sum_squares needs (partials of its first pass).
@@ -30,8 +33,18 @@ static_assert(kStreamScratchFloats >= kSumSquaresScratchFloats);
 
 cudaError_t launch_add_bias_rows(cudaStream_t stream, void* c, const void* bias, int64_t m,
                                  int64_t n, ElemType t);
+// `scratch` holds kStreamScratchFloats floats of device memory owned by the stream (the row
+// chunks' column sums, bias_backward_chunks(m, n) x n floats).
 cudaError_t launch_bias_backward(cudaStream_t stream, void* dbias, const void* dout, int64_t m,
-                                 int64_t n, ElemType t, bool accumulate);
+                                 int64_t n, ElemType t, bool accumulate, float* scratch);
+// The row chunks of a two-pass column reduction of `rows` rows and `columns` columns with
+// `per_column` floats of partial sums a column and chunk: enough blocks of 32 columns to fill an
+// H100/H200 (four a multiprocessor), at least kRowGroups rows a chunk, within the stream's
+// scratch; 1 when the columns alone fill the GPU. A function of its arguments only, so the
+// summation order, and the bits, are the same on every run.
+int column_reduction_chunks(int64_t rows, int64_t columns, int64_t per_column);
+// bias_backward's: column_reduction_chunks(m, n, 1).
+int bias_backward_chunks(int64_t m, int64_t n);
 
 cudaError_t launch_embedding_forward(cudaStream_t stream, void* out, const int32_t* tokens,
                                      const void* wte, const void* wpe, int64_t B, int64_t T,

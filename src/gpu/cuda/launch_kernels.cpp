@@ -72,8 +72,9 @@ Status LaunchKernels::bias_backward(Stream& s, void* dbias, const void* dout, in
   if (n == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dbias, m > 0 ? dout : dbias}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
-  return launched(
-      launch_bias_backward(target.stream, dbias, dout, m, n, elem_type(dtype), accumulate), op);
+  return launched(launch_bias_backward(target.stream, dbias, dout, m, n, elem_type(dtype),
+                                       accumulate, target.scratch),
+                  op);
 }
 
 Status LaunchKernels::embedding_forward(Stream& s, void* out, const int32_t* tokens,
