@@ -1,5 +1,8 @@
-// Fused softmax + cross-entropy: one block per row of logits [N, Vp]. Three passes over the row
-// (max, sum of exponentials, gradient write), all in fp32 with fixed-order block reductions.
+// Fused softmax + cross-entropy: one block per row of logits [N, Vp]. Two passes over the row:
+// an online pass (each thread keeps its running maximum and its sum of exponentials rescaled to
+// it as the maximum grows), the threads' maxima and rescaled sums combined with fixed-order block
+// reductions; then the gradient write. The row is read twice and written once (it was read three
+// times: maximum, sum, gradient). All in fp32.
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -19,12 +22,19 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int
     if (threadIdx.x == 0) losses[row] = 0.0f;
     return;
   }
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, load_f32(x + i));
-  mx = block_max(mx, shared);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) sum += expf(load_f32(x + i) - mx);
-  sum = block_sum(sum, shared);
+  float own_max = -INFINITY, own_sum = 0.0f;  // own_sum: sum of exp(x - own_max)
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = load_f32(x + i);
+    if (v > own_max) {
+      own_sum = own_sum * expf(own_max - v) + 1.0f;
+      own_max = v;
+    } else {
+      own_sum += expf(v - own_max);
+    }
+  }
+  const float mx = block_max(own_max, shared);
+  // A thread that saw no element (or only -inf) adds nothing.
+  const float sum = block_sum(own_max == -INFINITY ? 0.0f : own_sum * expf(own_max - mx), shared);
   const float log_sum = logf(sum);
   const bool valid = target < V;
   if (threadIdx.x == 0) {
