@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "gpu/cuda/launch.h"
 
@@ -42,6 +43,38 @@ __device__ __forceinline__ void store_f32<__half>(__half* p, float v) {
 template <>
 __device__ __forceinline__ void store_f32<__nv_bfloat16>(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16_rn(v);
+}
+
+// 16-byte memory paths: kPack<T> elements of T in one 16-byte load or store (8 fp16/bf16, 4
+// fp32), converted to and from fp32 one by one as load_f32 and store_f32 do (so a packed kernel
+// gives the bits of the element-by-element one). The address must be 16-byte aligned.
+template <typename T>
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+// 16 bytes of T, aligned: one 128-bit load or store.
+template <typename T>
+struct alignas(16) PackOf {
+  T e[kPack<T>];
+};
+template <typename T>
+__device__ __forceinline__ void load_pack(const T* p, float* v) {
+  const PackOf<T> raw = *reinterpret_cast<const PackOf<T>*>(p);
+#pragma unroll
+  for (int j = 0; j < kPack<T>; ++j) v[j] = load_f32(&raw.e[j]);
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const float* v) {
+  PackOf<T> raw;
+#pragma unroll
+  for (int j = 0; j < kPack<T>; ++j) store_f32(&raw.e[j], v[j]);
+  *reinterpret_cast<PackOf<T>*>(p) = raw;
+}
+// Whether every pointer given (null ones aside) is 16-byte aligned: the packed paths' condition,
+// checked on the host at launch.
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
+  }
+  return true;
 }
 
 // Calls F::template run<T>(args...) with T the storage type of `t`.

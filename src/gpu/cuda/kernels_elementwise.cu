@@ -1,6 +1,6 @@
 // Elementwise kernels: bias add (after a matmul), GELU and its backward, add, scale and casts.
 // Grid-stride loops over int64 indices; each element is computed independently, so results do
-// not depend on the launch shape.
+// not depend on the launch shape. GELU, add and scale move 16 bytes at a time (map_kernel).
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -20,44 +20,64 @@ __global__ void add_bias_rows_kernel(T* c, const T* bias, int64_t m, int64_t n) 
 // sqrt(2 / pi)
 constexpr float kGeluScale = 0.7978845608028654f;
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = load_f32(inp + i);
-    const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    store_f32(out + i, 0.5f * x * (1.0f + tanhf(u)));
+// out[i] = op(a[i], b[i]) (b null: op(a[i], 0)) for i < n. Packed (every pointer 16-byte
+// aligned): each thread takes 16 bytes of each operand at a time, then the n % kPack tail one by
+// one; each element's result is the same either way. out may alias a or b.
+template <typename T, typename Op>
+__global__ void map_kernel(T* out, const T* a, const T* b, int64_t n, bool packed, Op op) {
+  constexpr int kW = kPack<T>;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t done = 0;
+  if (packed) {
+    const int64_t packs = n / kW;
+    for (int64_t p = first; p < packs; p += stride) {
+      float x[kW], y[kW];
+      load_pack(a + p * kW, x);
+      if (b != nullptr) load_pack(b + p * kW, y);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) x[j] = op(x[j], b != nullptr ? y[j] : 0.0f);
+      store_pack(out + p * kW, x);
+    }
+    done = packs * kW;
+  }
+  for (int64_t i = done + first; i < n; i += stride) {
+    store_f32(out + i, op(load_f32(a + i), b != nullptr ? load_f32(b + i) : 0.0f));
   }
 }
 
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = load_f32(inp + i);
+struct GeluOp {
+  __device__ float operator()(float x, float) const {
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+  }
+};
+struct GeluGradOp {  // (inp, dout)
+  __device__ float operator()(float x, float dout) const {
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float th = tanhf(u);
     const float sech2 = 1.0f - th * th;
     const float du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
-    store_f32(dinp + i, grad * load_f32(dout + i));
+    return grad * dout;
   }
-}
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct ScaleOp {
+  float factor;
+  __device__ float operator()(float x, float) const { return x * factor; }
+};
 
-template <typename T>
-__global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    store_f32(out + i, load_f32(a + i) + load_f32(b + i));
-  }
-}
-
-template <typename T>
-__global__ void scale_kernel(T* x, float factor, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    store_f32(x + i, load_f32(x + i) * factor);
-  }
+// Launches map_kernel over n elements (packed where the pointers allow).
+template <typename T, typename Op>
+cudaError_t map(cudaStream_t s, void* out, const void* a, const void* b, int64_t n, Op op) {
+  const bool packed = aligned16({out, a, b});
+  const int64_t items = packed ? (n + kPack<T> - 1) / kPack<T> : n;
+  map_kernel<T, Op><<<grid_for(items, kThreads), kThreads, 0, s>>>(
+      static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, packed, op);
+  return launch_result();
 }
 
 template <typename D, typename S>
@@ -79,32 +99,25 @@ struct AddBiasRows {
 struct GeluForward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* out, const void* inp, int64_t n) {
-    gelu_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        static_cast<T*>(out), static_cast<const T*>(inp), n);
-    return launch_result();
+    return map<T>(s, out, inp, nullptr, n, GeluOp{});
   }
 };
 struct GeluBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dinp, const void* inp, const void* dout, int64_t n) {
-    gelu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        static_cast<T*>(dinp), static_cast<const T*>(inp), static_cast<const T*>(dout), n);
-    return launch_result();
+    return map<T>(s, dinp, inp, dout, n, GeluGradOp{});
   }
 };
 struct Add {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* out, const void* a, const void* b, int64_t n) {
-    add_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
-    return launch_result();
+    return map<T>(s, out, a, b, n, AddOp{});
   }
 };
 struct Scale {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* x, float factor, int64_t n) {
-    scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), factor, n);
-    return launch_result();
+    return map<T>(s, x, x, nullptr, n, ScaleOp{factor});
   }
 };
 // Second level of the cast dispatch: the source type is fixed to S.
