@@ -84,6 +84,17 @@ class Kernels {
   virtual Status layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
                                    const void* weight, const void* bias, int64_t N, int64_t C,
                                    float eps, DType dtype) = 0;
+  // The residual add fused with the LayerNorm that reads it: residual[N,C] = a + b (rounded),
+  // then layernorm_forward of residual into out, mean, rstd: the bits of add() then
+  // layernorm_forward() (the default does exactly that; a GPU reads a and b once and the residual
+  // from cache). residual may alias a or b. Work: (4·N·C + 2·C) e + 8·N bytes.
+  virtual Status residual_layernorm_forward(Stream& s, void* residual, void* out, float* mean,
+                                            float* rstd, const void* a, const void* b,
+                                            const void* weight, const void* bias, int64_t N,
+                                            int64_t C, float eps, DType dtype) {
+    STRATA_RETURN_IF_ERROR(add(s, residual, a, b, N * C, dtype));
+    return layernorm_forward(s, out, mean, rstd, residual, weight, bias, N, C, eps, dtype);
+  }
   // dinp += d/dinp; dweight += ...; dbias += ... (all three accumulate). Work: (4·N·C + 5·C) e
   // + 8·N bytes (dout, inp, dinp read and written, the weight, dweight and dbias).
   virtual Status layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias,

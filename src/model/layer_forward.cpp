@@ -37,10 +37,10 @@ Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bo
   // tmp[n,C] = atty[n,C] . attprojw[C,C]^T + attprojb; res2 = x + tmp
   STRATA_RETURN_IF_ERROR(linear(s, tmp_.data(), a.atty.data(), elem(p, ll_.attprojw, dt),
                                 elem(p, ll_.attprojb, dt), c, c));
-  STRATA_RETURN_IF_ERROR(k_ops_.add(s, a.res2.data(), x, tmp_.data(), n * c, dt));
-  STRATA_RETURN_IF_ERROR(k_ops_.layernorm_forward(
-      s, a.ln2.data(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.res2.data(),
-      elem(p, ll_.ln2w, dt), elem(p, ll_.ln2b, dt), n, c, kLayerNormEps, dt));
+  // ln2 = LayerNorm(res2), fused with the residual add.
+  STRATA_RETURN_IF_ERROR(k_ops_.residual_layernorm_forward(
+      s, a.res2.data(), a.ln2.data(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), x,
+      tmp_.data(), elem(p, ll_.ln2w, dt), elem(p, ll_.ln2b, dt), n, c, kLayerNormEps, dt));
   // fch[n,4C] = ln2[n,C] . fcw[4C,C]^T + fcb; fch_gelu = gelu(fch)
   STRATA_RETURN_IF_ERROR(
       linear(s, a.fch.data(), a.ln2.data(), elem(p, ll_.fcw, dt), elem(p, ll_.fcb, dt), 4 * c, c));

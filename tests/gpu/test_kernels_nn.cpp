@@ -1,6 +1,7 @@
 // Kernel conformance, part 2: layernorm, attention, embedding and softmax cross-entropy, forward
 // and backward, against the float64 reference, in every dtype.
 #include <cstdlib>
+#include <utility>
 
 #include "kernel_test_util.h"
 
@@ -52,6 +53,54 @@ TEST_P(NnTest, LayernormForwardBackward) {
   layernorm_case(*this, d_, dt(), 11, 37, tol());
   layernorm_case(*this, d_, dt(), 70, 200, tol());
   layernorm_case(*this, d_, dt(), 300, 64, tol());  // parameter gradients in 19 row chunks
+}
+
+// The residual add fused with its LayerNorm gives the bits of add() then layernorm_forward() on
+// the same device (the fused GPU kernel packs and orders its sums as the LayerNorm alone does),
+// the residual written in place over its first input too; and the result is the float64
+// reference's LayerNorm of the rounded sum.
+TEST_P(NnTest, ResidualLayernormIsTheAddThenTheLayernorm) {
+  for (const auto& [N, C] : {std::pair<int64_t, int64_t>{11, 37}, {70, 200}, {9, 64}}) {
+    Vec a = random_vec(N * C, 30, -2.0, 3.0), b = random_vec(N * C, 31), w = random_vec(C, 32),
+        bias = random_vec(C, 33);
+    auto pa = d_.upload(a, dt());
+    auto pb = d_.upload(b, dt());
+    auto pw = d_.upload(w, dt());
+    auto pbias = d_.upload(bias, dt());
+    const size_t bytes = static_cast<size_t>(N * C) * dtype_size(dt());
+    auto res1 = d_.zeros(bytes), out1 = d_.zeros(bytes), res2 = d_.zeros(bytes),
+         out2 = d_.zeros(bytes);
+    auto m1 = d_.zeros(N * 4), r1 = d_.zeros(N * 4), m2 = d_.zeros(N * 4), r2 = d_.zeros(N * 4);
+    ASSERT_TRUE(d_.k().add(d_.stream(), res1.data(), pa.data(), pb.data(), N * C, dt()).ok());
+    ASSERT_TRUE(d_.k()
+                    .layernorm_forward(d_.stream(), out1.data(), m1.as<float>(), r1.as<float>(),
+                                       res1.data(), pw.data(), pbias.data(), N, C, 1e-5f, dt())
+                    .ok());
+    ASSERT_TRUE(d_.k()
+                    .residual_layernorm_forward(
+                        d_.stream(), res2.data(), out2.data(), m2.as<float>(), r2.as<float>(),
+                        pa.data(), pb.data(), pw.data(), pbias.data(), N, C, 1e-5f, dt())
+                    .ok());
+    const std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    EXPECT_EQ(d_.download_bytes(res2, bytes), d_.download_bytes(res1, bytes))
+        << "residual" << shape;
+    EXPECT_EQ(d_.download_bytes(out2, bytes), d_.download_bytes(out1, bytes)) << "out" << shape;
+    EXPECT_EQ(d_.download_bytes(m2, N * 4), d_.download_bytes(m1, N * 4)) << "mean" << shape;
+    EXPECT_EQ(d_.download_bytes(r2, N * 4), d_.download_bytes(r1, N * 4)) << "rstd" << shape;
+    // In place over a: the same.
+    ASSERT_TRUE(d_.k()
+                    .residual_layernorm_forward(d_.stream(), pa.data(), out2.data(), m2.as<float>(),
+                                                r2.as<float>(), pa.data(), pb.data(), pw.data(),
+                                                pbias.data(), N, C, 1e-5f, dt())
+                    .ok());
+    EXPECT_EQ(d_.download_bytes(pa, bytes), d_.download_bytes(res1, bytes)) << "in place" << shape;
+    EXPECT_EQ(d_.download_bytes(out2, bytes), d_.download_bytes(out1, bytes))
+        << "in place out" << shape;
+    // Against the reference: the LayerNorm of the rounded sum.
+    Vec sum = d_.download(res1, N * C, dt()), out, mean, rstd;
+    ref::layernorm_forward(sum, w, bias, N, C, 1e-5, out, mean, rstd);
+    expect_close(d_.download(out2, N * C, dt()), out, tol(), "residual layernorm" + shape);
+  }
 }
 
 // NKV key/value heads (grouped-query attention); NKV = 0 means NH (multi-head).

@@ -14,26 +14,44 @@ constexpr int kThreads = 256;
 // One block per row. Packed (C a multiple of kPack<T> and every pointer 16-byte aligned): each
 // thread reads and writes 16 bytes at a time, pack p = threadIdx.x, threadIdx.x + blockDim.x,
 // ...; otherwise element by element. The row's three reads come from L1/L2 after the first.
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t C, float eps,
-                                         bool packed) {
+// With a residual (kResidual): the first pass reads a and b (rows of `inp` and `add`), stores
+// their sum rounded into `residual` and sums the rounded values; the later passes read it back
+// (the thread's own elements: no barrier needed), so the bits are those of add() and then
+// layernorm_forward() with the same packing.
+template <typename T, bool kResidual>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual,
+                                         const T* inp, const T* add, const T* weight, const T* bias,
+                                         int64_t C, float eps, bool packed) {
   constexpr int kW = kPack<T>;
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const T* x = inp + row * C;
+  const T* x = kResidual ? residual + row * C : inp + row * C;
   T* y = out + row * C;
   const int64_t packs = packed ? C / kW : 0;
   float sum = 0.0f;
   if (packed) {
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       float v[kW];
-      load_pack(x + p * kW, v);
+      if (kResidual) {
+        float w[kW];
+        load_pack(inp + row * C + p * kW, v);
+        load_pack(add + row * C + p * kW, w);
+#pragma unroll
+        for (int j = 0; j < kW; ++j) v[j] += w[j];
+        store_pack(residual + row * C + p * kW, v);
+      }
+      load_pack(x + p * kW, v);  // the rounded values
 #pragma unroll
       for (int j = 0; j < kW; ++j) sum += v[j];
     }
   } else {
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sum += load_f32(x + i);
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      if (kResidual) {
+        store_f32(residual + row * C + i,
+                  load_f32(inp + row * C + i) + load_f32(add + row * C + i));
+      }
+      sum += load_f32(x + i);
+    }
   }
   const float m = block_sum(sum, shared) / static_cast<float>(C);
   float sq = 0.0f;
@@ -225,12 +243,21 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
 
 struct LayernormForward {
   template <typename T>
-  static cudaError_t run(cudaStream_t s, void* out, float* mean, float* rstd, const void* inp,
-                         const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
-    const bool packed = C % kPack<T> == 0 && aligned16({out, inp, weight, bias});
-    layernorm_forward_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, s>>>(
-        static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp), static_cast<const T*>(weight),
-        static_cast<const T*>(bias), C, eps, packed);
+  static cudaError_t run(cudaStream_t s, void* out, float* mean, float* rstd, void* residual,
+                         const void* a, const void* b, const void* weight, const void* bias,
+                         int64_t N, int64_t C, float eps) {
+    const bool packed = C % kPack<T> == 0 && aligned16({out, residual, a, b, weight, bias});
+    const auto grid = static_cast<unsigned>(N);
+    if (residual == nullptr) {
+      layernorm_forward_kernel<T, false><<<grid, kThreads, 0, s>>>(
+          static_cast<T*>(out), mean, rstd, nullptr, static_cast<const T*>(a), nullptr,
+          static_cast<const T*>(weight), static_cast<const T*>(bias), C, eps, packed);
+    } else {
+      layernorm_forward_kernel<T, true><<<grid, kThreads, 0, s>>>(
+          static_cast<T*>(out), mean, rstd, static_cast<T*>(residual), static_cast<const T*>(a),
+          static_cast<const T*>(b), static_cast<const T*>(weight), static_cast<const T*>(bias), C,
+          eps, packed);
+    }
     return launch_result();
   }
 };
@@ -294,10 +321,12 @@ cudaError_t launch_rmsnorm_backward(cudaStream_t stream, void* dinp, void* dweig
 }
 
 cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
-                                     const void* inp, const void* weight, const void* bias,
-                                     int64_t N, int64_t C, float eps, ElemType t) {
+                                     void* residual, const void* a, const void* b,
+                                     const void* weight, const void* bias, int64_t N, int64_t C,
+                                     float eps, ElemType t) {
   if (N == 0 || C == 0) return cudaSuccess;
-  return dispatch<LayernormForward>(t, stream, out, mean, rstd, inp, weight, bias, N, C, eps);
+  return dispatch<LayernormForward>(t, stream, out, mean, rstd, residual, a, b, weight, bias, N, C,
+                                    eps);
 }
 
 cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dweight, void* dbias,

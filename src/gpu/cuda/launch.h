@@ -59,9 +59,12 @@ cudaError_t launch_embedding_backward(cudaStream_t stream, void* dwte, void* dwp
 int64_t embedding_sort_length(int64_t BT);
 inline constexpr int64_t kMaxEmbeddingPositions = kStreamScratchFloats / 2;
 
+// residual null: out = LayerNorm(a). Else residual = a + b (rounded to the storage type, what
+// add() stores) and out = LayerNorm(residual), with the bits of the two launches apart.
 cudaError_t launch_layernorm_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
-                                     const void* inp, const void* weight, const void* bias,
-                                     int64_t N, int64_t C, float eps, ElemType t);
+                                     void* residual, const void* a, const void* b,
+                                     const void* weight, const void* bias, int64_t N, int64_t C,
+                                     float eps, ElemType t);
 // `scratch` holds kStreamScratchFloats floats of device memory owned by the stream.
 cudaError_t launch_layernorm_backward(cudaStream_t stream, void* dinp, void* dweight, void* dbias,
                                       const void* dout, const void* inp, const void* weight,

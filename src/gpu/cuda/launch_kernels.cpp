@@ -122,8 +122,24 @@ Status LaunchKernels::layernorm_forward(Stream& s, void* out, float* mean, float
   if (N == 0) return ok_status();
   STRATA_RETURN_IF_ERROR(check_pointers(op, {out, mean, rstd, inp, weight, bias}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
-  return launched(launch_layernorm_forward(target.stream, out, mean, rstd, inp, weight, bias, N, C,
-                                           eps, elem_type(dtype)),
+  return launched(launch_layernorm_forward(target.stream, out, mean, rstd, nullptr, inp, nullptr,
+                                           weight, bias, N, C, eps, elem_type(dtype)),
+                  op);
+}
+
+Status LaunchKernels::residual_layernorm_forward(Stream& s, void* residual, void* out, float* mean,
+                                                 float* rstd, const void* a, const void* b,
+                                                 const void* weight, const void* bias, int64_t N,
+                                                 int64_t C, float eps, DType dtype) {
+  const char* op = "residual_layernorm_forward";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "N", N, 0, kMaxGridX));
+  STRATA_RETURN_IF_ERROR(check_count(op, "C", C, 1));
+  if (N == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {residual, out, mean, rstd, a, b, weight, bias}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_layernorm_forward(target.stream, out, mean, rstd, residual, a, b, weight,
+                                           bias, N, C, eps, elem_type(dtype)),
                   op);
 }
 

@@ -25,6 +25,10 @@ class LaunchKernels : public Kernels {
   Status layernorm_forward(Stream& s, void* out, float* mean, float* rstd, const void* inp,
                            const void* weight, const void* bias, int64_t N, int64_t C, float eps,
                            DType dtype) override;
+  Status residual_layernorm_forward(Stream& s, void* residual, void* out, float* mean, float* rstd,
+                                    const void* a, const void* b, const void* weight,
+                                    const void* bias, int64_t N, int64_t C, float eps,
+                                    DType dtype) override;
   Status layernorm_backward(Stream& s, void* dinp, void* dweight, void* dbias, const void* dout,
                             const void* inp, const void* weight, const float* mean,
                             const float* rstd, int64_t N, int64_t C, DType dtype) override;
