@@ -16,6 +16,7 @@
 //   layernorm forward     (2·N·C + 2·C) e + 8·N (mean, rstd)
 //   layernorm backward    (4·N·C + C) e + 8·N + 4·C e (dinp read and written, dweight, dbias)
 //   gelu forward/backward 2·n e / 3·n e; add 3·n e; bias_backward (M·N' + N') e
+//   residual + layernorm  (4·N·C + 2·C) e + 8·N (a, b read; the residual and the output written)
 //   softmax+cross-entropy 2·N·Vp e + 8·N (logits read, gradient written, targets, losses)
 //   embedding fwd / bwd   (2·N·C) e + 4·N (+ the wpe rows) / (2·N·C + 2·T·C) e + 4·N
 //   adam                  (24 + 2e) bytes per element (fp32 p, m, v read and written; grad; out)
@@ -192,6 +193,11 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
   linear("attention proj", C, C);
   add("add (residual)", dims({N, C}), 0.0, 3 * nc * e,
       [&] { return k.add(s, b.z.data(), b.x.data(), b.y.data(), N * C, dt); });
+  add("residual + layernorm (fused)", dims({N, C}), 0.0,
+      (4 * nc + 2 * double(C)) * e + 8.0 * double(N), [&] {
+        return k.residual_layernorm_forward(s, b.out.data(), b.z.data(), mean, rstd, b.x.data(),
+                                            b.y.data(), b.w.data(), b.dw.data(), N, C, 1e-5f, dt);
+      });
   linear("fc", C, 4 * C);
   add("gelu forward", dims({N, 4 * C}), 0.0, 2 * 4 * nc * e,
       [&] { return k.gelu_forward(s, b.z.data(), b.x.data(), 4 * N * C, dt); });
