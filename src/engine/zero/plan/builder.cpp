@@ -29,11 +29,7 @@ void PlanBuilder::nvme_work(sched::TaskId t, sched::Work w, double bytes) {
 
 void PlanBuilder::collective_work(sched::TaskId t, comm::CollectiveKind kind, size_t count,
                                   DType dt, int rank, int ranks, bool on_device) {
-  comm::CollectiveCall call;
-  call.kind = kind;
-  call.count = count;
-  call.dtype = dt;
-  add_collective_work(plan, t, call, rank, ranks, on_device);
+  add_collective_work(plan, t, collective(kind, count, dt), rank, ranks, on_device);
 }
 
 }  // namespace strata::engine::zero

@@ -37,6 +37,15 @@ enum class RunsWhen : uint8_t { kEvery, kUpdate, kNoUpdate, kLastMicro };
 inline uint64_t round_page(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 inline uint64_t round_device(uint64_t n) { return (n + 255) / 256 * 256; }
 
+// A collective of `kind` over `count` elements of `dt` per rank, its buffers to be set.
+inline comm::CollectiveCall collective(comm::CollectiveKind kind, size_t count, DType dt) {
+  comm::CollectiveCall call;
+  call.kind = kind;
+  call.count = count;
+  call.dtype = dt;
+  return call;
+}
+
 // What the step's reports need of a plan besides the plan itself.
 struct PlanNotes {
   std::vector<BufferKind> kinds;  // by BufferId

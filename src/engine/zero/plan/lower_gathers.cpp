@@ -173,10 +173,7 @@ TaskId GatherLowering::on_device(size_t k, BufferId sh, BufferId staged, TaskId 
   const Home home = lay_.home[size_t(b)];
   const std::string what = lay_.name(b) + (gt.phase == 0 ? " (forward)" : " (backward)");
   TaskId first = fetch;
-  comm::CollectiveCall call;
-  call.kind = comm::CollectiveKind::kAllGather;
-  call.count = c16;
-  call.dtype = dt;
+  const comm::CollectiveCall call = collective(comm::CollectiveKind::kAllGather, c16, dt);
   const BufferId d = hb_.dshard[size_t(b)];
   BufferId src = d;  // a device home: the all-gather's source
   if (home != Home::kDevice) {

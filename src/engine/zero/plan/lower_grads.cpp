@@ -180,10 +180,7 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
     plan.acquire(before, dbuf);
     plan.writes(before, dbuf);
   }
-  comm::CollectiveCall call;
-  call.kind = comm::CollectiveKind::kReduceScatter;
-  call.count = c16;
-  call.dtype = dt;
+  const comm::CollectiveCall call = collective(comm::CollectiveKind::kReduceScatter, c16, dt);
   const TaskId reduce =
       plan.add("reduce " + what, Lane::kComm,
                [rt = rt_, dbuf, own, call, stage, skip](const TaskContext& c) -> Status {

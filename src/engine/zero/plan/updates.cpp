@@ -142,10 +142,7 @@ TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
   plan.reads(up, u);
   plan.acquire(up, d);
   plan.writes(up, d);
-  comm::CollectiveCall call;
-  call.kind = comm::CollectiveKind::kAllGather;
-  call.count = c16;
-  call.dtype = dt;
+  const comm::CollectiveCall call = collective(comm::CollectiveKind::kAllGather, c16, dt);
   const TaskId gather = plan.add("gather params " + lay_.name(b), Lane::kComm,
                                  [rt = rt_, d, off, call](const TaskContext& c) -> Status {
                                    if (c.args<Replay>().update_step == 0) return ok_status();
