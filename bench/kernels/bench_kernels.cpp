@@ -132,24 +132,27 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     out.push_back(
         {std::move(name), std::move(d), flops, bytes, time_kernel(s, repeats, inner, fn)});
   };
-  // A linear layer's three matmuls: forward (with its bias), the input's gradient, the weight's.
-  auto linear = [&](const std::string& name, int64_t in, int64_t outc) {
+  // A linear layer's three matmuls, x[N,in] -> y[N,out] with weights w[out,in] (llm.c's layout):
+  // forward (with its bias), the input's gradient (into z), the weight's (added into dw); and the
+  // bias gradient.
+  auto linear = [&](const std::string& name, int64_t in, int64_t outc, void* w, void* y, void* dw,
+                    bool bias) {
     const double mm = 2.0 * double(N) * double(in) * double(outc);
     const double io = double(N * in + in * outc + N * outc) * e;
     gpu::MatmulArgs f;
     f.a = b.x.data();
-    f.b = b.w.data();
-    f.c = b.y.data();
-    f.bias = b.dw.data();
+    f.b = w;
+    f.c = y;
+    f.bias = bias ? b.dw.data() : nullptr;
     f.dtype_ab = f.dtype_c = dt;
     f.m = N;
     f.n = outc;
     f.k = in;
-    f.trans_b = true;  // weights [out, in], as llm.c stores them
-    add("matmul " + name + " forward", dims({N, in, outc}), mm, io + double(outc) * e,
-        [&, f] { return k.matmul(s, f); });
-    gpu::MatmulArgs dx = f;  // dinp[N,in] = dout[N,out] W[out,in]
-    dx.a = b.y.data();
+    f.trans_b = true;
+    add("matmul " + name + " forward", dims({N, in, outc}), mm,
+        io + (bias ? double(outc) * e : 0.0), [&, f] { return k.matmul(s, f); });
+    gpu::MatmulArgs dx = f;  // dinp[N,in] = dout[N,out] w[out,in]
+    dx.a = y;
     dx.c = b.z.data();
     dx.bias = nullptr;
     dx.n = in;
@@ -157,10 +160,10 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     dx.trans_b = false;
     add("matmul " + name + " dinp", dims({N, outc, in}), mm, io,
         [&, dx] { return k.matmul(s, dx); });
-    gpu::MatmulArgs dwt = f;  // dW[out,in] += dout[N,out]^T inp[N,in]
-    dwt.a = b.y.data();
+    gpu::MatmulArgs dwt = f;  // dw[out,in] += dout[N,out]^T inp[N,in]
+    dwt.a = y;
     dwt.b = b.x.data();
-    dwt.c = b.dw.data();
+    dwt.c = dw;
     dwt.bias = nullptr;
     dwt.m = outc;
     dwt.n = in;
@@ -170,8 +173,12 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     dwt.beta = 1.0f;
     add("matmul " + name + " dweight", dims({outc, N, in}), mm, io + double(in * outc) * e,
         [&, dwt] { return k.matmul(s, dwt); });
+    if (!bias) return;
     add("bias_backward " + name, dims({N, outc}), 0.0, double(N * outc + outc) * e,
-        [&, outc] { return k.bias_backward(s, b.w.data(), b.y.data(), N, outc, dt, true); });
+        [&, y, outc] { return k.bias_backward(s, b.w.data(), y, N, outc, dt, true); });
+  };
+  auto layer_linear = [&](const std::string& name, int64_t in, int64_t outc) {
+    linear(name, in, outc, b.w.data(), b.y.data(), b.dw.data(), true);
   };
   const double nc = double(N * C);
   // The layer's forward, in its order; then the backward of its own kernels.
@@ -179,7 +186,7 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     return k.layernorm_forward(s, b.z.data(), mean, rstd, b.x.data(), b.w.data(), b.dw.data(), N, C,
                                1e-5f, dt);
   });
-  linear("qkv", C, 3 * C);
+  layer_linear("qkv", C, 3 * C);
   const double attn = 2.0 * double(B) * double(T) * double(T) * double(C);
   const double lse_bytes = 4.0 * double(B * NH * T);
   add("attention forward", dims({B, T, C, NH}), attn, 4 * nc * e + lse_bytes, [&] {
@@ -190,7 +197,7 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     return k.attention_backward(s, b.y.data(), b.out.data(), b.x.data(), b.z.data(),
                                 static_cast<const float*>(b.lse.data()), B, T, C, NH, NH, dt);
   });
-  linear("attention proj", C, C);
+  layer_linear("attention proj", C, C);
   add("add (residual)", dims({N, C}), 0.0, 3 * nc * e,
       [&] { return k.add(s, b.z.data(), b.x.data(), b.y.data(), N * C, dt); });
   add("residual + layernorm (fused)", dims({N, C}), 0.0,
@@ -198,55 +205,25 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
         return k.residual_layernorm_forward(s, b.out.data(), b.z.data(), mean, rstd, b.x.data(),
                                             b.y.data(), b.w.data(), b.dw.data(), N, C, 1e-5f, dt);
       });
-  linear("fc", C, 4 * C);
+  layer_linear("fc", C, 4 * C);
   add("gelu forward", dims({N, 4 * C}), 0.0, 2 * 4 * nc * e,
       [&] { return k.gelu_forward(s, b.z.data(), b.x.data(), 4 * N * C, dt); });
   add("gelu backward", dims({N, 4 * C}), 0.0, 3 * 4 * nc * e,
       [&] { return k.gelu_backward(s, b.z.data(), b.x.data(), b.y.data(), 4 * N * C, dt); });
-  linear("fc proj", 4 * C, C);
+  layer_linear("fc proj", 4 * C, C);
   add("layernorm backward", dims({N, C}), 0.0,
       (4 * nc + double(C)) * e + 8.0 * double(N) + 4.0 * double(C) * e, [&] {
         return k.layernorm_backward(s, b.z.data(), b.w.data(), b.dw.data(), b.y.data(), b.x.data(),
                                     b.w.data(), mean, rstd, N, C, dt);
       });
-  // The head: logits = x wteᵀ, the loss and its gradient in place, and both gradients back.
-  const double head = 2.0 * double(N) * double(C) * double(Vp);
-  const double head_io = double(N * C + Vp * C + N * Vp) * e;
-  gpu::MatmulArgs lg;
-  lg.a = b.x.data();
-  lg.b = b.wte.data();
-  lg.c = b.logits.data();
-  lg.dtype_ab = lg.dtype_c = dt;
-  lg.m = N;
-  lg.n = Vp;
-  lg.k = C;
-  lg.trans_b = true;
-  add("matmul head forward", dims({N, C, Vp}), head, head_io, [&] { return k.matmul(s, lg); });
+  // The head: logits = x wteᵀ (its three matmuls, no bias), and the loss with its gradient in
+  // place.
+  linear("head", C, Vp, b.wte.data(), b.logits.data(), b.dwte.data(), false);
   add("softmax + cross-entropy", dims({N, Vp}), 0.0, 2.0 * double(N * Vp) * e + 8.0 * double(N),
       [&] {
         return k.softmax_cross_entropy(s, static_cast<float*>(b.stats.data()), b.logits.data(),
                                        tokens, N, sh.V, Vp, 1.0f / float(N), dt);
       });
-  gpu::MatmulArgs hx = lg;  // dx[N,C] = dlogits[N,Vp] wte[Vp,C]
-  hx.a = b.logits.data();
-  hx.b = b.wte.data();
-  hx.c = b.y.data();
-  hx.n = C;
-  hx.k = Vp;
-  hx.trans_b = false;
-  add("matmul head dinp", dims({N, Vp, C}), head, head_io, [&] { return k.matmul(s, hx); });
-  gpu::MatmulArgs hw = lg;  // dwte[Vp,C] += dlogitsᵀ x
-  hw.a = b.logits.data();
-  hw.b = b.x.data();
-  hw.c = b.dwte.data();
-  hw.m = Vp;
-  hw.n = C;
-  hw.k = N;
-  hw.trans_a = true;
-  hw.trans_b = false;
-  hw.beta = 1.0f;
-  add("matmul head dweight", dims({Vp, N, C}), head, head_io + double(Vp * C) * e,
-      [&] { return k.matmul(s, hw); });
   add("embedding forward", dims({N, C}), 0.0, 2 * nc * e + 4.0 * double(N) + double(T * C) * e,
       [&] {
         return k.embedding_forward(s, b.z.data(), tokens, b.wte.data(), b.w.data(), B, T, C, dt);
