@@ -45,6 +45,10 @@ GradLowering::GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers
 }
 
 void GradLowering::chain(int64_t gb, int slot, TaskId t) {
+  check(gb, slot, lay_.on_device ? reduce_on_device(gb, slot, t) : reduce_on_host(gb, slot, t));
+}
+
+TaskId GradLowering::reduce_on_host(int64_t gb, int slot, TaskId t) {
   sched::Plan& plan = pb_.plan;
   const int stage = lay_.stage;
   const DType dt = lay_.dt;
@@ -53,10 +57,6 @@ void GradLowering::chain(int64_t gb, int slot, TaskId t) {
   const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
   const BufferId gs = hb_.gshard[size_t(gb)];
   const size_t c16 = static_cast<size_t>(lay_.shard(gb));
-  if (lay_.on_device) {
-    check(gb, slot, reduce_on_device(gb, slot, t));
-    return;
-  }
   const size_t bytes = lay_.block_bytes(gb);
   const BufferId dg = dgrad_[lay_.at(slot, gb)];
   const std::string what = lay_.name(gb) + lay_.slot_name(slot);
@@ -132,7 +132,7 @@ void GradLowering::chain(int64_t gb, int slot, TaskId t) {
     plan.writes(reduce, gs);
     plan.release(reduce, gf);
   }
-  check(gb, slot, reduce);
+  return reduce;
 }
 
 TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {

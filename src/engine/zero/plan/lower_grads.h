@@ -39,9 +39,10 @@ class GradLowering {
   void norm();
 
  private:
-  // The reduction with the collectives on the device (Layout::on_device): returns the task after
-  // which the rank's reduced shard (stage 0: the whole reduced gradient) is where the check
-  // reads it.
+  // The reduction with the collectives on the host, and on the device (Layout::on_device): each
+  // returns the task after which the rank's reduced shard (stage 0: the whole reduced gradient)
+  // is where the check reads it.
+  sched::TaskId reduce_on_host(int64_t gb, int slot, sched::TaskId t);
   sched::TaskId reduce_on_device(int64_t gb, int slot, sched::TaskId t);
   // The last slot's check of block gb after `reduced` (and, not rotated, the block's update).
   void check(int64_t gb, int slot, sched::TaskId reduced);
