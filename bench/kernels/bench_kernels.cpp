@@ -16,6 +16,7 @@
 //   layernorm forward     (2·N·C + 2·C) e + 8·N (mean, rstd)
 //   layernorm backward    (4·N·C + C) e + 8·N + 4·C e (dinp read and written, dweight, dbias)
 //   gelu forward/backward 2·n e / 3·n e; add 3·n e; bias_backward (M·N' + N') e
+//   matmul + GELU epilogue the matmul's, + M·N' e (the pre-activation written, or read)
 //   residual + layernorm  (4·N·C + 2·C) e + 8·N (a, b read; the residual and the output written)
 //   softmax+cross-entropy 2·N·Vp e + 8·N (logits read, gradient written, targets, losses)
 //   embedding fwd / bwd   (2·N·C) e + 4·N (+ the wpe rows) / (2·N·C + 2·T·C) e + 4·N
@@ -211,6 +212,37 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
   add("gelu backward", dims({N, 4 * C}), 0.0, 3 * 4 * nc * e,
       [&] { return k.gelu_backward(s, b.z.data(), b.x.data(), b.y.data(), 4 * N * C, dt); });
   layer_linear("fc proj", 4 * C, C);
+  // The same two steps fused into the matmuls (cuBLASLt's GELU epilogues; on the CpuDevice the
+  // sequence): fc forward with the GELU (the pre-activation kept in z), fc proj's dinp with the
+  // GELU's backward (at the pre-activation x).
+  {
+    const double mm = 2.0 * double(N) * double(C) * double(4 * C);
+    const double io = (double(N * C + 4 * C * C) + 2.0 * 4 * nc) * e;
+    gpu::MatmulArgs f;
+    f.a = b.x.data();
+    f.b = b.w.data();
+    f.c = b.y.data();
+    f.bias = b.dw.data();
+    f.aux = b.z.data();
+    f.epilogue = gpu::Epilogue::kGelu;
+    f.dtype_ab = f.dtype_c = dt;
+    f.m = N;
+    f.n = 4 * C;
+    f.k = C;
+    f.trans_b = true;
+    add("matmul fc forward + gelu", dims({N, C, 4 * C}), mm, io + 4.0 * double(C) * e,
+        [&, f] { return k.matmul(s, f); });
+    gpu::MatmulArgs dx = f;  // dinp[N,4C] = gelu'(x) * dout[N,C] w[C,4C]
+    dx.a = b.y.data();
+    dx.c = b.z.data();
+    dx.aux = b.x.data();
+    dx.bias = nullptr;
+    dx.epilogue = gpu::Epilogue::kGeluBackward;
+    dx.k = C;
+    dx.trans_b = false;
+    add("matmul fc proj dinp + dgelu", dims({N, C, 4 * C}), mm, io,
+        [&, dx] { return k.matmul(s, dx); });
+  }
   add("layernorm backward", dims({N, C}), 0.0,
       (4 * nc + double(C)) * e + 8.0 * double(N) + 4.0 * double(C) * e, [&] {
         return k.layernorm_backward(s, b.z.data(), b.w.data(), b.dw.data(), b.y.data(), b.x.data(),

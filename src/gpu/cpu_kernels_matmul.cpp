@@ -46,6 +46,8 @@ Status CpuKernels::matmul(Stream& s, const MatmulArgs& args) {
   STRATA_RETURN_IF_ERROR(check_pointer("matmul", "a", args.a));
   STRATA_RETURN_IF_ERROR(check_pointer("matmul", "b", args.b));
   STRATA_RETURN_IF_ERROR(check_pointer("matmul", "c", args.c));
+  STRATA_RETURN_IF_ERROR(check_epilogue(args));
+  if (args.epilogue != Epilogue::kNone) return matmul_in_sequence(s, args);
   const int64_t limit = int64_t{1} << 31;
   if (args.m >= limit || args.n >= limit || args.k >= limit) {
     return make_error(ErrorCode::kUnsupported, "matmul: shape ", args.m, "x", args.n, "x", args.k,

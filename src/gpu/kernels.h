@@ -24,11 +24,25 @@
 
 namespace strata::gpu {
 
-// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C (+ bias[N] on every row).
-// op(A) = A stored [M,K], or A stored [K,M] transposed when trans_a. op(B) = B stored [K,N], or
-// B stored [N,K] transposed when trans_b. Leading dimensions are the stored row lengths.
-// fp32 accumulation. A and B share dtype_ab; C and bias have dtype_c. beta = 0 never reads C.
-// Work: 2·M·N·K FLOPs; (M·K + K·N + M·N) e bytes (+ M·N e when beta reads C, + N e for a bias).
+// What a matmul applies to its result before storing it (cuBLASLt's epilogues), with
+// p = alpha * op(A) op(B) + bias (fp32, before rounding):
+//   kNone:         C = p + beta * C.
+//   kGelu:         aux[M,N] = p; C = gelu(p) (gelu_forward's tanh form). beta must be 0.
+//   kGeluBackward: C = gelu'(aux) * p with aux[M,N] the forward's pre-activation (gelu_backward's
+//                  formula). beta must be 0 and there is no bias.
+// aux has dtype_c, rows of N elements, and must not overlap C. gelu (or gelu') is taken of p
+// either in fp32 (a fused epilogue) or of p rounded to dtype_c (matmul then gelu_forward or
+// gelu_backward, the sequence every implementation may fall back to): the two differ by at most
+// the rounding of p. Work: as the matmul, plus M·N e bytes of aux written (kGelu) or read.
+enum class Epilogue : uint8_t { kNone, kGelu, kGeluBackward };
+
+// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C (+ bias[N] on every row), then
+// the epilogue. op(A) = A stored [M,K], or A stored [K,M] transposed when trans_a. op(B) = B
+// stored [K,N], or B stored [N,K] transposed when trans_b. Leading dimensions are the stored row
+// lengths. fp32 accumulation; the bias is added in fp32 before the one rounding to dtype_c. A and
+// B share dtype_ab; C, bias and aux have dtype_c. beta = 0 never reads C.
+// Work: 2·M·N·K FLOPs; (M·K + K·N + M·N) e bytes (+ M·N e when beta reads C, + N e for a bias,
+// + M·N e for aux).
 struct MatmulArgs {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -41,6 +55,8 @@ struct MatmulArgs {
   bool trans_b = false;
   float alpha = 1.0f;
   float beta = 0.0f;
+  Epilogue epilogue = Epilogue::kNone;
+  void* aux = nullptr;  // kGelu: written; kGeluBackward: read
 };
 
 // One Adam step over `numel` elements of device memory (Kernels::adam_step).
@@ -186,6 +202,15 @@ class Kernels {
   // the same IEEE operations, fused multiply-adds included). Work: 24 bytes an element (fp32 p,
   // m, v read and written) + the gradient's + out16's.
   virtual Status adam_step(Stream& s, const AdamArgs& args) = 0;
+
+ protected:
+  // The epilogue's own arguments (aux given and apart from C, beta 0, no bias backward).
+  static Status check_epilogue(const MatmulArgs& args);
+  // A matmul with an epilogue as its sequence of kernels: matmul (into aux for kGelu) then
+  // gelu_forward or gelu_backward. For implementations without the fused epilogue.
+  Status matmul_in_sequence(Stream& s, const MatmulArgs& args);
 };
 
 }  // namespace strata::gpu
+
+#include "gpu/matmul_epilogue_inl.h"  // IWYU pragma: export

@@ -256,7 +256,7 @@ Status BlockModel::copy_losses(gpu::Stream& s) {
 }
 
 Status BlockModel::linear(gpu::Stream& s, void* y, const void* x, const void* w, const void* bias,
-                          int64_t out, int64_t in) {
+                          int64_t out, int64_t in, gpu::Epilogue epilogue, void* aux) {
   gpu::MatmulArgs mm;
   mm.dtype_ab = dtype_;
   mm.dtype_c = dtype_;
@@ -268,6 +268,8 @@ Status BlockModel::linear(gpu::Stream& s, void* y, const void* x, const void* w,
   mm.n = out;
   mm.k = in;
   mm.trans_b = true;
+  mm.epilogue = epilogue;
+  mm.aux = aux;
   return k_ops_.matmul(s, mm);
 }
 
@@ -288,7 +290,7 @@ Status BlockModel::weight_grad(gpu::Stream& s, void* dw, const void* dy, const v
 }
 
 Status BlockModel::input_grad(gpu::Stream& s, void* dx, const void* dy, const void* w, int64_t out,
-                              int64_t in) {
+                              int64_t in, gpu::Epilogue epilogue, const void* aux) {
   gpu::MatmulArgs mm;
   mm.dtype_ab = dtype_;
   mm.dtype_c = dtype_;
@@ -298,6 +300,8 @@ Status BlockModel::input_grad(gpu::Stream& s, void* dx, const void* dy, const vo
   mm.m = rows();
   mm.n = in;
   mm.k = out;
+  mm.epilogue = epilogue;
+  mm.aux = const_cast<void*>(aux);  // read by the GELU backward epilogue
   return k_ops_.matmul(s, mm);
 }
 

@@ -157,13 +157,17 @@ class BlockModel : public Model {
   // Marks the losses ready and enqueues their copy back (head_forward with targets).
   Status copy_losses(gpu::Stream& s);
   // The linear layers over the B*T rows, in the model's dtype (weights [out, in]):
-  // y[n,out] = x[n,in] . w^T (+ bias); dW[out,in] += dY^T . X; dX[n,in] = dY . W.
+  // y[n,out] = x[n,in] . w^T (+ bias); dW[out,in] += dY^T . X; dX[n,in] = dY . W; with a GELU
+  // epilogue (kernels.h) y = gelu(x . w^T + bias) keeping the pre-activation in aux, and
+  // dX = gelu'(aux) * (dY . W).
   Status linear(gpu::Stream& s, void* y, const void* x, const void* w, const void* bias,
-                int64_t out, int64_t in);
+                int64_t out, int64_t in, gpu::Epilogue epilogue = gpu::Epilogue::kNone,
+                void* aux = nullptr);
   Status weight_grad(gpu::Stream& s, void* dw, const void* dy, const void* x, int64_t out,
                      int64_t in);
   Status input_grad(gpu::Stream& s, void* dx, const void* dy, const void* w, int64_t out,
-                    int64_t in);
+                    int64_t in, gpu::Epilogue epilogue = gpu::Epilogue::kNone,
+                    const void* aux = nullptr);
 
   gpu::Device& device_;
   gpu::Kernels& k_ops_;

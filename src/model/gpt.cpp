@@ -90,7 +90,6 @@ Status GptModel::allocate_family() {
   STRATA_ASSIGN_OR_RETURN(tmp_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dbuf_, alloc(n * c * es));
   STRATA_ASSIGN_OR_RETURN(dqkv_, alloc(n * 3 * c * es));
-  STRATA_ASSIGN_OR_RETURN(d4a_, alloc(n * 4 * c * es));
   STRATA_ASSIGN_OR_RETURN(d4b_, alloc(n * 4 * c * es));
   return ok_status();
 }

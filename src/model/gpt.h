@@ -104,7 +104,7 @@ class GptModel : public BlockModel {
   SharedLayout sl_;
   std::vector<std::unique_ptr<Activations>> sets_;  // K sets of saved layer tensors
   gpu::DeviceBuffer lnf_, lnf_mean_, lnf_rstd_;
-  gpu::DeviceBuffer tmp_, dbuf_, dqkv_, d4a_, d4b_;
+  gpu::DeviceBuffer tmp_, dbuf_, dqkv_, d4b_;
 };
 
 }  // namespace strata::model

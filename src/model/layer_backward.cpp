@@ -48,10 +48,9 @@ Status GptModel::backward_layer(gpu::Stream& s, int64_t l, const void* params, v
       k_ops_.bias_backward(s, elem(g, ll_.fcprojb, dt), dres_.data(), n, c, dt, true));
   STRATA_RETURN_IF_ERROR(
       weight_grad(s, elem(g, ll_.fcprojw, dt), dres_.data(), a.fch_gelu.data(), c, 4 * c));
-  STRATA_RETURN_IF_ERROR(
-      input_grad(s, d4a_.data(), dres_.data(), elem(p, ll_.fcprojw, dt), c, 4 * c));
-  STRATA_RETURN_IF_ERROR(
-      k_ops_.gelu_backward(s, d4b_.data(), a.fch.data(), d4a_.data(), n * 4 * c, dt));
+  // d fch = gelu'(fch) * (dres_ . fcprojw): one matmul with its epilogue.
+  STRATA_RETURN_IF_ERROR(input_grad(s, d4b_.data(), dres_.data(), elem(p, ll_.fcprojw, dt), c,
+                                    4 * c, gpu::Epilogue::kGeluBackward, a.fch.data()));
   STRATA_RETURN_IF_ERROR(
       k_ops_.bias_backward(s, elem(g, ll_.fcb, dt), d4b_.data(), n, 4 * c, dt, true));
   STRATA_RETURN_IF_ERROR(weight_grad(s, elem(g, ll_.fcw, dt), d4b_.data(), a.ln2.data(), 4 * c, c));

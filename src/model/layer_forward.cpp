@@ -41,10 +41,10 @@ Status GptModel::forward_layer(gpu::Stream& s, int64_t l, const void* params, bo
   STRATA_RETURN_IF_ERROR(k_ops_.residual_layernorm_forward(
       s, a.res2.data(), a.ln2.data(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), x,
       tmp_.data(), elem(p, ll_.ln2w, dt), elem(p, ll_.ln2b, dt), n, c, kLayerNormEps, dt));
-  // fch[n,4C] = ln2[n,C] . fcw[4C,C]^T + fcb; fch_gelu = gelu(fch)
-  STRATA_RETURN_IF_ERROR(
-      linear(s, a.fch.data(), a.ln2.data(), elem(p, ll_.fcw, dt), elem(p, ll_.fcb, dt), 4 * c, c));
-  STRATA_RETURN_IF_ERROR(k_ops_.gelu_forward(s, a.fch_gelu.data(), a.fch.data(), n * 4 * c, dt));
+  // fch[n,4C] = ln2[n,C] . fcw[4C,C]^T + fcb; fch_gelu = gelu(fch): one matmul with its epilogue.
+  STRATA_RETURN_IF_ERROR(linear(s, a.fch_gelu.data(), a.ln2.data(), elem(p, ll_.fcw, dt),
+                                elem(p, ll_.fcb, dt), 4 * c, c, gpu::Epilogue::kGelu,
+                                a.fch.data()));
   if (!write_output) return ok_status();
   // tmp[n,C] = fch_gelu[n,4C] . fcprojw[C,4C]^T + fcprojb; out = res2 + tmp
   STRATA_RETURN_IF_ERROR(linear(s, tmp_.data(), a.fch_gelu.data(), elem(p, ll_.fcprojw, dt),

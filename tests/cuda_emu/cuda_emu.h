@@ -38,6 +38,7 @@ struct Counters {
   uint64_t pageable_copies = 0;   // of which with pageable host memory (outside strict mode)
   uint64_t host_functions = 0;    // cudaLaunchHostFunc functions run
   uint64_t matmuls = 0;           // cublasLtMatmul calls run
+  uint64_t heuristics = 0;        // cublasLtMatmulAlgoGetHeuristic calls answered
   uint64_t collectives = 0;       // NCCL operations run
   uint64_t set_device_calls = 0;  // cudaSetDevice calls
 };

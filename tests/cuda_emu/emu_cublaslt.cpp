@@ -4,6 +4,11 @@
 // (kernels.h: fp32 accumulation): compute type CUBLAS_COMPUTE_32F with fp32 scale, A and B of one
 // type, C and D of one layout, and a preference that restricts split-K reductions to the compute
 // type; anything else is refused with a line on stderr saying why, as cuBLASLt's logger would.
+// The epilogues strata uses (BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU) are applied to each element's
+// fp32 value before the rounding (reference_gemm.h), with cuBLASLt's documented requirements: a
+// bias of D's type, one element a row of D; an aux matrix of D's type whose leading dimension is a
+// multiple of 8 and at least D's rows; the bias and aux pointers given before the heuristic is
+// asked (it chooses by their alignment) and at least as aligned at the call.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,6 +26,10 @@ struct cublasLtMatmulDescOpaque_t {
   cudaDataType_t scale;
   cublasOperation_t transa = CUBLAS_OP_N;
   cublasOperation_t transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 struct cublasLtMatrixLayoutOpaque_t {
   cudaDataType_t type;
@@ -101,6 +110,36 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
+bool has_bias(uint32_t epilogue) { return (epilogue & CUBLASLT_EPILOGUE_BIAS) != 0; }
+bool has_aux(uint32_t epilogue) { return (epilogue & 128) != 0; }
+
+// The epilogue's own requirements, given D's layout.
+cublasStatus_t check_epilogue(const cublasLtMatmulDescOpaque_t& op,
+                              const cublasLtMatrixLayoutOpaque_t& d) {
+  switch (op.epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU: break;
+    default:
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "epilogue " + std::to_string(op.epilogue) +
+                        " is not one strata uses (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU)");
+  }
+  if (has_bias(op.epilogue) && op.bias == nullptr) {
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without BIAS_POINTER");
+  }
+  if (has_aux(op.epilogue) &&
+      (op.aux == nullptr || op.aux_ld % 8 != 0 || op.aux_ld < static_cast<int64_t>(d.rows))) {
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  "a GELU aux epilogue needs EPILOGUE_AUX_POINTER and an EPILOGUE_AUX_LD divisible "
+                  "by 8 and at least D's rows (" +
+                      std::to_string(d.rows) + "); got ld " + std::to_string(op.aux_ld));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 using cuda_emu::detail::enter;
@@ -135,10 +174,30 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                               cublasLtMatmulDescAttributes_t attr, const void* buf,
                                               size_t bytes) {
   if (desc == nullptr || buf == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  if (attr != CUBLASLT_MATMUL_DESC_TRANSA && attr != CUBLASLT_MATMUL_DESC_TRANSB) {
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute " +
-                                                   std::to_string(attr) +
-                                                   " is not one strata sets (TRANSA, TRANSB)");
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->epilogue, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (bytes != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->bias, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      if (bytes != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->aux, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      if (bytes != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->aux_ld, buf, bytes);
+      return CUBLAS_STATUS_SUCCESS;
+    default:
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "matmul descriptor attribute " + std::to_string(attr) +
+                        " is not one strata sets (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, "
+                        "EPILOGUE_AUX_POINTER, EPILOGUE_AUX_LD)");
   }
   if (bytes != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
   cublasOperation_t v;
@@ -212,6 +271,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (const cublasStatus_t st = check_shapes(*op, *a, *b, *c, *d); st != CUBLAS_STATUS_SUCCESS) {
     return st;
   }
+  if (const cublasStatus_t st = check_epilogue(*op, *d); st != CUBLAS_STATUS_SUCCESS) return st;
   // kernels.h: every matmul accumulates in fp32. A split-K algorithm reducing in place in the
   // output or in the output type would not, for 16-bit outputs.
   if ((pref->reduction_mask &
@@ -228,10 +288,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   results[0] = cublasLtMatmulHeuristicResult_t{};
   results[0].algo.data[0] = kAlgoMagic;
   for (int i = 0; i < 4; ++i) results[0].algo.data[1 + i] = pref->min_alignment[i];
+  // The epilogue and its pointers' alignments, as cuBLASLt chooses by them.
+  results[0].algo.data[5] = op->epilogue;
+  results[0].algo.data[6] = has_bias(op->epilogue) ? alignment_of(op->bias) : 1;
+  results[0].algo.data[7] = has_aux(op->epilogue) ? alignment_of(op->aux) : 1;
   results[0].workspaceSize = 0;
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
   *returned = 1;
+  cuda_emu::detail::counters().heuristics++;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -257,6 +322,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
       st != CUBLAS_STATUS_SUCCESS) {
     return st;
   }
+  if (const cublasStatus_t st = check_epilogue(*op, *d_desc); st != CUBLAS_STATUS_SUCCESS) {
+    return st;
+  }
+  if (algo->data[5] != op->epilogue) {
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "an algorithm chosen for another epilogue");
+  }
   const int device = cuda_emu::detail::stream_device(stream);
   if (device < 0 || device != handle->device || device != cuda_emu::detail::current_device()) {
     return refuse(CUBLAS_STATUS_INVALID_VALUE,
@@ -276,6 +347,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                     std::string(names[i]) + " is less aligned than the algorithm was chosen for");
     }
   }
+  const cublasLtMatmulDescOpaque_t& e = *op;
+  const size_t elem = type_bytes(d_desc->type);
+  if (has_bias(e.epilogue) &&
+      (device_of(e.bias, d_desc->rows * elem) != device || alignment_of(e.bias) < algo->data[6])) {
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  "the bias is not device memory of D's rows, or less aligned than the algorithm "
+                  "was chosen for");
+  }
+  const size_t aux_bytes =
+      ((d_desc->cols - 1) * static_cast<uint64_t>(e.aux_ld) + d_desc->rows) * elem;
+  if (has_aux(e.epilogue) &&
+      (device_of(e.aux, aux_bytes) != device || alignment_of(e.aux) < algo->data[7])) {
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  "aux is not device memory for " + std::to_string(aux_bytes) +
+                      " bytes, or less aligned than the algorithm was chosen for");
+  }
   if (workspace_bytes > 0 && device_of(workspace, workspace_bytes) != device) {
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "the workspace is not device memory");
   }
@@ -284,6 +371,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
   std::memcpy(&beta_v, beta, sizeof(float));
   const cublasLtMatmulDescOpaque_t o = *op;
   const cublasLtMatrixLayoutOpaque_t la = *a_desc, lb = *b_desc, lc = *c_desc, ld = *d_desc;
+  simt::GemmEpilogue epilogue;
+  epilogue.kind = o.epilogue == CUBLASLT_EPILOGUE_BIAS    ? simt::GemmEpilogue::kBias
+                  : o.epilogue == CUBLASLT_EPILOGUE_DGELU ? simt::GemmEpilogue::kDGelu
+                  : has_aux(o.epilogue)                   ? simt::GemmEpilogue::kGeluAux
+                                                          : simt::GemmEpilogue::kNone;
+  epilogue.bias = has_bias(o.epilogue) ? o.bias : nullptr;
+  epilogue.aux = o.aux;
+  epilogue.ld_aux = o.aux_ld;
   const cudaError_t err = cuda_emu::detail::enqueue(
       stream,
       [=] {
@@ -291,7 +386,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
         simt::reference_gemm(o.transa == CUBLAS_OP_T, o.transb == CUBLAS_OP_T,
                              static_cast<int64_t>(ld.rows), static_cast<int64_t>(ld.cols), k,
                              alpha_v, a, la.ld, b, lb.ld, dtype(la.type), beta_v, c, d, lc.ld,
-                             dtype(ld.type));
+                             dtype(ld.type), epilogue);
         cuda_emu::detail::counters().matmuls++;
       },
       "cublasLtMatmul");

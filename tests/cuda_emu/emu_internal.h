@@ -31,7 +31,7 @@ void set_sticky(int device, cudaError_t err, const std::string& message);
 
 struct AtomicCounters {
   std::atomic<uint64_t> launches{0}, async_copies{0}, pageable_copies{0}, host_functions{0},
-      matmuls{0}, collectives{0}, set_device_calls{0};
+      matmuls{0}, heuristics{0}, collectives{0}, set_device_calls{0};
 };
 AtomicCounters& counters();
 

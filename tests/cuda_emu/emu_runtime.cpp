@@ -435,6 +435,7 @@ Counters counters() {
   out.pageable_copies = c.pageable_copies;
   out.host_functions = c.host_functions;
   out.matmuls = c.matmuls;
+  out.heuristics = c.heuristics;
   out.collectives = c.collectives;
   out.set_device_calls = c.set_device_calls;
   return out;

@@ -3,13 +3,15 @@
 // path with pinned memory passes it; host functions may not call CUDA; a not-ready event query
 // leaves its error in the thread's last-error slot; kernel faults are sticky; a launch on
 // another device's stream is refused; a stream waits for the record current when it was told to
-// wait; cuBLASLt refuses a preference that allows 16-bit split-K reductions.
+// wait; cuBLASLt refuses a preference that allows 16-bit split-K reductions; CudaKernels runs a
+// matmul with its bias or GELU epilogue as one cuBLASLt call.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "cpu/pinned_memory.h"
 #include "cuda_emu.h"
 #include "gpu/device.h"
+#include "gpu/kernels.h"
 
 namespace {
 
@@ -82,13 +85,16 @@ TEST_F(CudaEmu, StrictModeRefusesPageableMemoryInAsyncCopiesNamingIt) {
 
 // Through the real CudaStream: an enqueued copy of pageable memory fails naming the buffer; the
 // same copy from the pinned pool, and copy_now from pageable memory, work.
+// A CudaDevice on the emulated runtime with a 64 MiB pool.
+strata::Result<std::unique_ptr<strata::gpu::Device>> cuda_device() {
+  strata::gpu::DeviceOptions o;
+  o.memory_limit_bytes = 64 << 20;
+  return strata::gpu::create_device(strata::gpu::DeviceKind::kCuda, o);
+}
+
 TEST(CudaEmuDevice, CudaStreamCopiesFollowStrictMode) {
   cuda_emu::set_strict(true);
-  auto device = strata::gpu::create_device(strata::gpu::DeviceKind::kCuda, [] {
-    strata::gpu::DeviceOptions o;
-    o.memory_limit_bytes = 64 << 20;
-    return o;
-  }());
+  auto device = cuda_device();
   ASSERT_TRUE(device.ok()) << device.status().to_string();
   auto stream = (*device)->create_stream();
   ASSERT_TRUE(stream.ok());
@@ -245,6 +251,55 @@ TEST_F(CudaEmu, CublasLtRefusesSplitKReductionsOutsideFp32) {
   cublasLtMatrixLayoutDestroy(c);
   cublasLtMatmulDescDestroy(op);
   cublasLtDestroy(handle);
+}
+
+}  // namespace
+
+namespace {
+
+// CudaKernels::matmul on the emulated runtime: the bias and GELU epilogues are cuBLASLt's (one
+// cublasLtMatmul, no kernel of its own) where aux's leading dimension allows it, their own kernel
+// otherwise; a shape's descriptors and algorithm are made once (one heuristic call).
+TEST(CudaEmuDevice, MatmulEpiloguesAreOneCublasLtCall) {
+  using strata::gpu::Epilogue;
+  auto device = cuda_device();
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  auto stream = (*device)->create_stream();
+  ASSERT_TRUE(stream.ok());
+  auto buf = (*device)->allocate(4 << 20);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE((*stream)->memset(buf->data(), 0, 4 << 20).ok());
+  char* base = static_cast<char*>(buf->data());
+  // Counts what one matmul on a [16 x n] result of K 16 ran: {cuBLASLt calls, kernels, heuristic
+  // calls}.
+  auto run = [&](int64_t n, Epilogue e, bool bias) {
+    strata::gpu::MatmulArgs mm;
+    mm.a = base;
+    mm.b = base + (1 << 20);
+    mm.c = base + (2 << 20);
+    mm.aux = e == Epilogue::kNone ? nullptr : base + (3 << 20);
+    mm.bias = bias ? base + (3 << 20) + (512 << 10) : nullptr;
+    mm.dtype_ab = mm.dtype_c = strata::DType::kBF16;
+    mm.m = 16;
+    mm.n = n;
+    mm.k = 16;
+    mm.trans_b = true;
+    mm.epilogue = e;
+    const cuda_emu::Counters before = cuda_emu::counters();
+    EXPECT_TRUE((*device)->kernels().matmul(**stream, mm).ok());
+    EXPECT_TRUE((*stream)->synchronize().ok());
+    const cuda_emu::Counters after = cuda_emu::counters();
+    return std::vector<uint64_t>{after.matmuls - before.matmuls, after.launches - before.launches,
+                                 after.heuristics - before.heuristics};
+  };
+  using V = std::vector<uint64_t>;
+  EXPECT_EQ(run(16, Epilogue::kNone, true), (V{1, 0, 1})) << "bias epilogue";
+  EXPECT_EQ(run(16, Epilogue::kNone, true), (V{1, 0, 0})) << "the same shape again: cached";
+  EXPECT_EQ(run(16, Epilogue::kGelu, true), (V{1, 0, 1})) << "GELU_AUX_BIAS";
+  EXPECT_EQ(run(16, Epilogue::kGelu, false), (V{1, 0, 1})) << "GELU_AUX";
+  EXPECT_EQ(run(16, Epilogue::kGeluBackward, false), (V{1, 0, 1})) << "DGELU";
+  EXPECT_EQ(run(13, Epilogue::kGelu, true), (V{1, 1, 1})) << "aux ld 13: the GELU kernel";
+  EXPECT_EQ(run(13, Epilogue::kGeluBackward, false), (V{1, 1, 1})) << "the GELU backward kernel";
 }
 
 }  // namespace

@@ -154,6 +154,16 @@ TEST_P(KernelTest, CastToEveryDtype) {
       if (!(got[i] == want)) ++mismatches;
     }
     EXPECT_EQ(mismatches, 0) << "cast " << dtype_name(dt()) << " -> " << dtype_name(to);
+    // From one element in (no longer 16-byte aligned: the element-by-element path).
+    ASSERT_TRUE(d_.k()
+                    .cast(d_.stream(), ddst.data(), to,
+                          static_cast<const char*>(dsrc.data()) + dtype_size(dt()), dt(), n - 1)
+                    .ok());
+    const Vec shifted = d_.download(ddst, n - 1, to);
+    mismatches = 0;
+    for (int64_t i = 0; i + 1 < n; ++i)
+      mismatches += shifted[i] == round_to(to, src[i + 1]) ? 0 : 1;
+    EXPECT_EQ(mismatches, 0) << "unaligned cast " << dtype_name(dt()) << " -> " << dtype_name(to);
   }
 }
 

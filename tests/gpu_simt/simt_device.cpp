@@ -25,17 +25,24 @@ class SimtKernels final : public cuda::LaunchKernels {
 
   // As CudaKernels::matmul does it (cuda_matmul.cpp), with the reference of the emulated cuBLASLt
   // (reference_gemm.h) in cuBLASLt's place: row-major C = op(A) op(B) is column-major C^T =
-  // op(B)^T op(A)^T, then the bias kernel. The argument checks are the CpuDevice's.
+  // op(B)^T op(A)^T, the bias and GELU epilogues applied by the reference (or, where cuBLASLt
+  // cannot take the epilogue, as their own kernels). The argument checks are the CpuDevice's.
   Status matmul(Stream& s, const MatmulArgs& args) override {
     STRATA_RETURN_IF_ERROR(check_matmul(args));
-    STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+    if (!epilogue_fuses(args)) return matmul_in_sequence(s, args);
+    STRATA_RETURN_IF_ERROR(prepare(s).status());
+    simt::GemmEpilogue epilogue;
+    epilogue.kind = args.epilogue == Epilogue::kGelu           ? simt::GemmEpilogue::kGeluAux
+                    : args.epilogue == Epilogue::kGeluBackward ? simt::GemmEpilogue::kDGelu
+                    : args.bias != nullptr                     ? simt::GemmEpilogue::kBias
+                                                               : simt::GemmEpilogue::kNone;
+    epilogue.bias = args.bias;
+    epilogue.aux = args.aux;
+    epilogue.ld_aux = args.n;
     simt::reference_gemm(args.trans_b, args.trans_a, args.n, args.m, args.k, args.alpha, args.b,
                          args.trans_b ? args.k : args.n, args.a, args.trans_a ? args.m : args.k,
-                         args.dtype_ab, args.beta, args.c, args.c, args.n, args.dtype_c);
-    if (args.bias == nullptr) return ok_status();
-    return cuda::cuda_status(cuda::launch_add_bias_rows(target.stream, args.c, args.bias, args.m,
-                                                        args.n, cuda::elem_type(args.dtype_c)),
-                             "matmul bias");
+                         args.dtype_ab, args.beta, args.c, args.c, args.n, args.dtype_c, epilogue);
+    return ok_status();
   }
 
  protected:

@@ -2,11 +2,11 @@
 // (cuda_matmul.cpp); every other op is LaunchKernels (argument checks at enqueue time, then the
 // launch functions of kernels_*.cu) on the CudaStream. Every launch is checked.
 //
-// Ownership: owned by its CudaDevice; holds the cuBLASLt handle and a cache of the algorithm
-// chosen for each matmul shape. Scratch memory (cuBLASLt workspace, reduction partials) belongs
-// to the stream, so ops on different streams never share it.
-// Thread safety: all methods may be called concurrently for different streams (the algorithm
-// cache has a mutex); a stream from one thread at a time.
+// Ownership: owned by its CudaDevice; holds the cuBLASLt handle and a cache of each matmul's
+// descriptors and algorithm (per stream, shape and epilogue). Scratch memory (cuBLASLt workspace,
+// reduction partials) belongs to the stream, so ops on different streams never share it. Thread
+// safety: all methods may be called concurrently for different streams (the algorithm cache has a
+// mutex; a cached descriptor is one stream's); a stream from one thread at a time.
 #pragma once
 
 #include <cublasLt.h>
@@ -22,6 +22,18 @@ namespace strata::gpu::cuda {
 
 class CudaDevice;
 class CudaStream;
+
+// Owners of cuBLASLt's descriptors.
+struct LtDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { (void)cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { (void)cublasLtMatrixLayoutDestroy(d); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const {
+    (void)cublasLtMatmulPreferenceDestroy(d);
+  }
+};
+using LtMatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter>;
+using LtLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>;
+using LtPreference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter>;
 
 class CudaKernels final : public LaunchKernels {
  public:
@@ -39,17 +51,27 @@ class CudaKernels final : public LaunchKernels {
   Result<CudaStream*> cuda_stream(Stream& s) const;
   Result<LaunchTarget> prepare(Stream& s) const override;
 
-  // Shape and pointer alignments of a matmul (the key of the algorithm cache).
-  using MatmulKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, int>;
-  Result<cublasLtMatmulAlgo_t> find_algo(const MatmulKey& key, cublasLtMatmulDesc_t op,
-                                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                         cublasLtMatrixLayout_t c, size_t workspace_bytes,
-                                         uint32_t align_bytes);
+  // One matmul's cuBLASLt objects, made once (plan()): its descriptor (transposes, epilogue,
+  // aux leading dimension), layouts and algorithm; usable is false when cuBLASLt has no
+  // algorithm with the epilogue.
+  struct Plan {
+    LtMatmulDesc desc;
+    LtLayout first, second, result;
+    cublasLtMatmulAlgo_t algo{};
+    bool usable = false;
+  };
+  // The stream (a plan's descriptor takes each call's pointers, so it is one stream's), shape,
+  // dtypes, the operands' common alignment, cuBLASLt's epilogue, the bias' and aux's alignments.
+  using PlanKey = std::tuple<const CudaStream*, int64_t, int64_t, int64_t, bool, bool, int, int,
+                             uint32_t, uint32_t, uint32_t, uint32_t>;
+  Result<Plan*> plan(const PlanKey& key, const MatmulArgs& args, uint32_t epilogue, uint32_t align,
+                     CudaStream* cs);
+  static Status set_pointers(Plan& p, const MatmulArgs& args);
 
   const CudaDevice* device_;
   cublasLtHandle_t handle_;
-  std::mutex algo_mu_;
-  std::map<MatmulKey, cublasLtMatmulAlgo_t> algos_;
+  std::mutex plans_mu_;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace strata::gpu::cuda

@@ -1,6 +1,6 @@
 // Elementwise kernels: bias add (after a matmul), GELU and its backward, add, scale and casts.
 // Grid-stride loops over int64 indices; each element is computed independently, so results do
-// not depend on the launch shape. GELU, add and scale move 16 bytes at a time (map_kernel).
+// not depend on the launch shape. GELU, add, scale and casts move 16 bytes at a time.
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -20,12 +20,18 @@ __global__ void add_bias_rows_kernel(T* c, const T* bias, int64_t m, int64_t n) 
 // sqrt(2 / pi)
 constexpr float kGeluScale = 0.7978845608028654f;
 
-// out[i] = op(a[i], b[i]) (b null: op(a[i], 0)) for i < n. Packed (every pointer 16-byte
-// aligned): each thread takes 16 bytes of each operand at a time, then the n % kPack tail one by
-// one; each element's result is the same either way. out may alias a or b.
-template <typename T, typename Op>
-__global__ void map_kernel(T* out, const T* a, const T* b, int64_t n, bool packed, Op op) {
-  constexpr int kW = kPack<T>;
+// Elements a thread takes at once: 16 bytes of the narrower of the two types (two 16-byte loads
+// or stores of fp32 when the other side is 16-bit).
+template <typename TO, typename TI>
+inline constexpr int kMapPack = kPack<TO> > kPack<TI> ? kPack<TO> : kPack<TI>;
+
+// out[i] = op(a[i], b[i]) (b null: op(a[i], 0)) for i < n, read as TI and written as TO. Packed
+// (every pointer 16-byte aligned): each thread takes kMapPack elements of each operand at a time
+// in 16-byte loads and stores, then the tail one by one; each element's result is the same either
+// way. out may alias a or b.
+template <typename TO, typename TI, typename Op>
+__global__ void map_kernel(TO* out, const TI* a, const TI* b, int64_t n, bool packed, Op op) {
+  constexpr int kW = kMapPack<TO, TI>;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t done = 0;
@@ -33,11 +39,15 @@ __global__ void map_kernel(T* out, const T* a, const T* b, int64_t n, bool packe
     const int64_t packs = n / kW;
     for (int64_t p = first; p < packs; p += stride) {
       float x[kW], y[kW];
-      load_pack(a + p * kW, x);
-      if (b != nullptr) load_pack(b + p * kW, y);
+#pragma unroll
+      for (int j = 0; j < kW; j += kPack<TI>) {
+        load_pack(a + p * kW + j, x + j);
+        if (b != nullptr) load_pack(b + p * kW + j, y + j);
+      }
 #pragma unroll
       for (int j = 0; j < kW; ++j) x[j] = op(x[j], b != nullptr ? y[j] : 0.0f);
-      store_pack(out + p * kW, x);
+#pragma unroll
+      for (int j = 0; j < kW; j += kPack<TO>) store_pack(out + p * kW + j, x + j);
     }
     done = packs * kW;
   }
@@ -69,23 +79,18 @@ struct ScaleOp {
   float factor;
   __device__ float operator()(float x, float) const { return x * factor; }
 };
+struct CastOp {  // the conversion is the load and the store
+  __device__ float operator()(float x, float) const { return x; }
+};
 
-// Launches map_kernel over n elements (packed where the pointers allow).
-template <typename T, typename Op>
+// Launches map_kernel over n elements (packed where the pointers allow); TI defaults to TO.
+template <typename TO, typename TI = TO, typename Op>
 cudaError_t map(cudaStream_t s, void* out, const void* a, const void* b, int64_t n, Op op) {
   const bool packed = aligned16({out, a, b});
-  const int64_t items = packed ? (n + kPack<T> - 1) / kPack<T> : n;
-  map_kernel<T, Op><<<grid_for(items, kThreads), kThreads, 0, s>>>(
-      static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, packed, op);
+  const int64_t items = packed ? (n + kMapPack<TO, TI> - 1) / kMapPack<TO, TI> : n;
+  map_kernel<TO, TI, Op><<<grid_for(items, kThreads), kThreads, 0, s>>>(
+      static_cast<TO*>(out), static_cast<const TI*>(a), static_cast<const TI*>(b), n, packed, op);
   return launch_result();
-}
-
-template <typename D, typename S>
-__global__ void cast_kernel(D* dst, const S* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    store_f32(dst + i, load_f32(src + i));
-  }
 }
 
 struct AddBiasRows {
@@ -125,9 +130,7 @@ template <typename S>
 struct CastFrom {
   template <typename D>
   static cudaError_t run(cudaStream_t s, void* dst, const void* src, int64_t n) {
-    cast_kernel<D, S><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<D*>(dst),
-                                                                 static_cast<const S*>(src), n);
-    return launch_result();
+    return map<D, S>(s, dst, src, nullptr, n, CastOp{});
   }
 };
 struct Cast {

@@ -93,32 +93,66 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
 }
 
 // dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, dnorm = weight * dout.
+// One block per row, packed as the forward (16 bytes of each operand at a time) or element by
+// element.
 template <typename T>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp,
                                                const T* weight, const float* mean,
-                                               const float* rstd, int64_t C) {
+                                               const float* rstd, int64_t C, bool packed) {
+  constexpr int kW = kPack<T>;
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const T* x = inp + row * C;
   const T* dy = dout + row * C;
+  T* dx = dinp + row * C;
   const float m = mean[row];
   const float s = rstd[row];
+  const int64_t packs = packed ? C / kW : 0;
   float sum_dnorm = 0.0f;
   float sum_dnorm_norm = 0.0f;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-    const float norm = (load_f32(x + i) - m) * s;
-    const float dnorm = load_f32(weight + i) * load_f32(dy + i);
-    sum_dnorm += dnorm;
-    sum_dnorm_norm += dnorm * norm;
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      float xv[kW], wv[kW], gv[kW];
+      load_pack(x + p * kW, xv);
+      load_pack(weight + p * kW, wv);
+      load_pack(dy + p * kW, gv);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        const float dnorm = wv[j] * gv[j];
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * ((xv[j] - m) * s);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      const float dnorm = load_f32(weight + i) * load_f32(dy + i);
+      sum_dnorm += dnorm;
+      sum_dnorm_norm += dnorm * ((load_f32(x + i) - m) * s);
+    }
   }
   const float mean_dnorm = block_sum(sum_dnorm, shared) / static_cast<float>(C);
   const float mean_dnorm_norm = block_sum(sum_dnorm_norm, shared) / static_cast<float>(C);
-  T* dx = dinp + row * C;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-    const float norm = (load_f32(x + i) - m) * s;
-    const float dnorm = load_f32(weight + i) * load_f32(dy + i);
-    const float g = (dnorm - mean_dnorm - norm * mean_dnorm_norm) * s;
-    store_f32(dx + i, load_f32(dx + i) + g);
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      float xv[kW], wv[kW], gv[kW], dv[kW];
+      load_pack(x + p * kW, xv);
+      load_pack(weight + p * kW, wv);
+      load_pack(dy + p * kW, gv);
+      load_pack(dx + p * kW, dv);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        const float norm = (xv[j] - m) * s;
+        dv[j] += (wv[j] * gv[j] - mean_dnorm - norm * mean_dnorm_norm) * s;
+      }
+      store_pack(dx + p * kW, dv);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      const float norm = (load_f32(x + i) - m) * s;
+      const float dnorm = load_f32(weight + i) * load_f32(dy + i);
+      const float g = (dnorm - mean_dnorm - norm * mean_dnorm_norm) * s;
+      store_f32(dx + i, load_f32(dx + i) + g);
+    }
   }
 }
 
@@ -267,9 +301,10 @@ struct LayernormBackward {
   static cudaError_t run(cudaStream_t s, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, const float* mean, const float* rstd,
                          int64_t N, int64_t C, float* scratch) {
+    const bool packed = C % kPack<T> == 0 && aligned16({dinp, dout, inp, weight});
     layernorm_backward_dinp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, s>>>(
         static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
-        static_cast<const T*>(weight), mean, rstd, C);
+        static_cast<const T*>(weight), mean, rstd, C, packed);
     cudaError_t err = launch_result();
     if (err != cudaSuccess) return err;
     return norm_backward_params<T, true>(s, dweight, dbias, dout, inp, mean, rstd, N, C, scratch);

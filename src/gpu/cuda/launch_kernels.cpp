@@ -60,7 +60,11 @@ Status LaunchKernels::check_matmul(const MatmulArgs& args) {
   if (args.a == nullptr || args.b == nullptr || args.c == nullptr) {
     return make_error(ErrorCode::kConfig, "matmul: A, B and C must be non-null");
   }
-  return ok_status();
+  return check_epilogue(args);
+}
+
+bool LaunchKernels::epilogue_fuses(const MatmulArgs& args) {
+  return args.epilogue == Epilogue::kNone || args.n % kEpilogueAuxLdMultiple == 0;
 }
 
 Status LaunchKernels::bias_backward(Stream& s, void* dbias, const void* dout, int64_t m, int64_t n,

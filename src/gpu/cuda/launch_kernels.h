@@ -62,8 +62,13 @@ class LaunchKernels : public Kernels {
                      bool accumulate) override;
 
  protected:
-  // matmul's argument checks (dtypes, C's dtype, positive sizes, non-null pointers).
+  // matmul's argument checks (dtypes, C's dtype, positive sizes, non-null pointers, the
+  // epilogue's).
   static Status check_matmul(const MatmulArgs& args);
+  // Whether cuBLASLt can take the matmul's epilogue (the GELU ones store aux with a leading
+  // dimension that must be a multiple of 8 elements: N here); otherwise matmul_in_sequence.
+  static constexpr int64_t kEpilogueAuxLdMultiple = 8;
+  static bool epilogue_fuses(const MatmulArgs& args);
   // Where an op is launched: the stream, and its kStreamScratchFloats floats of scratch.
   struct LaunchTarget {
     cudaStream_t stream = nullptr;
