@@ -394,10 +394,12 @@ cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse,
 
 cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const void* dout,
                                       const void* qkv, const void* out, const float* lse, int64_t B,
-                                      int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t) {
+                                      int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t,
+                                      float* scratch) {
   if (B * T * C == 0) return cudaSuccess;
   if (attention_uses_tensor_cores(C, NH, t)) {
-    return launch_attention_backward_tc(stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, t);
+    return launch_attention_backward_tc(stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, t,
+                                        scratch);
   }
   return dispatch<AttentionBackward>(t, stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
 }

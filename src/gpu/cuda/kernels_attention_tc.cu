@@ -9,10 +9,12 @@
 // rescales its fp32 output rows and adds P V. lse = m + log(l).
 // Backward, deterministic (no atomics), split as in the scalar kernels:
 //   dq:  a block per 64 query rows; per key tile S, P = exp(S - lse), dP = dO V^T,
-//        dS = P (dP - D), dQ += dS K; D = dout . out per row; dQ stays in registers.
+//        dS = P (dP - D), dQ += dS K; D = dout . out per row, computed once here and kept in
+//        the stream's scratch ([B,NH,T] fp32, when it fits); dQ stays in registers.
 //   dkv: a block per 64 key rows of a key/value head; for each query head of its group in order,
 //        per query tile S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO,
-//        dK += dS^T Q.
+//        dK += dS^T Q; D read back from the scratch (or, when it did not fit, computed again
+//        from dout and out: the same operations, the same bits).
 // Grouped-query attention: query head h reads key/value head h / (NH / NKV) (kernels.h).
 // P and dS are rounded to the storage type for their products, as FlashAttention does; scores
 // are scaled by 1/sqrt(HS) in fp32 after the product.
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 template <typename T, int HS>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                    const float* lse, Geo g) {
+                                    const float* lse, float* delta, Geo g) {
   using L = Layout<HS>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
@@ -301,6 +303,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const LaneRow lr = lane_row();
   const int qi = qw + lr.r;
   const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
+  if (delta != nullptr && lr.half == 0 && qi < g.T) delta[hd.lse + qi] = D;
   const float lse_i = qi < g.T ? lse[hd.lse + qi] : 0.0f;
   Acc dq[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
@@ -336,7 +339,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 template <typename T, int HS>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attention_backward_dkv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                     const float* lse, Geo g) {
+                                     const float* lse, const float* delta, Geo g) {
   using L = Layout<HS>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* k_s = reinterpret_cast<T*>(smem);
@@ -380,7 +383,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       {  // D and lse of the tile's queries: warp w takes queries 16w .. 16w+15, a lane pair each
         const int t = warp * 16 + lr.r;
         const int qi = qs + t;
-        const float D = row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g);
+        const float D = delta == nullptr ? row_delta<T, HS>(dout + btc, out + btc, g.C, qi, g)
+                        : qi < g.T       ? delta[hd.lse + qi]
+                                         : 0.0f;
         if (lr.half == 0) {
           d_s[t] = D;
           lse_s[t] = qi < g.T ? lse[hd.lse + qi] : 0.0f;
@@ -462,8 +467,10 @@ cudaError_t forward_tc(cudaStream_t s, void* out, float* lse, const void* qkv, i
 template <typename T, int HS>
 cudaError_t backward_tc(cudaStream_t s, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T_, int64_t C,
-                        int64_t NH, int64_t NKV) {
+                        int64_t NH, int64_t NKV, float* scratch) {
   const Geo g = make_geo(qkv, dout, dqkv, T_, C, NH, NKV);
+  // D per query row and head, [B,NH,T] like lse, where the scratch holds it.
+  float* delta = B * NH * T_ <= kStreamScratchFloats ? scratch : nullptr;
   const size_t dq_bytes = Layout<HS>::bytes(4, 2, true, 1);
   const size_t dkv_bytes = Layout<HS>::bytes(4, 2, true, 2);
   auto* dq = attention_backward_dq_tc_kernel<T, HS>;
@@ -473,12 +480,12 @@ cudaError_t backward_tc(cudaStream_t s, void* dqkv, const void* dout, const void
   if (err != cudaSuccess) return err;
   dq<<<grid_tc(B, T_, NH), kTcWarps * 32, dq_bytes, s>>>(
       static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-      static_cast<const T*>(out), lse, g);
+      static_cast<const T*>(out), lse, delta, g);
   err = launch_result();
   if (err != cudaSuccess) return err;
   dkv<<<grid_tc(B, T_, NKV), kTcWarps * 32, dkv_bytes, s>>>(
       static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-      static_cast<const T*>(out), lse, g);
+      static_cast<const T*>(out), lse, delta, g);
   return launch_result();
 }
 
@@ -530,8 +537,9 @@ cudaError_t launch_attention_forward_tc(cudaStream_t stream, void* out, float* l
 cudaError_t launch_attention_backward_tc(cudaStream_t stream, void* dqkv, const void* dout,
                                          const void* qkv, const void* out, const float* lse,
                                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
-                                         ElemType t) {
-  return dispatch_tc<BackwardTc>(t, C / NH, stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
+                                         ElemType t, float* scratch) {
+  return dispatch_tc<BackwardTc>(t, C / NH, stream, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV,
+                                 scratch);
 }
 
 }  // namespace strata::gpu::cuda

@@ -95,13 +95,16 @@ cudaError_t launch_gelu_forward(cudaStream_t stream, void* out, const void* inp,
 cudaError_t launch_gelu_backward(cudaStream_t stream, void* dinp, const void* inp, const void* dout,
                                  int64_t n, ElemType t);
 
-// NKV key/value heads (grouped-query attention: kernels.h).
+// NKV key/value heads (grouped-query attention: kernels.h). The backward keeps each query row's
+// D = dout . out in the stream's scratch (kStreamScratchFloats floats) between its two kernels
+// when B * NH * T floats fit.
 cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
                                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
                                      ElemType t);
 cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const void* dout,
                                       const void* qkv, const void* out, const float* lse, int64_t B,
-                                      int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t);
+                                      int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t,
+                                      float* scratch);
 
 // The tensor-core attention kernels (kernels_attention_tc.cu), which launch_attention_* use when
 // attention_uses_tensor_cores: 16-bit storage, head size 32, 64 or 128, and the environment
@@ -113,7 +116,7 @@ cudaError_t launch_attention_forward_tc(cudaStream_t stream, void* out, float* l
 cudaError_t launch_attention_backward_tc(cudaStream_t stream, void* dqkv, const void* dout,
                                          const void* qkv, const void* out, const float* lse,
                                          int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
-                                         ElemType t);
+                                         ElemType t, float* scratch);
 
 cudaError_t launch_add(cudaStream_t stream, void* out, const void* a, const void* b, int64_t n,
                        ElemType t);

@@ -308,7 +308,7 @@ Status LaunchKernels::attention_backward(Stream& s, void* dqkv, const void* dout
   STRATA_RETURN_IF_ERROR(check_pointers(op, {dqkv, dout, qkv, out, lse}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(launch_attention_backward(target.stream, dqkv, dout, qkv, out, lse, B, T, C, NH,
-                                            NKV, elem_type(dtype)),
+                                            NKV, elem_type(dtype), target.scratch),
                   op);
 }
 
