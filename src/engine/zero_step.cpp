@@ -130,6 +130,8 @@ Result<std::unique_ptr<ZeroStep>> ZeroStep::create(model::Model& model,
   if (any_on_device) {
     STRATA_ASSIGN_OR_RETURN(s->rt_->device_opt, DeviceOptimizer::create(optimizer, model.device(),
                                                                         model.stream(), on_device));
+    lay.device_update.assign(lay.nb(), false);
+    for (size_t b = 0; b < lay.nb(); ++b) lay.device_update[b] = on_device[lay.part_of[b]];
   }
   STRATA_ASSIGN_OR_RETURN(zero::Compiled compiled, zero::compile(s->compile_input()));
   s->buffers_ = std::move(compiled.host);

@@ -552,6 +552,20 @@ TEST(ZeroStep, DeviceCollectivesGiveTheBitsOfStageZero) {
     persistent.collectives = Collectives::kDevice;
     persistent.persistence = 20000;
     cases.push_back(persistent);
+    if (clip != 0.0f) {
+      // The device optimizer's new parameters kept on the device: shards updated in their device
+      // home (with either lowering), whole layers' new shards all-gathered on the device.
+      for (Collectives where : {Collectives::kHost, Collectives::kDevice}) {
+        ZCase c = base;
+        c.stage = 3;
+        c.collectives = where;
+        c.offload_param = Home::kDevice;
+        c.device_optimizer = true;
+        cases.push_back(c);
+      }
+      persistent.device_optimizer = true;
+      cases.push_back(persistent);
+    }
     for (const ZCase& c : cases) {
       SCOPED_TRACE(describe(c) + " clip " + std::to_string(clip));
       const bool nvme = c.nvme_fraction > 0 || c.offload_param == Home::kNvme ||
@@ -855,30 +869,33 @@ TEST(ZeroStep, OffloadedActivationsLeaveTheDevice) {
 // checkpoints' K times in the micro-batch-major order and once in the segment-major one.
 // One rank at stage 0 with the optimizer on the device updates the model's blocks in place (no
 // gradient up, no new params); one rank's device shard is used in place (no gather, no upload).
+// The optimizer on the device at stages 1-3 keeps the new values of a device-homed shard, or of
+// a block kept whole with the collectives on the device, on the device (no k e down, no new
+// params or new shard up).
 TEST(ZeroStep, LaneBytesMatchTheFormula) {
   comm::Communicator& comm = world();
   const int64_t n_ranks = comm.size();
   Store store = open_store();
   ASSERT_TRUE(store.store);
   std::vector<ZCase> cases;
-  for (int k = 0; k < 14; ++k) {
+  for (int k = 0; k < 16; ++k) {
     ZCase c;
     c.steps = 3;
     c.grad_clip = k % 2 == 0 && k != 12 ? 0.5f : 0.0f;
-    c.stage = k < 2 ? k : k == 10 ? 2 : k == 11 ? 0 : 3;
+    c.stage = k < 2 ? k : k == 10 ? 2 : k == 11 ? 0 : k == 14 ? 1 : 3;
     c.nvme_fraction = k == 1 || k == 3 || k == 5 ? 0.5 : 0.0;
-    c.device_optimizer = k == 0;
+    c.device_optimizer = k == 0 || k >= 14;
     c.gpu_fraction = k == 4 ? 0.3 : 0.0;
-    c.offload_param = k < 2    ? Home::kPinned
-                      : k == 2 ? Home::kDevice
-                      : k == 3 ? Home::kPinned
-                               : Home::kNvme;
-    c.param_gpu_fraction = k >= 3 && k != 6 ? 0.5 : 0.0;
+    c.offload_param = k < 2 || k == 14    ? Home::kPinned
+                      : k == 2 || k == 15 ? Home::kDevice
+                      : k == 3            ? Home::kPinned
+                                          : Home::kNvme;
+    c.param_gpu_fraction = k >= 3 && k != 6 && k < 14 ? 0.5 : 0.0;
     c.offload_activations = k == 1 || k == 4 ? Home::kNvme : k == 2 ? Home::kPinned : Home::kDevice;
     c.checkpoint = 1;
     // K micro-batches: stage 3 with the parameters on NVMe (rotated and not) and in pinned
     // memory, both orders; stages 0 and 2 segment-major.
-    if (k >= 7) {
+    if (k >= 7 && k < 14) {
       c.micro = 3;
       c.layer_major = k != 7;
       c.offload_activations = k == 7 || k == 8 ? Home::kPinned
@@ -927,6 +944,11 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const uint64_t g = b + 1 == nb ? 1 : 2;
       const bool sharded = c.stage == 3;
       const bool in_place_shard = sharded && r.homes[b] == Home::kDevice && n_ranks == 1;
+      const size_t p = part_of[b];
+      const bool on_dev = r.device_parts[p];
+      // The device optimizer's new parameters stay on the device (a device-homed shard, or a
+      // block kept whole with the collectives on the device): nothing down, nothing up.
+      const bool stays = on_dev && c.stage >= 1 && (sharded ? r.homes[b] == Home::kDevice : dev);
       const uint64_t N = uint64_t(n_ranks);
       want.d2h += grads * (!dev ? n : c.stage == 0 ? N * sh : sh) * e;
       if (sharded && !in_place_shard && !(dev && r.homes[b] == Home::kDevice)) {
@@ -940,13 +962,13 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       const uint64_t reads = R * g - (rotated ? 1 : 0);
       if (sharded && r.homes[b] == Home::kNvme) want.nvme_read += reads * sh * e;
       if (sharded && r.homes[b] == Home::kNvme) want.nvme_write += sh * e;
-      if (sharded && r.homes[b] == Home::kDevice) want.h2d += sh * e;
-      const size_t p = part_of[b];
+      if (sharded && r.homes[b] == Home::kDevice && !stays) want.h2d += sh * e;
       const uint64_t k = c.stage == 0 ? n : sh;
-      const bool on_dev = r.device_parts[p];
-      if (!sharded && !(on_dev && c.stage == 0)) want.h2d += (dev && c.stage >= 1 ? sh : n) * e;
+      if (!sharded && !(on_dev && c.stage == 0) && !stays) {
+        want.h2d += (dev && c.stage >= 1 ? sh : n) * e;
+      }
       if (on_dev && !(n_ranks == 1 && c.stage == 0)) want.h2d += k * e;
-      if (on_dev && c.stage >= 1) want.d2h += k * e;
+      if (on_dev && c.stage >= 1 && !stays) want.d2h += k * e;
       if (r.nvme_parts[p]) {
         want.nvme_read += 12 * k;
         want.nvme_write += 12 * k;

@@ -18,6 +18,13 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
   h.gshard.assign(nb, -1);
   h.pbuf.assign(nb, -1);
   h.dshard.assign(nb, -1);
+  // A stage-3 shard's home on the device.
+  auto device_home = [&](int64_t b) {
+    h.dshard[size_t(b)] =
+        pb.add_buffer(BufferKind::kHome, "param shard " + lay.name(b) + " (device)", Tier::kDevice,
+                      lay.shard_bytes(b), /*initially_valid=*/true);
+    h.device_homes += round_device(lay.shard_bytes(b));
+  };
   for (size_t b = 0; b < nb; ++b) {
     const int64_t bb = int64_t(b);
     h.largest = std::max<uint64_t>(h.largest, lay.padded_bytes(bb));
@@ -33,6 +40,10 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
       h.pinned += round_page(lay.padded_bytes(bb));
     }
     const bool sharded = lay.sharded(bb);
+    if (lay.new_params_on_device(bb)) {  // no host copy of its parameters
+      if (sharded) device_home(bb);
+      continue;
+    }
     if (lay.transient(bb)) {
       h.pbuf[b] = pb.add_buffer(BufferKind::kParamStaging, "new param shard " + lay.name(bb),
                                 Tier::kPinnedHost, lay.shard_bytes(bb));
@@ -40,11 +51,7 @@ HostBuffers lower_host_buffers(PlanBuilder& pb, const Layout& lay, uint64_t buck
       if (lay.home[b] == Home::kNvme) {
         h.largest_nvme = std::max<uint64_t>(h.largest_nvme, round_page(lay.shard_bytes(bb)));
       }
-      if (lay.home[b] == Home::kDevice) {
-        h.dshard[b] = pb.add_buffer(BufferKind::kHome, "param shard " + lay.name(bb) + " (device)",
-                                    Tier::kDevice, lay.shard_bytes(bb), /*initially_valid=*/true);
-        h.device_homes += round_device(lay.shard_bytes(bb));
-      }
+      if (lay.home[b] == Home::kDevice) device_home(bb);
       continue;
     }
     h.pbuf[b] =

@@ -42,6 +42,8 @@ struct Layout {
   // Collectives::kDevice: the collectives run on device buffers (Runtime::dcomm); only shards
   // cross between host and device (lower_gathers.h, lower_grads.h, updates.h).
   bool on_device = false;
+  // By block: its partition is updated by the device optimizer (empty without one).
+  std::vector<bool> device_update;
 
   size_t nb() const { return blocks.size(); }
   size_t es() const { return dtype_size(dt); }
@@ -61,8 +63,18 @@ struct Layout {
   bool gathered(int64_t b) const {
     return sharded(b) && !(home[size_t(b)] == Home::kDevice && ranks == 1);
   }
-  // A shard homed elsewhere than pinned memory passes through pinned staging after its update.
-  bool transient(int64_t b) const { return sharded(b) && home[size_t(b)] != Home::kPinned; }
+  // A shard homed elsewhere than pinned memory passes through pinned staging after its update,
+  // but where its new values stay on the device.
+  bool transient(int64_t b) const {
+    return sharded(b) && home[size_t(b)] != Home::kPinned && !new_params_on_device(b);
+  }
+  // The device optimizer's new parameters of block b need not cross to the host (stages 1-3): a
+  // device-homed shard is updated in place; a block kept whole, with the collectives on the
+  // device, gets the rank's new shard in its slot of the padded device copy all-gathered there.
+  bool new_params_on_device(int64_t b) const {
+    if (stage == 0 || device_update.empty() || !device_update[size_t(b)]) return false;
+    return sharded(b) ? home[size_t(b)] == Home::kDevice : on_device;
+  }
   // The index of block b's slot-`slot` gradient buffers.
   size_t at(int slot, int64_t b) const { return static_cast<size_t>(slot) * nb() + size_t(b); }
   // The suffix that names a slot's buffers and tasks ("" with one slot).

@@ -118,16 +118,16 @@ TaskId UpdateLowering::params_up(int64_t b, TaskId after) {
   return up;
 }
 
+BufferId UpdateLowering::device_copy(int64_t b) {
+  return pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b) + " (device)",
+                        Tier::kDevice, lay_.padded_bytes(b));
+}
+
 TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
   sched::Plan& plan = pb_.plan;
-  const DType dt = lay_.dt;
-  const size_t c16 = static_cast<size_t>(lay_.shard(b));
   const size_t sbytes = lay_.shard_bytes(b), off = static_cast<size_t>(lay_.rank) * sbytes;
-  const size_t bytes = lay_.block_bytes(b);
   const BufferId u = hb_.pbuf[size_t(b)];
-  const BufferId d =
-      pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b) + " (device)",
-                     Tier::kDevice, lay_.padded_bytes(b));
+  const BufferId d = device_copy(b);
   const TaskId up =
       plan.add("params up " + lay_.name(b), Lane::kH2D,
                [rt = rt_, u, d, off, sbytes](const TaskContext& c) {
@@ -142,6 +142,15 @@ TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
   plan.reads(up, u);
   plan.acquire(up, d);
   plan.writes(up, d);
+  return gather_on_device(b, d, up);
+}
+
+TaskId UpdateLowering::gather_on_device(int64_t b, BufferId d, TaskId after) {
+  sched::Plan& plan = pb_.plan;
+  const DType dt = lay_.dt;
+  const size_t c16 = static_cast<size_t>(lay_.shard(b));
+  const size_t off = static_cast<size_t>(lay_.rank) * lay_.shard_bytes(b);
+  const size_t bytes = lay_.block_bytes(b);
   const comm::CollectiveCall call = collective(comm::CollectiveKind::kAllGather, c16, dt);
   const TaskId gather = plan.add("gather params " + lay_.name(b), Lane::kComm,
                                  [rt = rt_, d, off, call](const TaskContext& c) -> Status {
@@ -152,7 +161,7 @@ TaskId UpdateLowering::params_up_on_device(int64_t b, TaskId after) {
                                    all.recv = base;
                                    return rt->on_device(all, &ZeroTraffic::param_all_gather);
                                  },
-                                 {up});
+                                 {after});
   pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks,
                       true);
   plan.reads(gather, d);
@@ -337,27 +346,44 @@ TaskId UpdateLowering::add_device(size_t p, std::vector<TaskId> deps) {
   if (grad_up_[p] < 0) add_grad_up(p, deps);
   const TaskId gup = grad_up_[p];
   const BufferId gdev = grad_up_buf_[p];
-  const BufferId odev = lay_.stage >= 1
-                            ? pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b),
-                                             Tier::kDevice, bytes)
-                            : -1;
+  // Where the new values go: the model's block (stage 0), the device-homed shard in place or the
+  // rank's slot of the padded device copy (Layout::new_params_on_device), else a device buffer
+  // that goes down into pbuf.
+  const bool stays = lay_.new_params_on_device(b);
+  BufferId odev = -1;
+  size_t odev_off = 0;
+  if (stays && sharded) {
+    odev = hb_.dshard[size_t(b)];
+  } else if (stays) {
+    odev = device_copy(b);
+    odev_off = static_cast<size_t>(lay_.rank) * lay_.shard_bytes(b);
+  } else if (lay_.stage >= 1) {
+    odev = pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b), Tier::kDevice,
+                          bytes);
+  }
   const TaskId dadam = plan.add(
       "adam " + lay_.name(b) + " (device)", Lane::kCompute,
-      [rt = rt_, p, b, gdev, odev, dt,
+      [rt = rt_, p, b, gdev, odev, odev_off, dt,
        gdt = lay_.stage >= 2 ? lay_.acc : dt](const TaskContext& c) -> Status {
         if (c.args<Replay>().update_step == 0) return ok_status();
         return rt->device_opt->update(
             *c.stream, rt->opt, p, c.buffer(gdev), gdt,
-            odev >= 0 ? c.buffer(odev) : rt->model.param_block(b), dt,
-            cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
+            odev >= 0 ? static_cast<std::byte*>(c.buffer(odev)) + odev_off
+                      : rt->model.param_block(b),
+            dt, cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
       },
       {gup});
   pb_.work(dadam, sched::Work::kDeviceAdamElements, double(numel));
   plan.reads(dadam, gdev);
   plan.release(dadam, gdev);
   if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
+  if (stays && sharded) {      // its home, written in place
+    plan.writes(dadam, odev);
+    return dadam;
+  }
   plan.acquire(dadam, odev);
   plan.writes(dadam, odev);
+  if (stays) return gather_on_device(b, odev, dadam);
   const TaskId down =
       plan.add("new params down " + lay_.name(b), Lane::kD2H,
                [rt = rt_, u, odev, out_off, bytes](const TaskContext& c) {

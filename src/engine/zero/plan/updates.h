@@ -1,7 +1,8 @@
 // Stage 5 of the ZeRO plan compiler, the update tasks: the NVMe reads of the optimizer state, the
 // update of a partition (the CPU Adam, or the device optimizer with its gradient up and its new
-// values down) and the way of its new parameters to their next use (all-gathered and uploaded
-// into the model's block, or the new shard to its home). Takes the layout, the step-long buffers
+// values down, or kept on the device: Layout::new_params_on_device) and the way of its new
+// parameters to their next use (all-gathered and uploaded into the model's block, or the new
+// shard to its home). Takes the layout, the step-long buffers
 // (host_buffers.h) and the runtime the tasks act on (the optimizer: which partitions are on NVMe
 // or the device, their sizes). The visit order: forward order when rotated (the next forward
 // needs the blocks that way), else backward order (the gradients arrive that way; delayed too:
@@ -58,6 +59,11 @@ class UpdateLowering {
   void add_grad_up(size_t p, std::vector<sched::TaskId> deps);
   sched::TaskId params_up(int64_t b, sched::TaskId after);
   sched::TaskId params_up_on_device(int64_t b, sched::TaskId after);
+  // Block b's padded device copy for its new parameters (device collectives).
+  sched::BufferId device_copy(int64_t b);
+  // After `after` wrote the rank's new shard into its slot of d (device_copy): all-gathered on
+  // the device, then copied into the model's block; d released.
+  sched::TaskId gather_on_device(int64_t b, sched::BufferId d, sched::TaskId after);
   sched::TaskId finish_shard(int64_t b, sched::TaskId after);
   sched::TaskId to_next_use(size_t p, int64_t b, sched::TaskId after);
 
