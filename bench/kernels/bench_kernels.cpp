@@ -136,10 +136,8 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
   // A linear layer's three matmuls, x[N,in] -> y[N,out] with weights w[out,in] (llm.c's layout):
   // forward (with its bias), the input's gradient (into z), the weight's (added into dw); and the
   // bias gradient.
-  auto linear = [&](const std::string& name, int64_t in, int64_t outc, void* w, void* y, void* dw,
-                    bool bias) {
-    const double mm = 2.0 * double(N) * double(in) * double(outc);
-    const double io = double(N * in + in * outc + N * outc) * e;
+  // Its forward's arguments: y[N,out] = x[N,in] w[out,in]^T (+ the bias in dw).
+  auto forward_args = [&](int64_t in, int64_t outc, void* w, void* y, bool bias) {
     gpu::MatmulArgs f;
     f.a = b.x.data();
     f.b = w;
@@ -150,6 +148,13 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
     f.n = outc;
     f.k = in;
     f.trans_b = true;
+    return f;
+  };
+  auto linear = [&](const std::string& name, int64_t in, int64_t outc, void* w, void* y, void* dw,
+                    bool bias) {
+    const double mm = 2.0 * double(N) * double(in) * double(outc);
+    const double io = double(N * in + in * outc + N * outc) * e;
+    const gpu::MatmulArgs f = forward_args(in, outc, w, y, bias);
     add("matmul " + name + " forward", dims({N, in, outc}), mm,
         io + (bias ? double(outc) * e : 0.0), [&, f] { return k.matmul(s, f); });
     gpu::MatmulArgs dx = f;  // dinp[N,in] = dout[N,out] w[out,in]
@@ -218,18 +223,9 @@ std::vector<Measured> run_shape(gpu::Device& dev, gpu::Stream& s, const Shape& s
   {
     const double mm = 2.0 * double(N) * double(C) * double(4 * C);
     const double io = (double(N * C + 4 * C * C) + 2.0 * 4 * nc) * e;
-    gpu::MatmulArgs f;
-    f.a = b.x.data();
-    f.b = b.w.data();
-    f.c = b.y.data();
-    f.bias = b.dw.data();
+    gpu::MatmulArgs f = forward_args(C, 4 * C, b.w.data(), b.y.data(), true);
     f.aux = b.z.data();
     f.epilogue = gpu::Epilogue::kGelu;
-    f.dtype_ab = f.dtype_c = dt;
-    f.m = N;
-    f.n = 4 * C;
-    f.k = C;
-    f.trans_b = true;
     add("matmul fc forward + gelu", dims({N, C, 4 * C}), mm, io + 4.0 * double(C) * e,
         [&, f] { return k.matmul(s, f); });
     gpu::MatmulArgs dx = f;  // dinp[N,4C] = gelu'(x) * dout[N,C] w[C,4C]

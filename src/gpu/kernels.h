@@ -207,7 +207,8 @@ class Kernels {
   // The epilogue's own arguments (aux given and apart from C, beta 0, no bias backward).
   static Status check_epilogue(const MatmulArgs& args);
   // A matmul with an epilogue as its sequence of kernels: matmul (into aux for kGelu) then
-  // gelu_forward or gelu_backward. For implementations without the fused epilogue.
+  // gelu_forward or gelu_backward. For implementations without the fused epilogue, after their
+  // argument checks (check_epilogue among them).
   Status matmul_in_sequence(Stream& s, const MatmulArgs& args);
 };
 

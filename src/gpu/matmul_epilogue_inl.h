@@ -33,7 +33,6 @@ inline Status Kernels::check_epilogue(const MatmulArgs& args) {
 }
 
 inline Status Kernels::matmul_in_sequence(Stream& s, const MatmulArgs& args) {
-  STRATA_RETURN_IF_ERROR(check_epilogue(args));
   MatmulArgs plain = args;
   plain.epilogue = Epilogue::kNone;
   plain.aux = nullptr;
