@@ -103,22 +103,29 @@ TEST_P(NnTest, ResidualLayernormIsTheAddThenTheLayernorm) {
   }
 }
 
-// NKV key/value heads (grouped-query attention); NKV = 0 means NH (multi-head).
+// NKV key/value heads (grouped-query attention); NKV = 0 means NH (multi-head). qkv starts
+// `shift` elements into its buffer (1: not 16-byte aligned, the CUDA kernels' element-wise
+// copies).
 void attention_case(DeviceFixture& d, DType dt, int64_t B, int64_t T, int64_t C, int64_t NH,
-                    double tol, int64_t NKV = 0) {
+                    double tol, int64_t NKV = 0, int64_t shift = 0) {
   if (NKV == 0) NKV = NH;
   const int64_t width = C + 2 * NKV * (C / NH);
   Vec qkv = random_vec(B * T * width, 30, -1.5, 1.5), dout = random_vec(B * T * C, 31);
-  auto pqkv = d.upload(qkv, dt);
+  Vec shifted(static_cast<size_t>(shift), 0.0);
+  shifted.insert(shifted.end(), qkv.begin(), qkv.end());
+  auto pqkv_buf = d.upload(shifted, dt);  // rounds `shifted`; the references read the same
+  qkv.assign(shifted.begin() + shift, shifted.end());
+  void* pqkv_data =
+      static_cast<char*>(pqkv_buf.data()) + static_cast<size_t>(shift) * dtype_size(dt);
   auto pdout = d.upload(dout, dt);
   auto pout = d.zeros(B * T * C * dtype_size(dt));
   auto plse = d.zeros(B * NH * T * 4);
   Vec junk = random_vec(B * T * width, 32);  // dqkv is overwritten, not accumulated
   auto pdqkv = d.upload(junk, dt);
-  Status st = d.k().attention_forward(d.stream(), pout.data(), plse.as<float>(), pqkv.data(), B, T,
-                                      C, NH, NKV, dt);
+  Status st = d.k().attention_forward(d.stream(), pout.data(), plse.as<float>(), pqkv_data, B, T, C,
+                                      NH, NKV, dt);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  st = d.k().attention_backward(d.stream(), pdqkv.data(), pdout.data(), pqkv.data(), pout.data(),
+  st = d.k().attention_backward(d.stream(), pdqkv.data(), pdout.data(), pqkv_data, pout.data(),
                                 plse.as<float>(), B, T, C, NH, NKV, dt);
   ASSERT_TRUE(st.ok()) << st.to_string();
   Vec out, lse, dqkv;
@@ -126,7 +133,7 @@ void attention_case(DeviceFixture& d, DType dt, int64_t B, int64_t T, int64_t C,
   ref::attention_backward(dout, qkv, B, T, C, NH, NKV, dqkv);
   const std::string shape = " B=" + std::to_string(B) + " T=" + std::to_string(T) +
                             " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
-                            " NKV=" + std::to_string(NKV);
+                            " NKV=" + std::to_string(NKV) + " shift=" + std::to_string(shift);
   expect_close(d.download(pout, out.size(), dt), out, tol, "attention out" + shape);
   expect_close(d.download(plse, lse.size(), DType::kF32), lse, 1e-5, "attention lse" + shape);
   expect_close(d.download(pdqkv, dqkv.size(), dt), dqkv, tol, "attention dqkv" + shape);
@@ -141,8 +148,11 @@ TEST_P(NnTest, AttentionForwardBackward) {
   attention_case(d_, dt(), 1, 33, 128, 2, tol());
   attention_case(d_, dt(), 1, 20, 128, 1, tol());
   attention_case(d_, dt(), 1, 40, 512, 2, tol());
-  // Several 64-row blocks and tiles, the last one partial (the tensor-core kernels' unit).
+  // Several 64-row blocks and tiles, the last one partial (the tensor-core kernels' unit), at
+  // head sizes 64 and 128; and qkv not 16-byte aligned.
   attention_case(d_, dt(), 2, 150, 128, 2, tol());
+  attention_case(d_, dt(), 1, 130, 256, 2, tol());
+  attention_case(d_, dt(), 1, 70, 128, 2, tol(), 0, 1);
 }
 
 // Grouped-query attention: groups of 2 and 4 query heads, and one key/value head for all
@@ -151,6 +161,7 @@ TEST_P(NnTest, GroupedQueryAttention) {
   attention_case(d_, dt(), 2, 9, 32, 4, tol(), 2);
   attention_case(d_, dt(), 1, 70, 256, 8, tol(), 2);
   attention_case(d_, dt(), 2, 33, 256, 4, tol(), 1);
+  attention_case(d_, dt(), 1, 80, 512, 4, tol(), 2);  // head size 128
 }
 
 // The CUDA backend takes 16-bit head sizes 32, 64 and 128 to its tensor-core kernels unless

@@ -1,6 +1,6 @@
 // Causal self-attention, flash-style (no T x T matrix in memory), fp32 softmax, on CUDA cores:
-// fp32 storage and head sizes the tensor-core kernels (kernels_attention_tc.cu) do not take.
-// qkv [B, T, C + 2*NKV*HS] holds q (NH heads) | k (NKV heads) | v (NKV heads); query head h
+// fp32 storage and head sizes the tensor-core kernels (kernels_attention_fwd.cu, _bwd.cu) do not
+// take. qkv [B, T, C + 2*NKV*HS] holds q (NH heads) | k (NKV heads) | v (NKV heads); query head h
 // uses key/value head h / (NH / NKV) (grouped-query attention; NKV = NH: multi-head).
 //
 // Forward: one block per (8 query rows, head, batch); one warp per query row. Keys are loaded in

@@ -106,9 +106,9 @@ cudaError_t launch_attention_backward(cudaStream_t stream, void* dqkv, const voi
                                       int64_t T, int64_t C, int64_t NH, int64_t NKV, ElemType t,
                                       float* scratch);
 
-// The tensor-core attention kernels (kernels_attention_tc.cu), which launch_attention_* use when
-// attention_uses_tensor_cores: 16-bit storage, head size 32, 64 or 128, and the environment
-// variable STRATA_CUDA_ATTENTION not set to "scalar".
+// The tensor-core attention kernels (kernels_attention_fwd.cu, kernels_attention_bwd.cu), which
+// launch_attention_* use when attention_uses_tensor_cores: 16-bit storage, head size 32, 64 or
+// 128, and the environment variable STRATA_CUDA_ATTENTION not set to "scalar".
 bool attention_uses_tensor_cores(int64_t C, int64_t NH, ElemType t);
 cudaError_t launch_attention_forward_tc(cudaStream_t stream, void* out, float* lse, const void* qkv,
                                         int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
