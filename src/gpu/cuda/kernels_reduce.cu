@@ -51,18 +51,37 @@ __global__ void bias_backward_final_kernel(T* dbias, const float* scratch, int64
   store_f32(dbias + col, total);
 }
 
+// out[b, t, :] = wte[token] + wpe[t] (a negative token: wpe alone). `packed` (C a multiple of
+// kPack<T>, 16-byte aligned tensors): each thread takes kPack<T> consecutive columns with 16-byte
+// loads and stores, the same operations element by element.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                         int64_t B, int64_t T_, int64_t C) {
-  const int64_t total = B * T_ * C;
+                                         int64_t B, int64_t T_, int64_t C, bool packed) {
+  const int64_t per = packed ? kPack<T> : 1;
+  const int64_t total = B * T_ * C / per;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t bt = i / C;
-    const int64_t c = i % C;
+    const int64_t e = i * per;
+    const int64_t bt = e / C;
+    const int64_t c = e % C;
     const int64_t t = bt % T_;
     const int32_t tok = tokens[bt];
-    const float w = tok >= 0 ? load_f32(wte + tok * C + c) : 0.0f;
-    store_f32(out + i, w + load_f32(wpe + t * C + c));
+    if (packed) {
+      float w[kPack<T>], p[kPack<T>];
+      load_pack(wpe + t * C + c, p);
+      if (tok >= 0) {
+        load_pack(wte + tok * C + c, w);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPack<T>; ++j) w[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPack<T>; ++j) w[j] += p[j];
+      store_pack(out + e, w);
+    } else {
+      const float w = tok >= 0 ? load_f32(wte + tok * C + c) : 0.0f;
+      store_f32(out + e, w + load_f32(wpe + t * C + c));
+    }
   }
 }
 
@@ -206,9 +225,10 @@ struct EmbeddingForward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* out, const int32_t* tokens, const void* wte,
                          const void* wpe, int64_t B, int64_t T_, int64_t C) {
-    embedding_forward_kernel<T><<<grid_for(B * T_ * C, 256), 256, 0, s>>>(
+    const bool packed = C % kPack<T> == 0 && aligned16({out, wte, wpe});
+    embedding_forward_kernel<T><<<grid_for(B * T_ * C / (packed ? kPack<T> : 1), 256), 256, 0, s>>>(
         static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), B, T_,
-        C);
+        C, packed);
     return launch_result();
   }
 };
