@@ -225,29 +225,47 @@ Status Communicator::validate(const CollectiveCall& call) const {
   return ok_status();
 }
 
-CommHandle Communicator::start(const CollectiveCall& call) {
+Status Communicator::admit(const CollectiveCall& call, uint64_t& seq) {
   Status valid = validate(call);
-  if (!options_.check_calls && !valid.ok()) return CommHandle(std::move(valid));
-  const uint64_t seq = sequence_++;
+  if (!options_.check_calls && !valid.ok()) return valid;
+  seq = sequence_++;
   if (options_.check_calls) {
     // Every rank joins the agreement, also one whose arguments are invalid, so that all of them
     // learn about the error instead of the others waiting for it.
     Status agreed = verify_call(call, valid.ok());
-    if (!valid.ok()) return CommHandle(std::move(valid));
-    if (!agreed.ok()) return CommHandle(agreed.with_context(describe_call(call, seq)));
+    if (!valid.ok()) return valid;
+    if (!agreed.ok()) return agreed.with_context(describe_call(call, seq));
   }
+  return ok_status();
+}
+
+void Communicator::count(const CollectiveCall& call) {
+  const ByteCount b = textbook_bytes(call, rank(), size());
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  CollectiveStats& st = stats_[static_cast<size_t>(call.kind)];
+  ++st.calls;
+  st.bytes_sent += b.sent;
+  st.bytes_received += b.received;
+}
+
+CommHandle Communicator::start(const CollectiveCall& call) {
+  uint64_t seq = 0;
+  Status admitted = admit(call, seq);
+  if (!admitted.ok()) return CommHandle(std::move(admitted));
   auto op = start_impl(call);
   if (!op.ok()) return CommHandle(op.status().with_context(describe_call(call, seq)));
-  {
-    const ByteCount b = textbook_bytes(call, rank(), size());
-    std::lock_guard<std::mutex> lock(stats_mutex_);
-    CollectiveStats& st = stats_[static_cast<size_t>(call.kind)];
-    ++st.calls;
-    st.bytes_sent += b.sent;
-    st.bytes_received += b.received;
-  }
+  count(call);
   if (*op == nullptr) return CommHandle(ok_status());  // finished synchronously
   return CommHandle(std::move(op).value(), this, call, seq);
+}
+
+Status Communicator::enqueue(const CollectiveCall& call, void* stream) {
+  uint64_t seq = 0;
+  STRATA_RETURN_IF_ERROR(admit(call, seq));
+  Status st = enqueue_impl(call, stream);
+  if (!st.ok()) return st.with_context(describe_call(call, seq));
+  count(call);
+  return ok_status();
 }
 
 CommHandle Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype,

@@ -209,6 +209,15 @@ class Communicator {
   CommHandle barrier_async();
   CommHandle start(const CollectiveCall& call);  // any of the above
 
+  // Stream-ordered collectives, where the backend has them (stream_ordered(): NcclComm): `call`
+  // is enqueued on `stream` (the backend's stream handle: a cudaStream_t, gpu::Stream's
+  // native_handle()) after the work already there, and later work of that stream runs after it.
+  // Returns once enqueued: errors found then are returned, later ones surface when the stream is
+  // synchronised. Checked mode and byte accounting as start(). Calls must still be made in the
+  // same order on every rank. kUnsupported where the backend has no streams.
+  virtual bool stream_ordered() const { return false; }
+  Status enqueue(const CollectiveCall& call, void* stream);
+
   // Synchronous wrappers: start and wait.
   Status all_reduce(const void* send, void* recv, size_t count, DType dtype,
                     ReduceOp op = ReduceOp::kSum);
@@ -234,6 +243,10 @@ class Communicator {
  protected:
   // Starts `call` (already validated). Errors found at once may be returned directly.
   virtual Result<std::unique_ptr<PendingOp>> start_impl(const CollectiveCall& call) = 0;
+  // Enqueues `call` (already validated) on `stream`; only where stream_ordered().
+  virtual Status enqueue_impl(const CollectiveCall& /*call*/, void* /*stream*/) {
+    return make_error(ErrorCode::kUnsupported, backend(), " collectives are not stream-ordered");
+  }
   // Checked mode: agree on the call across ranks (all ranks call this, also those whose call is
   // locally invalid); returns kComm when any field differs or any rank's call is invalid.
   // Default: nothing to check (one rank).
@@ -243,6 +256,10 @@ class Communicator {
 
  private:
   Status validate(const CollectiveCall& call) const;
+  // Validation, the call's sequence number and (checked mode) the agreement across ranks: what
+  // start() and enqueue() do before the backend sees the call. Sets `seq`.
+  Status admit(const CollectiveCall& call, uint64_t& seq);
+  void count(const CollectiveCall& call);
 
   CommOptions options_;
   uint64_t sequence_ = 0;

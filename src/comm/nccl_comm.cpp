@@ -130,6 +130,7 @@ class NcclComm final : public Communicator {
   int local_size() const override { return bootstrap_->local_size(); }
   std::string_view backend() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
+  bool stream_ordered() const override { return true; }
 
   [[noreturn]] void abort(const Status& reason) override {
     std::fprintf(stderr, "strata: rank %d of %d aborting: %s\n", rank(), size(),
@@ -148,39 +149,52 @@ class NcclComm final : public Communicator {
 
   Result<std::unique_ptr<PendingOp>> start_impl(const CollectiveCall& call) override {
     STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
-    const size_t c = call.count;
-    const size_t e = dtype_size(call.dtype);
-    const ncclDataType_t type = nccl_type(call.dtype);
-    const int me = rank();
-    const int n = size();
     // The completion event exists before anything is queued, so no error return below leaves
     // NCCL working on the caller's buffers unbeknown to the caller.
     cudaEvent_t event = nullptr;
     STRATA_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                                        "cudaEventCreateWithFlags"));
     auto op = std::make_unique<NcclOp>(event, comm_);
+    STRATA_RETURN_IF_ERROR(issue(call, stream_));
+    STRATA_RETURN_IF_ERROR(cuda_status(cudaEventRecord(event, stream_), "cudaEventRecord"));
+    return std::unique_ptr<PendingOp>(std::move(op));
+  }
+
+  Status enqueue_impl(const CollectiveCall& call, void* stream) override {
+    STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    return issue(call, static_cast<cudaStream_t>(stream));
+  }
+
+ private:
+  // Enqueues the NCCL calls of `call` on `stream`.
+  Status issue(const CollectiveCall& call, cudaStream_t stream) {
+    const size_t c = call.count;
+    const size_t e = dtype_size(call.dtype);
+    const ncclDataType_t type = nccl_type(call.dtype);
+    const int me = rank();
+    const int n = size();
     ncclResult_t rc = ncclSuccess;
     const char* what = "";
     switch (call.kind) {
       case CollectiveKind::kAllReduce:
         what = "ncclAllReduce";
-        rc = ncclAllReduce(call.send, call.recv, c, type, nccl_op(call.op), comm_, stream_);
+        rc = ncclAllReduce(call.send, call.recv, c, type, nccl_op(call.op), comm_, stream);
         break;
       case CollectiveKind::kReduce:
         what = "ncclReduce";
-        rc = ncclReduce(call.send, call.recv, c, type, nccl_op(call.op), call.root, comm_, stream_);
+        rc = ncclReduce(call.send, call.recv, c, type, nccl_op(call.op), call.root, comm_, stream);
         break;
       case CollectiveKind::kBroadcast:
         what = "ncclBroadcast";
-        rc = ncclBroadcast(call.recv, call.recv, c, type, call.root, comm_, stream_);
+        rc = ncclBroadcast(call.recv, call.recv, c, type, call.root, comm_, stream);
         break;
       case CollectiveKind::kReduceScatter:
         what = "ncclReduceScatter";
-        rc = ncclReduceScatter(call.send, call.recv, c, type, nccl_op(call.op), comm_, stream_);
+        rc = ncclReduceScatter(call.send, call.recv, c, type, nccl_op(call.op), comm_, stream);
         break;
       case CollectiveKind::kAllGather:
         what = "ncclAllGather";
-        rc = ncclAllGather(call.send, call.recv, c, type, comm_, stream_);
+        rc = ncclAllGather(call.send, call.recv, c, type, comm_, stream);
         break;
       case CollectiveKind::kGather:
       case CollectiveKind::kScatter: {
@@ -198,7 +212,7 @@ class NcclComm final : public Communicator {
                               : call.recv;
               if (src != dst && c > 0) {
                 const cudaError_t ce =
-                    cudaMemcpyAsync(dst, src, c * e, cudaMemcpyDeviceToDevice, stream_);
+                    cudaMemcpyAsync(dst, src, c * e, cudaMemcpyDeviceToDevice, stream);
                 if (ce != cudaSuccess) {
                   ncclGroupEnd();
                   return cuda_status(ce, "cudaMemcpyAsync");
@@ -206,15 +220,15 @@ class NcclComm final : public Communicator {
               }
             } else if (gather) {
               rc = ncclRecv(static_cast<std::byte*>(call.recv) + static_cast<size_t>(r) * c * e, c,
-                            type, r, comm_, stream_);
+                            type, r, comm_, stream);
             } else {
               rc = ncclSend(
                   static_cast<const std::byte*>(call.send) + static_cast<size_t>(r) * c * e, c,
-                  type, r, comm_, stream_);
+                  type, r, comm_, stream);
             }
           } else if (r == call.root) {
-            rc = gather ? ncclSend(call.send, c, type, r, comm_, stream_)
-                        : ncclRecv(call.recv, c, type, r, comm_, stream_);
+            rc = gather ? ncclSend(call.send, c, type, r, comm_, stream)
+                        : ncclRecv(call.recv, c, type, r, comm_, stream);
           }
         }
         const ncclResult_t end = ncclGroupEnd();
@@ -223,15 +237,12 @@ class NcclComm final : public Communicator {
       }
       case CollectiveKind::kBarrier:
         what = "ncclAllReduce (barrier)";
-        rc = ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+        rc = ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream);
         break;
     }
-    STRATA_RETURN_IF_ERROR(nccl_status(rc, what));
-    STRATA_RETURN_IF_ERROR(cuda_status(cudaEventRecord(event, stream_), "cudaEventRecord"));
-    return std::unique_ptr<PendingOp>(std::move(op));
+    return nccl_status(rc, what);
   }
 
- private:
   std::unique_ptr<MpiComm> bootstrap_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

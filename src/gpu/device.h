@@ -108,6 +108,9 @@ class Stream {
   virtual Status host_callback(std::function<void()> fn) = 0;
   // Blocks until all enqueued work has completed; returns the first error of that work.
   virtual Status synchronize() = 0;
+  // The backend's own handle of this stream (CUDA: its cudaStream_t), for a library that enqueues
+  // work on a stream itself (NCCL); null where there is none (CpuStream).
+  virtual void* native_handle() { return nullptr; }
 };
 
 class Kernels;

@@ -50,7 +50,8 @@ Result<std::unique_ptr<Executor>> Executor::create(gpu::Device& device, Plan pla
 
 Status Executor::init() {
   const size_t n = plan_.num_tasks();
-  for (int l = 0; l < kNumStreamLanes; ++l) {
+  for (int l = 0; l < kNumStreamLanes; ++l) {  // the link lane's only when the plan uses it
+    if (Lane(l) == Lane::kLink && plan_.lane_tasks(Lane::kLink).empty()) continue;
     STRATA_ASSIGN_OR_RETURN(streams_[l], device_.create_stream());
   }
   const uint64_t device_peak = plan_.peak_bytes(Tier::kDevice);
@@ -127,8 +128,8 @@ Status Executor::init() {
 }
 
 gpu::Stream& Executor::stream(Lane lane) {
-  STRATA_CHECK(is_stream_lane(lane),
-               "Executor::stream(" << lane_name(lane) << "): not a stream lane");
+  STRATA_CHECK(is_stream_lane(lane) && streams_[static_cast<int>(lane)] != nullptr,
+               "Executor::stream(" << lane_name(lane) << "): not a stream lane of this plan");
   return *streams_[static_cast<int>(lane)];
 }
 
@@ -269,7 +270,7 @@ Status Executor::replay(const void* args) {
       push_ready_locked(TaskId(i));
     }
   }
-  size_t cursor[kNumStreamLanes] = {0, 0, 0};
+  size_t cursor[kNumStreamLanes] = {};
   for (;;) {
     while (stream_done_read_ < stream_done_.size()) {
       const TaskId t = stream_done_[stream_done_read_++];
@@ -322,6 +323,7 @@ Status Executor::replay(const void* args) {
   args_ = nullptr;  // every task of this replay has been run or enqueued
   lock.unlock();
   for (auto& s : streams_) {
+    if (!s) continue;  // the link lane of a plan without link tasks
     Status st = s->synchronize();
     if (result.ok() && !st.ok()) result = std::move(st);
   }

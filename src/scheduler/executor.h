@@ -1,13 +1,13 @@
 // Executor: replays a finalized Plan (plan.h) every step on a Device.
 //
-// Lanes: compute, h2d and d2h each get a Stream of the device; the replaying thread enqueues
-// each stream task as soon as its host-lane dependencies have completed and its stream-lane
-// dependencies have been enqueued (a dependency on another stream is an event wait), so the
-// streams are fed ahead and never stepped one kernel at a time. nvme, cpu and comm tasks run on
-// worker threads owned by the executor (cpu tasks inside a bounded oneTBB task_arena); a
-// host-lane task starts when its last dependency completes (a stream task reports completion
-// through a host callback before its event record). Ready host tasks start in the order
-// Plan::finalize walked them (Plan::order()).
+// Lanes: compute, h2d, d2h (and link, when the plan has link tasks) each get a Stream of the
+// device; the replaying thread enqueues each stream task as soon as its host-lane dependencies
+// have completed and its stream-lane dependencies have been enqueued (a dependency on another
+// stream is an event wait), so the streams are fed ahead and never stepped one kernel at a time.
+// nvme, cpu and comm tasks run on worker threads owned by the executor (cpu tasks inside a bounded
+// oneTBB task_arena); a host-lane task starts when its last dependency completes (a stream task
+// reports completion through a host callback before its event record). Ready host tasks start in
+// the order Plan::finalize walked them (Plan::order()).
 //
 // Memory: the plan's buffers are placed in one device allocation and one pinned host
 // allocation of the plan's peak per tier, made by create(); replay() allocates nothing on the

@@ -1,6 +1,7 @@
 #include "scheduler/plan.h"
 
 #include <algorithm>
+#include <iterator>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -287,7 +288,8 @@ Status Plan::finalize(const Budgets& budgets) {
   // Implied edges of in-order lanes, then Kahn's algorithm for the cycle check.
   lane_prev_.assign(n, -1);
   for (auto& lt : lane_tasks_) lt.clear();
-  TaskId last[kNumLanes] = {-1, -1, -1, -1, -1, -1};
+  TaskId last[kNumLanes];
+  std::fill(std::begin(last), std::end(last), TaskId{-1});
   for (size_t i = 0; i < n; ++i) {
     const int lane = static_cast<int>(tasks_[i].lane);
     if (is_in_order_lane(tasks_[i].lane)) lane_prev_[i] = last[lane];

@@ -130,6 +130,7 @@ struct ZRun {
   std::vector<int64_t> block_numels;           // by block
   std::string error;                           // ZCase::expect_error: Session::create's message
   int64_t segments = 0, checkpoint_bytes = 0;  // the model's checkpoint segments, one's bytes
+  size_t link_tasks = 0, comm_tasks = 0;       // the plan's tasks on those lanes
 };
 
 // The same global batch for every rank count: step s's batch of kMicroBatch * N sequences;
@@ -324,6 +325,8 @@ ZRun train(comm::Communicator& comm, const ZCase& c, nvme::SwapStore* store,
       run.traffic.push_back(comm.stats(static_cast<comm::CollectiveKind>(k)));
     }
     if (zero) run.lanes = zero->last_lane_bytes();
+    if (zero) run.link_tasks = zero->plan().lane_tasks(sched::Lane::kLink).size();
+    if (zero) run.comm_tasks = zero->plan().lane_tasks(sched::Lane::kComm).size();
     if (zero) run.last = zero->last_traffic();
     run.losses.push_back(r->loss);
     run.norms.push_back(r->grad_norm);
@@ -1584,7 +1587,9 @@ constexpr int kCudaSteps = gpu::test::kEmulatedCuda ? 6 : kSteps;
 
 // Stages 1-3 (over NCCL 0-3) and stage 3 with the parameters and half the optimizer state on
 // NVMe (over NCCL also with the shards on the device) give the bits of stage 0 with the
-// collectives on the host; over NCCL the device links carry the collectives' textbook bytes.
+// collectives on the host; over NCCL the device links carry the collectives' textbook bytes, and
+// the collectives run on the link lane (a device stream ordered by events): the host's comm
+// lane keeps only the gradient statistics' exchange, one task.
 void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
   comm::Communicator& comm = world();
   make_device = cuda_device;
@@ -1624,6 +1629,12 @@ void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
     const ZRun r = train(comm, z, z.nvme_fraction > 0 ? store.store.get() : nullptr);
     expect_same_bits(ref, r);
     EXPECT_EQ(r.last.device_link, r.expected.device_link);
+    if (nccl != nullptr) {
+      EXPECT_GT(r.link_tasks, 0u);
+      EXPECT_LE(r.comm_tasks, 1u);
+    } else {
+      EXPECT_EQ(r.link_tasks, 0u);
+    }
   }
   if (nccl == nullptr) return;
   // Two micro-batches at stage 3 in both orders (the shards adding up in fp32 on the host): the

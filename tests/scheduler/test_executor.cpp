@@ -283,7 +283,9 @@ TEST(Executor, TraceIsJsonAndInOrderLanesNeverOverlap) {
   EXPECT_EQ(complete, 2 * ex.value()->plan().num_tasks());
   for (auto& [tid, spans] : by_track) {
     const std::string name = names[tid];
-    if (name != "compute" && name != "h2d" && name != "d2h" && name != "comm") continue;
+    if (name != "compute" && name != "h2d" && name != "d2h" && name != "link" && name != "comm") {
+      continue;
+    }
     std::sort(spans.begin(), spans.end());
     for (size_t i = 1; i < spans.size(); ++i) {
       EXPECT_LE(spans[i - 1].first + spans[i - 1].second, spans[i].first + 1e-3)

@@ -16,9 +16,11 @@ void Runtime::count(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*fie
   traffic_.*field += comm::textbook_bytes(call, rank, ranks).sent;
 }
 
-Status Runtime::on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field) {
+Status Runtime::on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field,
+                          gpu::Stream* stream) {
   count(call, field);
   traffic_.device_link += comm::textbook_bytes(call, rank, ranks).sent;
+  if (stream != nullptr) return dcomm->enqueue(call, stream->native_handle());
   return dcomm->start(call).wait();
 }
 

@@ -8,9 +8,9 @@
 // borrows the model, optimizer and communicator it names. ZeroStep writes the batch before a
 // replay and reads the counters and the statistics after it.
 // Thread safety: a replay's tasks run on the lanes' threads at once. The lane counters are
-// atomic; the traffic counters are touched by the comm lane's tasks only (and by the caller
-// between replays); each statistics slot is written by one task (a block's check, or the
-// exchange) before the norm reads it (the plan orders them).
+// atomic; each traffic counter is touched by the tasks of one lane (comm, or link for the
+// collectives on the device) and by the caller between replays; each statistics slot is written by
+// one task (a block's check, or the exchange) before the norm reads it (the plan orders them).
 #pragma once
 
 #include <array>
@@ -23,8 +23,10 @@
 #include "engine/device_optimizer.h"
 #include "engine/offloaded_optimizer.h"
 #include "engine/step_reports.h"
+#include "gpu/device.h"
 #include "model/model.h"
 #include "nvme/swap_store.h"
+#include "scheduler/lane.h"
 
 namespace strata::engine::zero {
 
@@ -90,9 +92,16 @@ class Runtime {
   }
   // The bytes `call` sends (the comm layer's textbook accounting), under `field`.
   void count(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
-  // Starts `call` on the device communicator, counted under `field` and as device-link bytes,
-  // and waits for it.
-  Status on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field);
+  // `call` on the device communicator, counted under `field` and as device-link bytes: enqueued
+  // on `stream` (the link lane's) when the communicator is stream-ordered, else started and
+  // waited for (stream null: the comm lane).
+  Status on_device(const comm::CollectiveCall& call, uint64_t ZeroTraffic::*field,
+                   gpu::Stream* stream);
+  // Where the plan puts the collectives on device buffers: the link lane (a device stream,
+  // ordered by events) when dcomm enqueues on streams (NCCL), else the comm lane.
+  sched::Lane device_lane() const {
+    return dcomm != nullptr && dcomm->stream_ordered() ? sched::Lane::kLink : sched::Lane::kComm;
+  }
   void reset_counts();
   const ZeroTraffic& traffic() const { return traffic_; }
   ZeroLaneBytes lane_bytes() const;

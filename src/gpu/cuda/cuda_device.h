@@ -104,6 +104,7 @@ class CudaStream final : public Stream {
   Status wait(Event& event) override;
   Status host_callback(std::function<void()> fn) override;
   Status synchronize() override;
+  void* native_handle() override { return stream_; }
 
   const CudaDevice* device() const { return device_; }
   cudaStream_t handle() const { return stream_; }

@@ -201,13 +201,13 @@ TaskId GatherLowering::on_device(size_t k, BufferId sh, BufferId staged, TaskId 
     deps = {up};
   }
   const TaskId gather = plan.add(
-      "gather " + what, Lane::kComm,
+      "gather " + what, rt_->device_lane(),
       [rt = rt_, call, src, gd, off](const TaskContext& c) -> Status {
         if (c.args<Replay>().flushing) return ok_status();
         comm::CollectiveCall all = call;
         all.recv = c.buffer(gd);
         all.send = src >= 0 ? c.buffer(src) : static_cast<std::byte*>(c.buffer(gd)) + off;
-        return rt->on_device(all, &ZeroTraffic::param_all_gather);
+        return rt->on_device(all, &ZeroTraffic::param_all_gather, c.stream);
       },
       std::move(deps));
   pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks,

@@ -181,23 +181,23 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
     plan.writes(before, dbuf);
   }
   const comm::CollectiveCall call = collective(comm::CollectiveKind::kReduceScatter, c16, dt);
-  const TaskId reduce =
-      plan.add("reduce " + what, Lane::kComm,
-               [rt = rt_, dbuf, own, call, stage, skip](const TaskContext& c) -> Status {
-                 if (skip(c)) return ok_status();
-                 auto* d = static_cast<std::byte*>(c.buffer(dbuf));
-                 comm::CollectiveCall rs = call;
-                 rs.send = d;
-                 rs.recv = d + own;
-                 STRATA_RETURN_IF_ERROR(rt->on_device(rs, &ZeroTraffic::grad_reduce_scatter));
-                 if (stage != 0) return ok_status();
-                 comm::CollectiveCall ag = rs;  // stage 0: the other half of the all-reduce
-                 ag.kind = comm::CollectiveKind::kAllGather;
-                 ag.send = d + own;
-                 ag.recv = d;
-                 return rt->on_device(ag, &ZeroTraffic::grad_all_gather);
-               },
-               {before});
+  const TaskId reduce = plan.add(
+      "reduce " + what, rt_->device_lane(),
+      [rt = rt_, dbuf, own, call, stage, skip](const TaskContext& c) -> Status {
+        if (skip(c)) return ok_status();
+        auto* d = static_cast<std::byte*>(c.buffer(dbuf));
+        comm::CollectiveCall rs = call;
+        rs.send = d;
+        rs.recv = d + own;
+        STRATA_RETURN_IF_ERROR(rt->on_device(rs, &ZeroTraffic::grad_reduce_scatter, c.stream));
+        if (stage != 0) return ok_status();
+        comm::CollectiveCall ag = rs;  // stage 0: the other half of the all-reduce
+        ag.kind = comm::CollectiveKind::kAllGather;
+        ag.send = d + own;
+        ag.recv = d;
+        return rt->on_device(ag, &ZeroTraffic::grad_all_gather, c.stream);
+      },
+      {before});
   pb_.collective_work(reduce, comm::CollectiveKind::kReduceScatter, c16, dt, rank, lay_.ranks,
                       true);
   if (stage == 0) {

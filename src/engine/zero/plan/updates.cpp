@@ -152,16 +152,17 @@ TaskId UpdateLowering::gather_on_device(int64_t b, BufferId d, TaskId after) {
   const size_t off = static_cast<size_t>(lay_.rank) * lay_.shard_bytes(b);
   const size_t bytes = lay_.block_bytes(b);
   const comm::CollectiveCall call = collective(comm::CollectiveKind::kAllGather, c16, dt);
-  const TaskId gather = plan.add("gather params " + lay_.name(b), Lane::kComm,
-                                 [rt = rt_, d, off, call](const TaskContext& c) -> Status {
-                                   if (c.args<Replay>().update_step == 0) return ok_status();
-                                   comm::CollectiveCall all = call;
-                                   auto* base = static_cast<std::byte*>(c.buffer(d));
-                                   all.send = base + off;
-                                   all.recv = base;
-                                   return rt->on_device(all, &ZeroTraffic::param_all_gather);
-                                 },
-                                 {after});
+  const TaskId gather =
+      plan.add("gather params " + lay_.name(b), rt_->device_lane(),
+               [rt = rt_, d, off, call](const TaskContext& c) -> Status {
+                 if (c.args<Replay>().update_step == 0) return ok_status();
+                 comm::CollectiveCall all = call;
+                 auto* base = static_cast<std::byte*>(c.buffer(d));
+                 all.send = base + off;
+                 all.recv = base;
+                 return rt->on_device(all, &ZeroTraffic::param_all_gather, c.stream);
+               },
+               {after});
   pb_.collective_work(gather, comm::CollectiveKind::kAllGather, c16, dt, lay_.rank, lay_.ranks,
                       true);
   plan.reads(gather, d);
