@@ -35,7 +35,7 @@ struct StepMetrics {
   double step_ms = 0;
   double busy_ms[kNumLanes] = {};  // union of the lane's task spans
   // Time the compute lane sat idle while the task it was about to run waited on a transfer-lane
-  // task (h2d, d2h, nvme, comm) it depends on.
+  // task (h2d, d2h, link, nvme, comm) it depends on.
   double exposed_transfer_ms = 0;
   // From the end of the last compute-lane task to the end of the step.
   double optimizer_tail_ms = 0;

@@ -45,14 +45,16 @@ float input_value(int64_t step, int chain, int64_t j) {
 // `chains` independent pipelines: cpu fill -> h2d -> compute x2 -> compute +1 (a device constant
 // uploaded first) -> d2h -> cpu check, with the device buffers acquired by the upload and
 // released by the download under a device budget of `resident` chain buffers plus the constant.
-// out[step][chain] = sum of the chain's results, written by a final cpu task.
+// out[step][chain] = sum of the chain's results, written by a final cpu task. `twice_lane`: where
+// the doubling runs (compute, or the link lane: a stream of its own between h2d and compute).
 struct ChainPlan {
   Plan plan;
   std::vector<double> sums;
   std::atomic<int> mismatches{0};
 };
 
-std::unique_ptr<ChainPlan> chain_plan(gpu::Device& dev, int chains, int resident) {
+std::unique_ptr<ChainPlan> chain_plan(gpu::Device& dev, int chains, int resident,
+                                      Lane twice_lane = Lane::kCompute) {
   auto cp = std::make_unique<ChainPlan>();
   Plan& p = cp->plan;
   cp->sums.assign(static_cast<size_t>(chains), 0.0);
@@ -94,7 +96,7 @@ std::unique_ptr<ChainPlan> chain_plan(gpu::Device& dev, int chains, int resident
     p.acquire(up, dv);
     p.reads(up, in);
     p.writes(up, dv);
-    const TaskId twice = p.add("twice" + s, Lane::kCompute,
+    const TaskId twice = p.add("twice" + s, twice_lane,
                                [=, &k](const TaskContext& c) {
                                  return k.scale(*c.stream, c.buffer(dv), 2.0f, kNumel, DType::kF32);
                                },
@@ -184,6 +186,35 @@ TEST(Executor, DependenciesAreRespectedByData) {
   }
   EXPECT_LE(most, 3);
   EXPECT_GE(most, 1);
+}
+
+// The link lane (where NCCL's collectives go) is a stream lane like the copy lanes: its tasks
+// run on a stream of their own, after the upload and before the compute that reads their
+// result, ordered by events (no host task in between), and the data say so.
+TEST(Executor, TheLinkLaneIsAStreamOrderedByEvents) {
+  auto dev = cpu_device();
+  auto cp = chain_plan(*dev, 6, 3, Lane::kLink);
+  std::vector<double>* sums = &cp->sums;
+  std::atomic<int>* mismatches = &cp->mismatches;
+  EXPECT_EQ(cp->plan.lane_tasks(Lane::kLink).size(), 6u);
+  auto ex_r = Executor::create(*dev, std::move(cp->plan));
+  ASSERT_TRUE(ex_r.ok()) << ex_r.status().to_string();
+  Executor& ex = *ex_r.value();
+  for (int step = 1; step <= 4; ++step) {
+    const Status st = ex.replay();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(mismatches->load(), 0) << "step " << step;
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ((*sums)[size_t(i)], expected_sum(step, i)) << "step " << step << " chain " << i;
+    }
+  }
+  const StepMetrics m = compute_metrics(ex.plan(), ex.last_trace());
+  EXPECT_GT(m.busy_ms[static_cast<int>(Lane::kLink)], 0.0);
+  // A plan without link tasks has no link stream.
+  auto plain = chain_plan(*dev, 1, 1);
+  auto ex2 = Executor::create(*dev, std::move(plain->plan));
+  ASSERT_TRUE(ex2.ok()) << ex2.status().to_string();
+  EXPECT_TRUE(ex2.value()->replay().ok());
 }
 
 TEST(Executor, ReplayGivesIdenticalResultsToAFreshExecutor) {
