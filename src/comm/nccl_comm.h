@@ -8,12 +8,14 @@
 //
 // Collectives are enqueued on a CUDA stream owned by the communicator, in call order; a handle
 // completes when a CUDA event recorded after the collective has completed (test() queries it and
-// NCCL's asynchronous error). 16-bit types are reduced natively by NCCL (ncclFloat16,
-// ncclBfloat16). Gather and scatter are grouped ncclSend/ncclRecv. Barrier is a one-element
-// all-reduce on the stream. Byte counts use the formulas of communicator.h. Checked mode agrees on
-// the call through the MPI bootstrap. abort() aborts the NCCL communicator and the MPI job.
-// Thread safety: as Communicator; the calling thread's current CUDA device is set to the
-// communicator's device on each call.
+// NCCL's asynchronous error). enqueue() puts them on the caller's stream instead (the executor's
+// link lane), with nothing to wait for: a failure after that surfaces when the stream is
+// synchronised, and a peer that never arrives leaves the stream waiting as NCCL does. 16-bit types
+// are reduced natively by NCCL (ncclFloat16, ncclBfloat16). Gather and scatter are grouped
+// ncclSend/ncclRecv. Barrier is a one-element all-reduce on the stream. Byte counts use the
+// formulas of communicator.h. Checked mode agrees on the call through the MPI bootstrap. abort()
+// aborts the NCCL communicator and the MPI job. Thread safety: as Communicator; the calling
+// thread's current CUDA device is set to the communicator's device on each call.
 #pragma once
 
 #include <memory>
