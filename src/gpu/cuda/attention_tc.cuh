@@ -231,6 +231,27 @@ __device__ float quad_delta(const T* dout, const T* out, int64_t stride, int row
   return part + __shfl_xor_sync(kAll, part, 2);
 }
 
+// K and V rows row0 .. row0+63 of a block's key/value head into one stage of the pipeline: K at
+// `stage`, V one tile after it (asynchronous where stage_rows is).
+template <typename T, int HS>
+__device__ void stage_kv(T* stage, const T* qkv, const Head& hd, int row0, const Geo& g) {
+  stage_rows<T, HS>(stage, qkv + hd.k, hd.stride, row0, g);
+  stage_rows<T, HS>(stage + kTileElems<HS>, qkv + hd.v, hd.stride, row0, g);
+}
+
+// A step of the two-stage pipeline: with the next tile's copies issued (`issued`), closes their
+// group and waits for every group before it; on the last tile waits for everything. Then the
+// block meets, so every thread's copies of the current tile are visible to all.
+__device__ __forceinline__ void tile_ready(bool issued) {
+  if (issued) {
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 template <typename K>
 cudaError_t allow(K kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;

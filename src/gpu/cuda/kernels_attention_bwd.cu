@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 
   stage_rows<T, HS>(q_s, qkv + hd.q, hd.stride, q0, g);
   stage_rows<T, HS>(do_s, dout + hd.btc, g.C, q0, g);
-  stage_rows<T, HS>(kv_s, qkv + hd.k, hd.stride, 0, g);
-  stage_rows<T, HS>(kv_s + tile, qkv + hd.v, hd.stride, 0, g);
+  stage_kv<T, HS>(kv_s, qkv, hd, 0, g);
   cp_async_commit();
 
   float D[2], lse2[2];  // rows gr and gr + 8
@@ -78,16 +77,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   for (int n = 0; n < HS / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
   for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) {
-      T* next = kv_s + ((t + 1) & 1) * 2 * tile;
-      stage_rows<T, HS>(next, qkv + hd.k, hd.stride, (t + 1) * kRows, g);
-      stage_rows<T, HS>(next + tile, qkv + hd.v, hd.stride, (t + 1) * kRows, g);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const bool more = t + 1 < tiles;
+    if (more) stage_kv<T, HS>(kv_s + ((t + 1) & 1) * 2 * tile, qkv, hd, (t + 1) * kRows, g);
+    tile_ready(more);
     const T* k_s = kv_s + (t & 1) * 2 * tile;
     if (active) {
       uint32_t af[HS / 16][4];
@@ -177,14 +169,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
   }
   for (int i = 0; i < items; ++i) {
-    if (i + 1 < items) {
-      stage_item(i + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const bool more = i + 1 < items;
+    if (more) stage_item(i + 1);
+    tile_ready(more);
     const int qs = kb0 + (i % per_head) * kRows;
     const T* q_t = qd_s + (i & 1) * 2 * tile;
     const T* do_t = q_t + tile;

@@ -61,8 +61,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const float scale2 = g.scale * kLog2e;
 
   stage_rows<T, HS>(q_s, qkv + hd.q, hd.stride, q0, g);
-  stage_rows<T, HS>(kv_s, qkv + hd.k, hd.stride, 0, g);
-  stage_rows<T, HS>(kv_s + tile, qkv + hd.v, hd.stride, 0, g);
+  stage_kv<T, HS>(kv_s, qkv, hd, 0, g);
   cp_async_commit();
 
   uint32_t qf[HS / 16][4];
@@ -73,16 +72,9 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   float l[2] = {0.0f, 0.0f};
 
   for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) {
-      T* next = kv_s + ((t + 1) & 1) * 2 * tile;
-      stage_rows<T, HS>(next, qkv + hd.k, hd.stride, (t + 1) * kRows, g);
-      stage_rows<T, HS>(next + tile, qkv + hd.v, hd.stride, (t + 1) * kRows, g);
-      cp_async_commit();
-      cp_async_wait<1>();  // tile t (and Q) have landed; t + 1 is on its way
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const bool more = t + 1 < tiles;
+    if (more) stage_kv<T, HS>(kv_s + ((t + 1) & 1) * 2 * tile, qkv, hd, (t + 1) * kRows, g);
+    tile_ready(more);  // tile t (and Q) have landed; t + 1 is on its way
     const T* k_s = kv_s + (t & 1) * 2 * tile;
     if (active) {
       if (t == 0) load_a<T, HS>(qf, q_s + warp * 16 * ld);
