@@ -128,6 +128,9 @@ class CpuAdam {
   CpuAdamOptions options_;
 };
 
+// grad_check's default chunk (Kernels::grad_stats has the same on the device).
+inline constexpr int64_t kGradCheckChunk = 1 << 16;
+
 // Result of the one-pass gradient check.
 struct GradStats {
   double sum_squares = 0.0;    // sum of (scale * g)^2, accumulated per chunk in fp64, chunk order
@@ -143,7 +146,7 @@ struct GradStats {
 // squares of finite fp32 values cannot overflow fp64. Preconditions (a bug otherwise, checked):
 // grads non-null when numel > 0, numel >= 0, chunk_numel a positive multiple of 64.
 GradStats grad_check(const void* grads, DType dtype, int64_t numel, float scale = 1.0f,
-                     Isa isa = detect_isa(), int64_t chunk_numel = 1 << 16);
+                     Isa isa = detect_isa(), int64_t chunk_numel = kGradCheckChunk);
 
 // Writes numel fp32 params as fp16/bf16 (round to nearest even) with the SIMD paths and fixed
 // chunks of `options` (the separate copy-out pass of a two-pass optimizer step).

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/cpu_adam.h"
 #include "gpu/cpu_device_impl.h"
 #include "gpu/cpu_kernels.h"
 #include "gpu/cpu_stream.h"
@@ -147,6 +148,28 @@ Status CpuKernels::add(Stream& s, void* out, const void* a, const void* b, int64
   });
 }
 
+Status CpuKernels::accumulate(Stream& s, void* dst, DType dst_dtype, const void* src,
+                              DType src_dtype, int64_t n) {
+  STRATA_RETURN_IF_ERROR(check_dtype("accumulate", dst_dtype));
+  STRATA_RETURN_IF_ERROR(check_dtype("accumulate", src_dtype));
+  if (n == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_positive("accumulate", "n", n));
+  STRATA_RETURN_IF_ERROR(check_pointer("accumulate", "dst", dst));
+  STRATA_RETURN_IF_ERROR(check_pointer("accumulate", "src", src));
+  return launch(s, "accumulate", [=](CpuStream&) {
+    parallel_chunks(n, kElemChunk, [&](int64_t lo, int64_t hi) {
+      const size_t len = static_cast<size_t>(hi - lo);
+      float* x = scratch(0, len);
+      float* y = scratch(1, len);
+      load_f32(dst, dst_dtype, lo, len, x);
+      load_f32(src, src_dtype, lo, len, y);
+      for (size_t i = 0; i < len; ++i) x[i] += y[i];
+      store_f32(x, dst, dst_dtype, lo, len);
+    });
+    return ok_status();
+  });
+}
+
 Status CpuKernels::scale(Stream& s, void* x, float factor, int64_t n, DType dtype) {
   STRATA_RETURN_IF_ERROR(check_dtype("scale", dtype));
   if (n == 0) return ok_status();
@@ -273,6 +296,20 @@ Status CpuKernels::sum_squares(Stream& s, float* out, const void* x, int64_t n, 
       out[0] = sum;
       out[1] = flag;
     }
+    return ok_status();
+  });
+}
+
+Status CpuKernels::grad_stats(Stream& s, double* out, const void* x, int64_t n, DType dtype) {
+  STRATA_RETURN_IF_ERROR(check_dtype("grad_stats", dtype));
+  STRATA_RETURN_IF_ERROR(check_pointer("grad_stats", "out", out));
+  if (n < 0) return make_error(ErrorCode::kConfig, "grad_stats: n = ", n, " must be >= 0");
+  if (n > 0) STRATA_RETURN_IF_ERROR(check_pointer("grad_stats", "x", x));
+  return launch(s, "grad_stats", [=](CpuStream&) {
+    // The device is host memory: the host check itself.
+    const cpu::GradStats g = cpu::grad_check(x, dtype, n);
+    out[0] = g.sum_squares;
+    out[1] = g.has_nonfinite ? 1.0 : 0.0;
     return ok_status();
   });
 }

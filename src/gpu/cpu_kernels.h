@@ -65,10 +65,13 @@ class CpuKernels final : public Kernels {
   Status scale(Stream& s, void* x, float factor, int64_t n, DType dtype) override;
   Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
               int64_t n) override;
+  Status accumulate(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                    int64_t n) override;
   Status softmax_cross_entropy(Stream& s, float* losses, void* logits, const int32_t* targets,
                                int64_t N, int64_t V, int64_t Vp, float dloss, DType dtype) override;
   Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
                      bool accumulate) override;
+  Status grad_stats(Stream& s, double* out, const void* x, int64_t n, DType dtype) override;
 
  private:
   // Enqueues `body` on `s` (which must be a stream of this device) to run inside the arena.

@@ -180,6 +180,11 @@ class Kernels {
   // dst = src converted (n elements), round to nearest even.
   virtual Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
                       int64_t n) = 0;
+  // dst += src (n elements): each sum in fp32 (src converted exactly), rounded to dst's dtype
+  // (round to nearest even): the reduced gradient shards of the micro-batches added into the
+  // rank's, in fp32 with fp32_grad_accum, on the device. Work: (2 dst + src) e bytes an element.
+  virtual Status accumulate(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                            int64_t n) = 0;
 
   // Softmax over the first V of Vp columns of logits [N,Vp], then per row:
   // losses[r] = -log p[targets[r]] (fp32), and logits are overwritten with the gradient
@@ -194,6 +199,13 @@ class Kernels {
   // Work: n e bytes.
   virtual Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
                              bool accumulate) = 0;
+  // The gradient check of cpu::grad_check on the device, bit for bit: out fp64 [2] (device):
+  // out[0] = sum of x^2, out[1] = 1.0 if that sum is not finite (x holds a NaN or Inf) else 0.0,
+  // with grad_check's operations in its order (chunks of cpu::kGradCheckChunk elements; in a
+  // chunk, element i's exact fp64 square added into lane i % 16; the 16 lanes added in order,
+  // then the chunks' sums in order), so the global norm has the same bits whether a shard was
+  // checked on the host or on the device. Work: n e bytes.
+  virtual Status grad_stats(Stream& s, double* out, const void* x, int64_t n, DType dtype) = 0;
 
   // Adam/AdamW on device memory (the optimizer state kept on the device): fp32 params, m and v
   // updated in place from gradients of `grad_dtype`, the new params also written as fp16/bf16

@@ -218,6 +218,87 @@ TEST_P(KernelTest, SumSquaresAndNonFiniteFlag) {
   EXPECT_EQ(d_.download(dout, 2, DType::kF32)[1], 1.0);
 }
 
+// The documented order of grad_stats (and cpu::grad_check), written out in fp64: chunks of 65536
+// elements, element i of a chunk into lane i % 16, the lanes then the chunks added in order.
+double chunked_sum_squares(const Vec& x, int64_t n) {
+  constexpr int64_t kChunk = 65536;
+  double total = 0.0;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    double lane[16] = {};
+    for (int64_t i = c0; i < std::min(n, c0 + kChunk); ++i) lane[(i - c0) % 16] += x[i] * x[i];
+    double chunk = 0.0;
+    for (double l : lane) chunk += l;
+    total += chunk;
+  }
+  return total;
+}
+
+TEST_P(KernelTest, GradStatsHaveTheBitsOfTheHostCheck) {
+  const int64_t big = 2 * 65536 + 1001;  // two whole chunks and a partial one
+  Vec x = random_vec(static_cast<size_t>(big), 21);
+  // Magnitudes apart, so that another order of the sums gives other bits.
+  for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e3;
+  for (size_t i = 3; i < x.size(); i += 13) x[i] *= 1e-4;
+  auto dx = d_.upload(x, dt());
+  auto dout = d_.zeros(2 * sizeof(double));
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{65536}, int64_t{65536 + 17}, big}) {
+    ASSERT_TRUE(d_.k().grad_stats(d_.stream(), dout.as<double>(), dx.data(), n, dt()).ok());
+    const std::vector<char> raw = d_.download_bytes(dout, 2 * sizeof(double));
+    double got[2];
+    std::memcpy(got, raw.data(), sizeof(got));
+    const double want = chunked_sum_squares(x, n);
+    EXPECT_EQ(got[0], want) << "n " << n << ": " << (got[0] - want);
+    EXPECT_EQ(got[1], 0.0) << "n " << n;
+  }
+  // A NaN or an Inf in the last chunk sets the flag; one past n does not.
+  for (double bad : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+    Vec y = x;
+    y[static_cast<size_t>(big - 2)] = bad;
+    auto dy = d_.upload(y, dt());
+    ASSERT_TRUE(d_.k().grad_stats(d_.stream(), dout.as<double>(), dy.data(), big, dt()).ok());
+    std::vector<char> raw = d_.download_bytes(dout, 2 * sizeof(double));
+    double got[2];
+    std::memcpy(got, raw.data(), sizeof(got));
+    EXPECT_EQ(got[1], 1.0) << bad;
+    ASSERT_TRUE(d_.k().grad_stats(d_.stream(), dout.as<double>(), dy.data(), big - 2, dt()).ok());
+    raw = d_.download_bytes(dout, 2 * sizeof(double));
+    std::memcpy(got, raw.data(), sizeof(got));
+    EXPECT_EQ(got[1], 0.0) << bad;
+    EXPECT_EQ(got[0], chunked_sum_squares(x, big - 2));
+  }
+}
+
+TEST_P(KernelTest, AccumulateAddsInFp32AndRoundsToTheDestination) {
+  for (DType src_t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{4099}}) {
+      Vec a = random_vec(static_cast<size_t>(n), 31, -4.0, 4.0);
+      Vec b = random_vec(static_cast<size_t>(n), 32, -1.0, 1.0);
+      auto da = d_.upload(a, dt());
+      auto db = d_.upload(b, src_t);
+      // Offset by one element: the unaligned path as well as the packed one.
+      const int64_t off = n > 1 ? 1 : 0;
+      ASSERT_TRUE(d_.k().accumulate(d_.stream(), da.data(), dt(), db.data(), src_t, n).ok());
+      ASSERT_TRUE(d_.k()
+                      .accumulate(d_.stream(), da.as<char>() + off * int64_t(dtype_size(dt())),
+                                  dt(), db.as<char>() + off * int64_t(dtype_size(src_t)), src_t,
+                                  n - off)
+                      .ok());
+      Vec want(a.size());
+      for (int64_t i = 0; i < n; ++i) {
+        // Each sum in fp32 (exact operands), rounded to dt().
+        float v = static_cast<float>(round_to(dt(), static_cast<float>(a[i]) + float(b[i])));
+        if (i >= off) v = static_cast<float>(round_to(dt(), v + float(b[i])));
+        want[size_t(i)] = v;
+      }
+      const Vec got = d_.download(da, static_cast<size_t>(n), dt());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[size_t(i)], want[size_t(i)])
+            << dtype_name(src_t) << " n " << n << " [" << i << "]";
+      }
+    }
+  }
+}
+
 TEST_P(KernelTest, BadArgumentsAreRefusedAtEnqueue) {
   auto buf = d_.zeros(4096);
   MatmulArgs args;

@@ -1,6 +1,7 @@
-// Elementwise kernels: bias add (after a matmul), GELU and its backward, add, scale and casts.
+// Elementwise kernels: bias add (after a matmul), GELU and its backward, add, scale, casts and
+// accumulate (dst += src across dtypes).
 // Grid-stride loops over int64 indices; each element is computed independently, so results do
-// not depend on the launch shape. GELU, add, scale and casts move 16 bytes at a time.
+// not depend on the launch shape. GELU, add, scale, casts and accumulate move 16 bytes at a time.
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -133,6 +134,51 @@ struct CastFrom {
     return map<D, S>(s, dst, src, nullptr, n, CastOp{});
   }
 };
+// dst[i] += src[i] for i < n: the sum in fp32, stored as TD. Packed (both 16-byte aligned) as
+// map_kernel is; the same result for each element either way.
+template <typename TD, typename TS>
+__global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n, bool packed) {
+  constexpr int kW = kMapPack<TD, TS>;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t done = 0;
+  if (packed) {
+    const int64_t packs = n / kW;
+    for (int64_t p = first; p < packs; p += stride) {
+      float x[kW], y[kW];
+#pragma unroll
+      for (int j = 0; j < kW; j += kPack<TD>) load_pack(dst + p * kW + j, x + j);
+#pragma unroll
+      for (int j = 0; j < kW; j += kPack<TS>) load_pack(src + p * kW + j, y + j);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) x[j] += y[j];
+#pragma unroll
+      for (int j = 0; j < kW; j += kPack<TD>) store_pack(dst + p * kW + j, x + j);
+    }
+    done = packs * kW;
+  }
+  for (int64_t i = done + first; i < n; i += stride) {
+    store_f32(dst + i, load_f32(dst + i) + load_f32(src + i));
+  }
+}
+// Second level of the accumulate dispatch: the destination type is fixed to D.
+template <typename D>
+struct AccumulateInto {
+  template <typename S>
+  static cudaError_t run(cudaStream_t s, void* dst, const void* src, int64_t n) {
+    const bool packed = aligned16({dst, src});
+    const int64_t items = packed ? (n + kMapPack<D, S> - 1) / kMapPack<D, S> : n;
+    accumulate_kernel<D, S><<<grid_for(items, kThreads), kThreads, 0, s>>>(
+        static_cast<D*>(dst), static_cast<const S*>(src), n, packed);
+    return launch_result();
+  }
+};
+struct Accumulate {
+  template <typename D>
+  static cudaError_t run(cudaStream_t s, void* dst, const void* src, ElemType src_t, int64_t n) {
+    return dispatch<AccumulateInto<D>>(src_t, s, dst, src, n);
+  }
+};
 struct Cast {
   template <typename S>
   static cudaError_t run(cudaStream_t s, void* dst, ElemType dst_t, const void* src, int64_t n) {
@@ -175,6 +221,12 @@ cudaError_t launch_cast(cudaStream_t stream, void* dst, ElemType dst_t, const vo
                         ElemType src_t, int64_t n) {
   if (n == 0) return cudaSuccess;
   return dispatch<Cast>(src_t, stream, dst, dst_t, src, n);
+}
+
+cudaError_t launch_accumulate(cudaStream_t stream, void* dst, ElemType dst_t, const void* src,
+                              ElemType src_t, int64_t n) {
+  if (n == 0) return cudaSuccess;
+  return dispatch<Accumulate>(dst_t, stream, dst, src, src_t, n);
 }
 
 }  // namespace strata::gpu::cuda

@@ -1,6 +1,6 @@
-// Reductions with a fixed order: bias_backward (column sums), the embedding forward/backward and
-// sum_squares (two passes through per-stream scratch). No floating-point atomics anywhere, so
-// every run gives the same bits.
+// Reductions with a fixed order: bias_backward (column sums), the embedding forward/backward,
+// sum_squares and grad_stats (two passes through per-stream scratch). No floating-point atomics
+// anywhere, so every run gives the same bits.
 #include "gpu/cuda/common.cuh"
 
 namespace strata::gpu::cuda {
@@ -202,6 +202,61 @@ __global__ void sum_squares_final_kernel(float* out, const float* scratch, int b
   }
 }
 
+// grad_stats, pass 1: cpu::grad_check's chunk sums. kGradLanes threads take a chunk, thread j
+// adding the exact fp64 squares of elements j, j + 16, ... of it in order (grad_check's lane j;
+// the elements past n are its zero padding, which adds nothing), then the chunk's first thread
+// adds the 16 lanes in order into partial[chunk]. Pass 2: one thread adds the chunks in order.
+constexpr int kGradLanes = 16;
+constexpr int kGradChunksPerBlock = 8;
+
+template <typename T>
+__global__ void grad_stats_partial_kernel(double* partial, const T* x, int64_t n, int64_t chunks) {
+  __shared__ double lanes[kGradChunksPerBlock][kGradLanes];
+  const int lane = static_cast<int>(threadIdx.x) % kGradLanes;
+  const int local = static_cast<int>(threadIdx.x) / kGradLanes;
+  const int64_t chunk = blockIdx.x * int64_t{kGradChunksPerBlock} + local;
+  double acc = 0.0;
+  if (chunk < chunks) {
+    const int64_t end = min(n, (chunk + 1) * kGradCheckChunk);
+#pragma unroll 8
+    for (int64_t i = chunk * kGradCheckChunk + lane; i < end; i += kGradLanes) {
+      const double v = load_f32(x + i);
+      acc += v * v;  // the square is exact in fp64: one rounding, as on the host
+    }
+  }
+  lanes[local][lane] = acc;
+  __syncthreads();
+  if (lane != 0 || chunk >= chunks) return;
+  double sum = 0.0;
+  for (int j = 0; j < kGradLanes; ++j) sum += lanes[local][j];
+  partial[chunk] = sum;
+}
+
+__global__ void grad_stats_final_kernel(double* out, const double* partial, int64_t chunks) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) sum += partial[c];
+  out[0] = sum;
+  out[1] = isfinite(sum) ? 0.0 : 1.0;
+}
+
+struct GradStats {
+  template <typename T>
+  static cudaError_t run(cudaStream_t s, double* out, const void* x, int64_t n, float* scratch) {
+    const int64_t chunks = (n + kGradCheckChunk - 1) / kGradCheckChunk;
+    auto* partial = reinterpret_cast<double*>(scratch);
+    if (chunks > 0) {
+      const auto blocks =
+          static_cast<unsigned>((chunks + kGradChunksPerBlock - 1) / kGradChunksPerBlock);
+      grad_stats_partial_kernel<T><<<blocks, kGradLanes * kGradChunksPerBlock, 0, s>>>(
+          partial, static_cast<const T*>(x), n, chunks);
+      const cudaError_t err = launch_result();
+      if (err != cudaSuccess) return err;
+    }
+    grad_stats_final_kernel<<<1, 1, 0, s>>>(out, partial, chunks);
+    return launch_result();
+  }
+};
+
 struct BiasBackward {
   template <typename T>
   static cudaError_t run(cudaStream_t s, void* dbias, const void* dout, int64_t m, int64_t n,
@@ -305,6 +360,11 @@ int64_t embedding_sort_length(int64_t BT) {
 cudaError_t launch_sum_squares(cudaStream_t stream, float* out, const void* x, int64_t n,
                                ElemType t, bool accumulate, float* scratch) {
   return dispatch<SumSquares>(t, stream, out, x, n, accumulate, scratch);
+}
+
+cudaError_t launch_grad_stats(cudaStream_t stream, double* out, const void* x, int64_t n,
+                              ElemType t, float* scratch) {
+  return dispatch<GradStats>(t, stream, out, x, n, scratch);
 }
 
 }  // namespace strata::gpu::cuda

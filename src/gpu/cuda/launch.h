@@ -134,6 +134,9 @@ cudaError_t launch_adam(cudaStream_t stream, float* params, float* m, float* v, 
                         const AdamKernelConstants& k);
 cudaError_t launch_cast(cudaStream_t stream, void* dst, ElemType dst_t, const void* src,
                         ElemType src_t, int64_t n);
+// dst += src, the sum in fp32 rounded to dst_t.
+cudaError_t launch_accumulate(cudaStream_t stream, void* dst, ElemType dst_t, const void* src,
+                              ElemType src_t, int64_t n);
 
 // A target outside [0, V) other than a negative one gives a NaN loss (and no one-hot term).
 cudaError_t launch_softmax_cross_entropy(cudaStream_t stream, float* losses, void* logits,
@@ -143,5 +146,13 @@ cudaError_t launch_softmax_cross_entropy(cudaStream_t stream, float* losses, voi
 // `scratch` holds kSumSquaresScratchFloats floats of device memory owned by the stream.
 cudaError_t launch_sum_squares(cudaStream_t stream, float* out, const void* x, int64_t n,
                                ElemType t, bool accumulate, float* scratch);
+
+// Kernels::grad_stats: the chunk of cpu::grad_check (cpu::kGradCheckChunk, which .cu files
+// cannot include), and the most elements one call takes (a chunk's fp64 sum in the stream's
+// scratch).
+inline constexpr int64_t kGradCheckChunk = int64_t{1} << 16;
+inline constexpr int64_t kGradStatsMaxElements = kStreamScratchFloats / 2 * kGradCheckChunk;
+cudaError_t launch_grad_stats(cudaStream_t stream, double* out, const void* x, int64_t n,
+                              ElemType t, float* scratch);
 
 }  // namespace strata::gpu::cuda

@@ -375,6 +375,20 @@ Status LaunchKernels::cast(Stream& s, void* dst, DType dst_dtype, const void* sr
       launch_cast(target.stream, dst, elem_type(dst_dtype), src, elem_type(src_dtype), n), op);
 }
 
+Status LaunchKernels::accumulate(Stream& s, void* dst, DType dst_dtype, const void* src,
+                                 DType src_dtype, int64_t n) {
+  const char* op = "accumulate";
+  if (!valid_dtype(dst_dtype)) return dtype_error(op, dst_dtype);
+  if (!valid_dtype(src_dtype)) return dtype_error(op, src_dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
+  if (n == 0) return ok_status();
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {dst, src}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(
+      launch_accumulate(target.stream, dst, elem_type(dst_dtype), src, elem_type(src_dtype), n),
+      op);
+}
+
 Status LaunchKernels::softmax_cross_entropy(Stream& s, float* losses, void* logits,
                                             const int32_t* targets, int64_t N, int64_t V,
                                             int64_t Vp, float dloss, DType dtype) {
@@ -401,6 +415,17 @@ Status LaunchKernels::sum_squares(Stream& s, float* out, const void* x, int64_t 
   return launched(
       launch_sum_squares(target.stream, out, x, n, elem_type(dtype), accumulate, target.scratch),
       op);
+}
+
+Status LaunchKernels::grad_stats(Stream& s, double* out, const void* x, int64_t n, DType dtype) {
+  static_assert(kGradCheckChunk == cpu::kGradCheckChunk, "grad_stats chunks as grad_check's");
+  const char* op = "grad_stats";
+  if (!valid_dtype(dtype)) return dtype_error(op, dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0, kGradStatsMaxElements));
+  STRATA_RETURN_IF_ERROR(check_pointers(op, {out, n > 0 ? x : out}));
+  STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
+  return launched(launch_grad_stats(target.stream, out, x, n, elem_type(dtype), target.scratch),
+                  op);
 }
 
 }  // namespace strata::gpu::cuda

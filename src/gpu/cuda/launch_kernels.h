@@ -56,10 +56,13 @@ class LaunchKernels : public Kernels {
   Status adam_step(Stream& s, const AdamArgs& args) override;
   Status cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
               int64_t n) override;
+  Status accumulate(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
+                    int64_t n) override;
   Status softmax_cross_entropy(Stream& s, float* losses, void* logits, const int32_t* targets,
                                int64_t N, int64_t V, int64_t Vp, float dloss, DType dtype) override;
   Status sum_squares(Stream& s, float* out, const void* x, int64_t n, DType dtype,
                      bool accumulate) override;
+  Status grad_stats(Stream& s, double* out, const void* x, int64_t n, DType dtype) override;
 
  protected:
   // matmul's argument checks (dtypes, C's dtype, positive sizes, non-null pointers, the
