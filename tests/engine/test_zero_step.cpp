@@ -577,21 +577,51 @@ TEST(ZeroStep, DeviceCollectivesGiveTheBitsOfStageZero) {
     }
   }
   // Micro-batches in both orders (the shards adding up in fp32 on the host at stages 2-3, so
-  // these give the bits of the host collectives at the same stage, not stage 0's).
+  // these give the bits of the host collectives at the same stage, not stage 0's); with the
+  // device optimizer they add up on the device (Kernels::accumulate), in fp32 and in bf16.
   for (int stage = 0; stage <= 3; ++stage) {
-    for (bool layer_major : {false, true}) {
+    for (int k = 0; k < 4; ++k) {
       ZCase c;
       c.micro = 2;
       c.steps = 6;
       c.stage = stage;
-      c.layer_major = layer_major;
-      c.offload_param = stage == 3 && layer_major ? Home::kNvme : Home::kPinned;
+      c.layer_major = k % 2 == 1;
+      c.device_optimizer = k >= 2;
+      c.grad_accum_dtype = k == 3 ? DType::kBF16 : DType::kF32;
+      c.offload_param = stage == 3 && c.layer_major ? Home::kNvme : Home::kPinned;
       nvme::SwapStore* s = stage == 3 ? store.store.get() : nullptr;
       const ZRun host = train(comm, c, s);
       c.collectives = Collectives::kDevice;
       SCOPED_TRACE(describe(c));
       expect_same_bits(host, train(comm, c, s));
     }
+  }
+}
+
+// The device optimizer with the collectives on the device: no gradient crosses to the host in
+// either direction; only each checked shard's statistics (two doubles; at stage 0 every rank's)
+// come down. (LaneBytesMatchTheFormula checks the other lanes.)
+TEST(ZeroStep, DeviceOptimizerKeepsTheGradientsOnTheDevice) {
+  comm::Communicator& comm = world();
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZCase c;
+    c.stage = stage;
+    c.steps = 3;
+    c.device_optimizer = true;
+    c.collectives = Collectives::kDevice;
+    c.offload_param = stage == 3 ? Home::kDevice : Home::kPinned;
+    SCOPED_TRACE(describe(c));
+    const ZRun dev = train(comm, c, nullptr);
+    const uint64_t nb = dev.params.size();
+    EXPECT_EQ(dev.lanes.d2h, 16 * nb * uint64_t(stage == 0 ? comm.size() : 1));
+    // ... where the host collectives bring every reduced gradient down and back up.
+    c.collectives = Collectives::kHost;
+    const ZRun host = train(comm, c, nullptr);
+    EXPECT_GT(host.lanes.d2h, 2 * 16 * nb * uint64_t(comm.size()));
+    if (stage == 3) {
+      EXPECT_EQ(dev.lanes.h2d, 0u);  // the shards live on the device
+    }
+    expect_same_bits(host, dev);
   }
 }
 
@@ -953,7 +983,15 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       // block kept whole with the collectives on the device): nothing down, nothing up.
       const bool stays = on_dev && c.stage >= 1 && (sharded ? r.homes[b] == Home::kDevice : dev);
       const uint64_t N = uint64_t(n_ranks);
-      want.d2h += grads * (!dev ? n : c.stage == 0 ? N * sh : sh) * e;
+      // The device optimizer's gradient with the collectives on the device: kept there, only
+      // its statistics come down (two doubles a checked shard; at stage 0 every rank's).
+      const bool kept = dev && on_dev;
+      want.d2h += kept ? 16 * (c.stage == 0 ? N : 1)
+                       : grads *
+                             (!dev           ? n
+                              : c.stage == 0 ? N * sh
+                                             : sh) *
+                             e;
       if (sharded && !in_place_shard && !(dev && r.homes[b] == Home::kDevice)) {
         want.h2d += R * g * (dev ? sh : n) * e;
       }
@@ -970,7 +1008,7 @@ TEST(ZeroStep, LaneBytesMatchTheFormula) {
       if (!sharded && !(on_dev && c.stage == 0) && !stays) {
         want.h2d += (dev && c.stage >= 1 ? sh : n) * e;
       }
-      if (on_dev && !(n_ranks == 1 && c.stage == 0)) want.h2d += k * e;
+      if (on_dev && !kept && !(n_ranks == 1 && c.stage == 0)) want.h2d += k * e;
       if (on_dev && c.stage >= 1 && !stays) want.d2h += k * e;
       if (r.nvme_parts[p]) {
         want.nvme_read += 12 * k;

@@ -37,7 +37,7 @@ sched::Budgets plan_budgets(const Layout& lay, const HostBuffers& hb, const Budg
                                            : 2 + segment;
     budgets.bytes[static_cast<int>(Tier::kDevice)] =
         (in.segments == 0 ? 0 : (2 + ck_micros) * round_device(in.checkpoint_bytes)) +
-        hb.device_homes + (lay.stage >= 2 ? grads * largest_dev : 0) +
+        hb.device_homes + hb.device_grads + (lay.stage >= 2 ? grads * largest_dev : 0) +
         (in.gathers ? (in.depth + k + 2) * largest_dev : 0) + 4 * in.largest_opt +
         device_collective_buffers;
   }

@@ -9,8 +9,8 @@
 // device sum a checkpoint segment's layers', from the first micro-batch's backward to the
 // last's), at stage 3 the gathered copies of depth + k + 2 blocks (a checkpointed segment of k
 // layers stays gathered from its recompute to its backward), three (2 + K) checkpoints, the
-// shards' device homes, and the device optimizer's gradient and new-parameter buffers (two of
-// each in flight).
+// shards' device homes, the gradients kept on the device with their statistics, and the device
+// optimizer's gradient and new-parameter buffers (two of each in flight).
 #pragma once
 
 #include <cstddef>

@@ -5,6 +5,9 @@
 // reduced gradient shard (gshard, stages 2-3), its new parameters (pbuf: padded, the rank's
 // shard written by Adam then all-gathered; at stage 3 the parameter shard itself, or for a shard
 // homed off pinned memory its staging after the update) and a shard's device home (dshard).
+// A gradient kept on the device (Layout::grads_on_device) has no pinned buffers: its reduced
+// shard is kept in dgrad (stages 1-3; at stage 0 the model's gradient block holds the reduced
+// gradient), and its statistics go through dstats (device) to hstats (pinned).
 // Takes the layout and the bucket size (ZeroStepOptions::bucket_bytes); returns the buffers and
 // the sizes the budgets count.
 #pragma once
@@ -22,10 +25,14 @@ struct HostBuffers {
   std::vector<sched::BufferId> gshard;  // by block (-1 below stage 2)
   std::vector<sched::BufferId> pbuf;    // by block
   std::vector<sched::BufferId> dshard;  // by block (-1: no device home)
+  std::vector<sched::BufferId> dgrad;   // by block (-1: the gradient not kept on the device)
+  // [rank][block][2] doubles as Runtime::stats (-1: no gradient kept on the device).
+  sched::BufferId dstats = -1, hstats = -1;
   // For the budgets: the pinned bytes of the step-long buffers, the gradients awaiting their
   // reduction (stages 2-3), the device homes, the largest padded block, and the largest shard
   // homed off pinned memory and on NVMe (their staging).
   uint64_t pinned = 0, in_flight = 0, device_homes = 0, largest = 0;
+  uint64_t device_grads = 0;  // dgrad and dstats
   uint64_t largest_moving = 0, largest_nvme = 0;
 };
 

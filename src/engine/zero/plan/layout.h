@@ -75,6 +75,12 @@ struct Layout {
     if (stage == 0 || device_update.empty() || !device_update[size_t(b)]) return false;
     return sharded(b) ? home[size_t(b)] == Home::kDevice : on_device;
   }
+  // Block b's reduced gradient stays on the device for the device optimizer (the collectives on
+  // the device): reduced, checked (Kernels::grad_stats), added up over micro-batches (stages
+  // 2-3) and read by the update there; none of it crosses to the host.
+  bool grads_on_device(int64_t b) const {
+    return on_device && !device_update.empty() && device_update[size_t(b)];
+  }
   // The index of block b's slot-`slot` gradient buffers.
   size_t at(int slot, int64_t b) const { return static_cast<size_t>(slot) * nb() + size_t(b); }
   // The suffix that names a slot's buffers and tasks ("" with one slot).

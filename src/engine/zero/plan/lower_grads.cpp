@@ -3,7 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include "core/check.h"
 #include "engine/offload_step.h"
+#include "gpu/kernels.h"
 
 namespace strata::engine::zero {
 
@@ -29,6 +31,21 @@ void write_inf(void* at, DType dt) {
   if (dt == DType::kF16) std::memcpy(at, &f16, 2);
   if (dt == DType::kBF16) std::memcpy(at, &bf16, 2);
 }
+// +Inf as the first element of `dt` at `at` on the device, byte by byte (no host buffer to copy
+// from).
+Status write_inf_on_device(gpu::Stream& s, std::byte* at, DType dt) {
+  std::byte inf[4];
+  write_inf(inf, dt);
+  for (size_t i = 0; i < dtype_size(dt); ++i) {
+    STRATA_RETURN_IF_ERROR(s.memset(at + i, int(inf[i]), 1));
+  }
+  return ok_status();
+}
+// Skips a replay that has no gradient to move: flushing, or below stage 2 (which reduce after the
+// last micro-batch only) any but the last micro-batch.
+bool no_gradient(const TaskContext& c, int stage) {
+  return c.args<Replay>().flushing || (stage <= 1 && !c.args<Replay>().last_micro());
+}
 }  // namespace
 
 GradLowering::GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers& hb,
@@ -45,6 +62,10 @@ GradLowering::GradLowering(PlanBuilder& pb, const Layout& lay, const HostBuffers
 }
 
 void GradLowering::chain(int64_t gb, int slot, TaskId t) {
+  if (lay_.grads_on_device(gb)) {
+    keep_on_device(gb, slot, t);
+    return;
+  }
   check(gb, slot, lay_.on_device ? reduce_on_device(gb, slot, t) : reduce_on_host(gb, slot, t));
 }
 
@@ -135,26 +156,22 @@ TaskId GradLowering::reduce_on_host(int64_t gb, int slot, TaskId t) {
   return reduce;
 }
 
-TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
+TaskId GradLowering::reduce_in_device_buffer(int64_t gb, int slot, TaskId t, BufferId& dbuf) {
   sched::Plan& plan = pb_.plan;
   const int stage = lay_.stage;
   const DType dt = lay_.dt;
   const size_t es = lay_.es();
   const int rank = lay_.rank;
-  const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
-  const BufferId gs = hb_.gshard[size_t(gb)];
   const size_t c16 = static_cast<size_t>(lay_.shard(gb));
   const size_t own = static_cast<size_t>(rank) * c16 * es;  // the rank's shard in a padded copy
   const size_t bytes = lay_.block_bytes(gb), padded = lay_.padded_bytes(gb);
   const std::string what = lay_.name(gb) + lay_.slot_name(slot);
   const bool last_only = stage <= 1;  // stages 0-1 reduce after the last micro-batch only
-  auto skip = [last_only](const TaskContext& c) {
-    return c.args<Replay>().flushing || (last_only && !c.args<Replay>().last_micro());
-  };
+  auto skip = [stage](const TaskContext& c) { return no_gradient(c, stage); };
   // Stages 0-1: the model's gradient into its padded bucket (the padding zero; the test hook's
   // Inf before the reduction, as every rank's stage 0 check needs).
   // Stages 2-3: the op's padded gradient buffer, its padding zeroed with it.
-  BufferId dbuf = dgrad_[lay_.at(slot, gb)];
+  dbuf = dgrad_[lay_.at(slot, gb)];
   TaskId before = t;
   if (stage <= 1) {
     dbuf = dbucket_[size_t(gb)];
@@ -168,12 +185,7 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
                    if (padded > bytes)
                      STRATA_RETURN_IF_ERROR(c.stream->memset(d + bytes, 0, padded - bytes));
                    if (gb != 0 || c.args<Replay>().step != rt->inject_inf_step) return ok_status();
-                   std::byte inf[4];
-                   write_inf(inf, rt->model.dtype());
-                   for (size_t i = 0; i < es; ++i) {  // byte by byte: no host buffer to copy from
-                     STRATA_RETURN_IF_ERROR(c.stream->memset(d + i, int(inf[i]), 1));
-                   }
-                   return ok_status();
+                   return write_inf_on_device(*c.stream, d, rt->model.dtype());
                  },
                  {t});
     pb_.task_runs_when(before, RunsWhen::kLastMicro);
@@ -206,6 +218,24 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
   if (last_only) pb_.task_runs_when(reduce, RunsWhen::kLastMicro);
   plan.reads(reduce, dbuf);
   plan.writes(reduce, dbuf);
+  return reduce;
+}
+
+TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const DType dt = lay_.dt;
+  const size_t es = lay_.es();
+  const BufferId gf = hb_.gfull[lay_.at(slot, gb)];
+  const BufferId gs = hb_.gshard[size_t(gb)];
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  const size_t own = static_cast<size_t>(lay_.rank) * c16 * es;
+  const size_t padded = lay_.padded_bytes(gb);
+  const std::string what = lay_.name(gb) + lay_.slot_name(slot);
+  const bool last_only = stage <= 1;
+  auto skip = [stage](const TaskContext& c) { return no_gradient(c, stage); };
+  BufferId dbuf = -1;
+  const TaskId reduce = reduce_in_device_buffer(gb, slot, t, dbuf);
   // Down: stage 0 the whole reduced gradient, stage 1 the rank's shard into its place in the
   // whole one, stages 2-3 the shard into its landing place.
   const size_t from = stage == 0 ? 0 : own, to = stage == 1 ? own : 0;
@@ -262,6 +292,109 @@ TaskId GradLowering::reduce_on_device(int64_t gb, int slot, TaskId t) {
   return acc;
 }
 
+// The tasks after the reduction run on the d2h lane, a stream beside the compute lane's (where
+// the gradients went down before): the backward goes on while they run, as it does while a
+// gradient goes down.
+void GradLowering::keep_on_device(int64_t gb, int slot, TaskId t) {
+  STRATA_CHECK(lay_.rotate,
+               "a gradient kept on the device is checked before the next step's update");
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const DType dt = lay_.dt;
+  const size_t es = lay_.es();
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  const size_t own = static_cast<size_t>(lay_.rank) * c16 * es;
+  const std::string what = lay_.name(gb) + lay_.slot_name(slot);
+  const BufferId dg = hb_.dgrad[size_t(gb)];
+  BufferId dbuf = -1;
+  const TaskId reduce = reduce_in_device_buffer(gb, slot, t, dbuf);
+  if (stage == 0) {  // every rank's shard checked in the bucket, then the whole gradient kept
+    const TaskId chk = check_on_device(gb, dbuf, dt, reduce);
+    const size_t bytes = lay_.block_bytes(gb);
+    const TaskId keep = plan.add("keep grad " + what, Lane::kD2H,
+                                 [rt = rt_, gb, dbuf, bytes](const TaskContext& c) -> Status {
+                                   if (no_gradient(c, 0)) return ok_status();
+                                   return c.stream->copy(rt->model.grad_block(gb), c.buffer(dbuf),
+                                                         bytes, gpu::CopyKind::kDeviceToDevice);
+                                 },
+                                 {chk});
+    pb_.task_runs_when(keep, RunsWhen::kLastMicro);
+    plan.reads(keep, dbuf);
+    plan.release(keep, dbuf);
+    return;
+  }
+  // Stage 1: the rank's shard kept. Stages 2-3: added into the kept shard (from the second
+  // micro-batch on; converted to fp32 with fp32 accumulation), as the host does otherwise.
+  const int fixed = lay_.slots > 1 ? slot : -1;
+  const TaskId keep =
+      plan.add((stage == 1 ? "keep grad shard " : "add grad shard ") + what, Lane::kD2H,
+               [rt = rt_, dbuf, dg, own, c16, gb, dt, acc = lay_.acc, stage,
+                fixed](const TaskContext& c) -> Status {
+                 if (no_gradient(c, stage)) return ok_status();
+                 auto* shard = static_cast<std::byte*>(c.buffer(dbuf)) + own;
+                 if (stage >= 2 && gb == 0 && c.args<Replay>().step == rt->inject_inf_step) {
+                   STRATA_RETURN_IF_ERROR(write_inf_on_device(*c.stream, shard, dt));
+                 }
+                 gpu::Kernels& k = rt->model.device().kernels();
+                 const int micro = fixed >= 0 ? fixed : c.args<Replay>().micro;
+                 const auto n = static_cast<int64_t>(c16);
+                 if (stage >= 2 && micro > 0)
+                   return k.accumulate(*c.stream, c.buffer(dg), acc, shard, dt, n);
+                 return k.cast(*c.stream, c.buffer(dg), acc, shard, dt, n);
+               },
+               {reduce});
+  if (stage == 1) pb_.task_runs_when(keep, RunsWhen::kLastMicro);
+  // Segment-major, the slots add up in micro-batch order.
+  TaskId& previous = added_[size_t(gb)];
+  if (previous >= 0) plan.depend(keep, previous);
+  previous = keep;
+  plan.reads(keep, dbuf);
+  plan.release(keep, dbuf);
+  if (stage >= 2) plan.reads(keep, dg);
+  plan.writes(keep, dg);
+  if (slot + 1 == lay_.slots) check_on_device(gb, dg, stage == 1 ? dt : lay_.acc, keep);
+}
+
+// The check of a gradient kept on the device: Kernels::grad_stats (grad_check's bits) of the
+// rank's shard (stage 0: of every rank's, in the padded bucket) into dstats, copied to hstats;
+// the statistics task of norm() takes them from there.
+TaskId GradLowering::check_on_device(int64_t gb, BufferId src, DType cdt, TaskId after) {
+  sched::Plan& plan = pb_.plan;
+  const int stage = lay_.stage;
+  const int rank = lay_.rank, ranks = lay_.ranks;
+  const size_t c16 = static_cast<size_t>(lay_.shard(gb));
+  const size_t nb = lay_.nb();
+  const BufferId ds = hb_.dstats, hs = hb_.hstats;
+  TaskId& chk = checks_[size_t(gb)];
+  chk = plan.add(
+      "check " + lay_.name(gb) + " (device)", Lane::kD2H,
+      [rt = rt_, src, ds, hs, gb, c16, cdt, nb, stage, rank,
+       ranks](const TaskContext& c) -> Status {
+        if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
+        gpu::Kernels& k = rt->model.device().kernels();
+        const auto* base = static_cast<const std::byte*>(c.buffer(src));
+        for (int r = 0; r < ranks; ++r) {
+          if (stage != 0 && r != rank) continue;
+          const std::byte* at = stage == 0 ? base + size_t(r) * c16 * dtype_size(cdt) : base;
+          const size_t slot = (size_t(r) * nb + size_t(gb)) * 2;
+          double* d = static_cast<double*>(c.buffer(ds)) + slot;
+          STRATA_RETURN_IF_ERROR(k.grad_stats(*c.stream, d, at, int64_t(c16), cdt));
+          rt->moved(Moved::kD2H, 2 * sizeof(double));
+          STRATA_RETURN_IF_ERROR(c.stream->copy(static_cast<double*>(c.buffer(hs)) + slot, d,
+                                                2 * sizeof(double), gpu::CopyKind::kDeviceToHost));
+        }
+        return ok_status();
+      },
+      {after});
+  pb_.task_runs_when(chk, RunsWhen::kLastMicro);
+  pb_.work(chk, sched::Work::kD2HBytes, double(16 * (stage == 0 ? ranks : 1)));
+  plan.reads(chk, src);
+  plan.writes(chk, ds);
+  plan.writes(chk, hs);
+  kept_checks_.push_back(chk);
+  return chk;
+}
+
 // After `reduced`, the last slot's check: the sums of squares of the reduced shards this rank
 // holds.
 void GradLowering::check(int64_t gb, int slot, TaskId reduced) {
@@ -315,6 +448,32 @@ void GradLowering::norm() {
   std::vector<TaskId> norm_deps = checks_;
   const int ranks = lay_.ranks;
   const size_t nb = lay_.nb();
+  if (!kept_checks_.empty()) {
+    // The statistics of the gradients kept on the device into the host's, from pinned memory.
+    const BufferId hs = hb_.hstats;
+    std::vector<size_t> slots;  // where they are, in both: [rank][block][2]
+    for (size_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < ranks && lay_.grads_on_device(int64_t(b)); ++r) {
+        if (lay_.stage == 0 || r == lay_.rank) slots.push_back((size_t(r) * nb + b) * 2);
+      }
+    }
+    const TaskId stats = plan.add(
+        "statistics from the device", Lane::kCpu,
+        [rt = rt_, hs, slots](const TaskContext& c) -> Status {
+          if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
+          const auto* from = static_cast<const double*>(c.buffer(hs));
+          for (size_t at : slots) std::memcpy(&rt->stats.slots[at], from + at, 2 * sizeof(double));
+          return ok_status();
+        },
+        kept_checks_);
+    pb_.task_runs_when(stats, RunsWhen::kLastMicro);
+    plan.reads(stats, hs);
+    norm_deps.clear();
+    for (size_t b = 0; b < nb; ++b) {
+      if (!lay_.grads_on_device(int64_t(b))) norm_deps.push_back(checks_[b]);
+    }
+    norm_deps.push_back(stats);
+  }
   if (lay_.stage >= 1 && ranks > 1) {
     // Raw bits: doubles moved as 16-bit words (a gather moves, it does not convert).
     comm::CollectiveCall gather;
@@ -331,7 +490,7 @@ void GradLowering::norm() {
           rt->count(call, &ZeroTraffic::stats);
           return rt->comm.start(call).wait();
         },
-        checks_);
+        norm_deps);
     pb_.task_runs_when(exchange, RunsWhen::kLastMicro);
     pb_.work(exchange, sched::Work::kNetCalls, 1.0);
     pb_.work(exchange, sched::Work::kNetBytes,

@@ -11,7 +11,10 @@
 // With the collectives on the device (Layout::on_device): the reduction on the device (stages
 // 0-1 in a padded copy of the model's gradient, with stage 0's all-gather), then only the rank's
 // reduced shard comes down (stage 0: the whole reduced gradient), and at stages 2-3 a host task
-// adds it into the rank's shard as the comm task does otherwise.
+// adds it into the rank's shard as the comm task does otherwise. For the device optimizer's
+// blocks (Layout::grads_on_device) nothing comes down: the reduced shard is kept, added up and
+// checked on the device (Kernels::accumulate, grad_stats: the host check's bits), and only the
+// statistics (16 bytes a shard) come down.
 //
 // Takes the layout, the buffers (host_buffers.h, op_buffers.h), the update lowering and
 // the runtime the tasks act on (the communicator, the statistics, the fault-injection step).
@@ -44,8 +47,18 @@ class GradLowering {
   // is where the check reads it.
   sched::TaskId reduce_on_host(int64_t gb, int slot, sched::TaskId t);
   sched::TaskId reduce_on_device(int64_t gb, int slot, sched::TaskId t);
+  // The reduction of the collectives on the device: block gb's gradient (stages 0-1 in its
+  // padded bucket, acquired here; stages 2-3 the op's buffer) reduced in `dbuf`, which the
+  // caller's tasks release.
+  sched::TaskId reduce_in_device_buffer(int64_t gb, int slot, sched::TaskId t,
+                                        sched::BufferId& dbuf);
   // The last slot's check of block gb after `reduced` (and, not rotated, the block's update).
   void check(int64_t gb, int slot, sched::TaskId reduced);
+  // Layout::grads_on_device: the reduction, then the reduced gradient kept (stage 0: in the
+  // model's gradient block; stage 1: the rank's shard in HostBuffers::dgrad; stages 2-3: added
+  // into it) and checked there.
+  void keep_on_device(int64_t gb, int slot, sched::TaskId t);
+  sched::TaskId check_on_device(int64_t gb, sched::BufferId src, DType cdt, sched::TaskId after);
 
   PlanBuilder& pb_;
   const Layout& lay_;
@@ -54,8 +67,9 @@ class GradLowering {
   const std::vector<sched::BufferId>& dbucket_;
   UpdateLowering& updates_;
   Runtime* rt_;
-  std::vector<sched::TaskId> checks_;  // by block
-  std::vector<sched::TaskId> added_;   // by block: the last slot's shard added (on the device)
+  std::vector<sched::TaskId> checks_;       // by block
+  std::vector<sched::TaskId> added_;        // by block: the last slot's shard added (on the device)
+  std::vector<sched::TaskId> kept_checks_;  // the checks on the device
 };
 
 }  // namespace strata::engine::zero

@@ -56,7 +56,7 @@ void UpdateLowering::lower_grad_ups() {
   if (!rt_->device_opt || (lay_.ranks == 1 && lay_.stage == 0)) return;
   const TaskId first = pb_.next_task();
   for (size_t p : visit_) {
-    if (rt_->device_opt->on_device(p)) add_grad_up(p, {});
+    if (rt_->device_opt->on_device(p) && !lay_.grads_on_device(lay_.blocks[p])) add_grad_up(p, {});
   }
   pb_.runs_when(first, RunsWhen::kUpdate);
 }
@@ -326,9 +326,11 @@ TaskId UpdateLowering::add_device(size_t p, std::vector<TaskId> deps) {
   const size_t out_off =
       lay_.stage >= 1 && !sharded ? static_cast<size_t>(lay_.rank) * lay_.shard_bytes(b) : 0;
   const int64_t numel = rt_->opt.numel(p);
-  if (lay_.ranks == 1 && lay_.stage == 0) {
+  const bool kept = lay_.grads_on_device(b);
+  if (lay_.stage == 0 && (lay_.ranks == 1 || kept)) {
     // One rank at stage 0: the gradient is the model's own (a one-rank reduction is the
-    // identity), still in its block when the rotated update runs before "zero grads".
+    // identity); kept on the device, the reduced gradient was copied back into it. Either way
+    // still in its block when the rotated update runs before "zero grads".
     const TaskId t = plan.add(
         "adam " + lay_.name(b) + " (device)", Lane::kCompute,
         [rt = rt_, p, b, dt](const TaskContext& c) -> Status {
@@ -341,12 +343,13 @@ TaskId UpdateLowering::add_device(size_t p, std::vector<TaskId> deps) {
     pb_.work(t, sched::Work::kDeviceAdamElements, double(numel));
     return t;
   }
-  // The rank's reduced gradient up; Adam on the compute lane (before any forward: the lane
-  // runs in order); the new values into the model's block (stage 0) or down into pbuf.
+  // The rank's reduced gradient up (or kept on the device); Adam on the compute lane (before any
+  // forward: the lane runs in order); the new values into the model's block (stage 0) or down
+  // into pbuf.
   const size_t bytes = static_cast<size_t>(numel) * lay_.es();
-  if (grad_up_[p] < 0) add_grad_up(p, deps);
-  const TaskId gup = grad_up_[p];
-  const BufferId gdev = grad_up_buf_[p];
+  if (!kept && grad_up_[p] < 0) add_grad_up(p, deps);
+  const BufferId gdev = kept ? hb_.dgrad[size_t(b)] : grad_up_buf_[p];
+  if (!kept) deps = {grad_up_[p]};
   // Where the new values go: the model's block (stage 0), the device-homed shard in place or the
   // rank's slot of the padded device copy (Layout::new_params_on_device), else a device buffer
   // that goes down into pbuf.
@@ -362,6 +365,12 @@ TaskId UpdateLowering::add_device(size_t p, std::vector<TaskId> deps) {
     odev = pb_.add_buffer(BufferKind::kOptimizerIo, "new params " + lay_.name(b), Tier::kDevice,
                           bytes);
   }
+  // The budget's room for the device optimizer's buffers in flight (the gradients' sets it
+  // otherwise).
+  if (kept && odev >= 0 && !(stays && sharded)) {
+    largest_opt_ =
+        std::max<uint64_t>(largest_opt_, round_device(stays ? lay_.padded_bytes(b) : bytes));
+  }
   const TaskId dadam = plan.add(
       "adam " + lay_.name(b) + " (device)", Lane::kCompute,
       [rt = rt_, p, b, gdev, odev, odev_off, dt,
@@ -373,10 +382,14 @@ TaskId UpdateLowering::add_device(size_t p, std::vector<TaskId> deps) {
                       : rt->model.param_block(b),
             dt, cpu::AdamStep{c.args<Replay>().update_step, c.args<Replay>().update_grad_scale});
       },
-      {gup});
+      deps);
   pb_.work(dadam, sched::Work::kDeviceAdamElements, double(numel));
   plan.reads(dadam, gdev);
-  plan.release(dadam, gdev);
+  if (kept) {
+    t_.grad_reader[size_t(b)] = dadam;
+  } else {
+    plan.release(dadam, gdev);
+  }
   if (odev < 0) return dadam;  // stage 0: the model's block is updated in place
   if (stays && sharded) {      // its home, written in place
     plan.writes(dadam, odev);
