@@ -262,7 +262,7 @@ CommHandle Communicator::start(const CollectiveCall& call) {
 Status Communicator::enqueue(const CollectiveCall& call, void* stream) {
   uint64_t seq = 0;
   STRATA_RETURN_IF_ERROR(admit(call, seq));
-  Status st = enqueue_impl(call, stream);
+  Status st = enqueue_impl(call, seq, stream);
   if (!st.ok()) return st.with_context(describe_call(call, seq));
   count(call);
   return ok_status();

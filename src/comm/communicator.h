@@ -213,8 +213,9 @@ class Communicator {
   // is enqueued on `stream` (the backend's stream handle: a cudaStream_t, gpu::Stream's
   // native_handle()) after the work already there, and later work of that stream runs after it.
   // Returns once enqueued: errors found then are returned, later ones surface when the stream is
-  // synchronised. Checked mode and byte accounting as start(). Calls must still be made in the
-  // same order on every rank. kUnsupported where the backend has no streams.
+  // synchronised; one that never completes ends the job past the timeout, as wait() does (the
+  // backend watches it). Checked mode and byte accounting as start(). Calls must still be made in
+  // the same order on every rank. kUnsupported where the backend has no streams.
   virtual bool stream_ordered() const { return false; }
   Status enqueue(const CollectiveCall& call, void* stream);
 
@@ -243,8 +244,9 @@ class Communicator {
  protected:
   // Starts `call` (already validated). Errors found at once may be returned directly.
   virtual Result<std::unique_ptr<PendingOp>> start_impl(const CollectiveCall& call) = 0;
-  // Enqueues `call` (already validated) on `stream`; only where stream_ordered().
-  virtual Status enqueue_impl(const CollectiveCall& /*call*/, void* /*stream*/) {
+  // Enqueues `call` (already validated, sequence number `seq`) on `stream`; only where
+  // stream_ordered().
+  virtual Status enqueue_impl(const CollectiveCall& /*call*/, uint64_t /*seq*/, void* /*stream*/) {
     return make_error(ErrorCode::kUnsupported, backend(), " collectives are not stream-ordered");
   }
   // Checked mode: agree on the call across ranks (all ranks call this, also those whose call is

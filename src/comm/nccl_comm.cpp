@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "comm/mpi_comm_impl.h"
+#include "comm/nccl_watchdog.h"
 #include "core/log.h"
 
 namespace strata::comm {
@@ -81,6 +84,7 @@ class NcclComm final : public Communicator {
       : Communicator(options), bootstrap_(std::move(bootstrap)) {}
 
   ~NcclComm() override {
+    watchdog_.reset();  // before the communicator it polls
     if (device_ >= 0) cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (comm_ != nullptr) {
@@ -160,9 +164,19 @@ class NcclComm final : public Communicator {
     return std::unique_ptr<PendingOp>(std::move(op));
   }
 
-  Status enqueue_impl(const CollectiveCall& call, void* stream) override {
+  Status enqueue_impl(const CollectiveCall& call, uint64_t seq, void* stream) override {
     STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
-    return issue(call, static_cast<cudaStream_t>(stream));
+    auto* s = static_cast<cudaStream_t>(stream);
+    STRATA_RETURN_IF_ERROR(issue(call, s));
+    if (options().timeout_s <= 0.0) return ok_status();
+    {
+      std::lock_guard<std::mutex> lock(watchdog_mutex_);
+      if (watchdog_ == nullptr) {
+        watchdog_ = std::make_unique<NcclWatchdog>(
+            comm_, device_, options().timeout_s, [this](const Status& failure) { abort(failure); });
+      }
+    }
+    return watchdog_->watch(s, describe_call(call, seq));
   }
 
  private:
@@ -244,6 +258,8 @@ class NcclComm final : public Communicator {
   }
 
   std::unique_ptr<MpiComm> bootstrap_;
+  std::mutex watchdog_mutex_;
+  std::unique_ptr<NcclWatchdog> watchdog_;  // the enqueued collectives' timeout (made at the first)
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* scratch_ = nullptr;

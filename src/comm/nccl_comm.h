@@ -10,7 +10,9 @@
 // completes when a CUDA event recorded after the collective has completed (test() queries it and
 // NCCL's asynchronous error). enqueue() puts them on the caller's stream instead (the executor's
 // link lane), with nothing to wait for: a failure after that surfaces when the stream is
-// synchronised, and a peer that never arrives leaves the stream waiting as NCCL does. 16-bit types
+// synchronised; a peer that never arrives (or an asynchronous NCCL error) is caught by a
+// watchdog thread (nccl_watchdog.h) that aborts the job past CommOptions::timeout_s, naming the
+// collective, as a host wait does. 16-bit types
 // are reduced natively by NCCL (ncclFloat16, ncclBfloat16). Gather and scatter are grouped
 // ncclSend/ncclRecv. Barrier is a one-element all-reduce on the stream. Byte counts use the
 // formulas of communicator.h. Checked mode agrees on the call through the MPI bootstrap. abort()

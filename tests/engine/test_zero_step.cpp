@@ -1657,10 +1657,13 @@ void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
     c.offload_param = Home::kPinned;  // the checkpoints in pinned memory
     c.offload_activations = Home::kPinned;
     cases.push_back(c);
-    c = base;  // stage 2, the optimizer on the device
-    c.stage = 2;
-    c.device_optimizer = true;
-    cases.push_back(c);
+    c = base;  // the optimizer on the device: the gradients kept, added up and checked there
+    for (int stage : {0, 2, 3}) {
+      c.stage = stage;
+      c.device_optimizer = true;
+      c.offload_param = stage == 3 ? Home::kDevice : Home::kPinned;
+      cases.push_back(c);
+    }
   }
   for (const ZCase& z : cases) {
     SCOPED_TRACE(describe(z) + (nccl != nullptr ? " over NCCL" : ""));

@@ -21,18 +21,20 @@ __global__ void add_bias_rows_kernel(T* c, const T* bias, int64_t m, int64_t n) 
 // sqrt(2 / pi)
 constexpr float kGeluScale = 0.7978845608028654f;
 
-// Elements a thread takes at once: 16 bytes of the narrower of the two types (two 16-byte loads
-// or stores of fp32 when the other side is 16-bit).
-template <typename TO, typename TI>
-inline constexpr int kMapPack = kPack<TO> > kPack<TI> ? kPack<TO> : kPack<TI>;
+// Elements a thread takes at once: 16 bytes of the narrowest of the types (two 16-byte loads or
+// stores of fp32 where another side is 16-bit).
+template <typename TO, typename TA, typename TB = TA>
+inline constexpr int kMapPack = kPack<TO> > kPack<TA>
+                                    ? (kPack<TO> > kPack<TB> ? kPack<TO> : kPack<TB>)
+                                    : (kPack<TA> > kPack<TB> ? kPack<TA> : kPack<TB>);
 
-// out[i] = op(a[i], b[i]) (b null: op(a[i], 0)) for i < n, read as TI and written as TO. Packed
-// (every pointer 16-byte aligned): each thread takes kMapPack elements of each operand at a time
-// in 16-byte loads and stores, then the tail one by one; each element's result is the same either
-// way. out may alias a or b.
-template <typename TO, typename TI, typename Op>
-__global__ void map_kernel(TO* out, const TI* a, const TI* b, int64_t n, bool packed, Op op) {
-  constexpr int kW = kMapPack<TO, TI>;
+// out[i] = op(a[i], b[i]) (b null: op(a[i], 0)) for i < n, a read as TA, b as TB, out written as
+// TO. Packed (every pointer 16-byte aligned): each thread takes kMapPack elements of each operand
+// at a time in 16-byte loads and stores, then the tail one by one; each element's result is the
+// same either way. out may alias a or b.
+template <typename TO, typename TA, typename TB, typename Op>
+__global__ void map_kernel(TO* out, const TA* a, const TB* b, int64_t n, bool packed, Op op) {
+  constexpr int kW = kMapPack<TO, TA, TB>;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t done = 0;
@@ -41,9 +43,10 @@ __global__ void map_kernel(TO* out, const TI* a, const TI* b, int64_t n, bool pa
     for (int64_t p = first; p < packs; p += stride) {
       float x[kW], y[kW];
 #pragma unroll
-      for (int j = 0; j < kW; j += kPack<TI>) {
-        load_pack(a + p * kW + j, x + j);
-        if (b != nullptr) load_pack(b + p * kW + j, y + j);
+      for (int j = 0; j < kW; j += kPack<TA>) load_pack(a + p * kW + j, x + j);
+      if (b != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kW; j += kPack<TB>) load_pack(b + p * kW + j, y + j);
       }
 #pragma unroll
       for (int j = 0; j < kW; ++j) x[j] = op(x[j], b != nullptr ? y[j] : 0.0f);
@@ -84,13 +87,15 @@ struct CastOp {  // the conversion is the load and the store
   __device__ float operator()(float x, float) const { return x; }
 };
 
-// Launches map_kernel over n elements (packed where the pointers allow); TI defaults to TO.
-template <typename TO, typename TI = TO, typename Op>
+// Launches map_kernel over n elements (packed where the pointers allow); TA defaults to TO, TB
+// to TA.
+template <typename TO, typename TA = TO, typename TB = TA, typename Op>
 cudaError_t map(cudaStream_t s, void* out, const void* a, const void* b, int64_t n, Op op) {
+  constexpr int kW = kMapPack<TO, TA, TB>;
   const bool packed = aligned16({out, a, b});
-  const int64_t items = packed ? (n + kMapPack<TO, TI> - 1) / kMapPack<TO, TI> : n;
-  map_kernel<TO, TI, Op><<<grid_for(items, kThreads), kThreads, 0, s>>>(
-      static_cast<TO*>(out), static_cast<const TI*>(a), static_cast<const TI*>(b), n, packed, op);
+  const int64_t items = packed ? (n + kW - 1) / kW : n;
+  map_kernel<TO, TA, TB, Op><<<grid_for(items, kThreads), kThreads, 0, s>>>(
+      static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), n, packed, op);
   return launch_result();
 }
 
@@ -134,43 +139,12 @@ struct CastFrom {
     return map<D, S>(s, dst, src, nullptr, n, CastOp{});
   }
 };
-// dst[i] += src[i] for i < n: the sum in fp32, stored as TD. Packed (both 16-byte aligned) as
-// map_kernel is; the same result for each element either way.
-template <typename TD, typename TS>
-__global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n, bool packed) {
-  constexpr int kW = kMapPack<TD, TS>;
-  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  int64_t done = 0;
-  if (packed) {
-    const int64_t packs = n / kW;
-    for (int64_t p = first; p < packs; p += stride) {
-      float x[kW], y[kW];
-#pragma unroll
-      for (int j = 0; j < kW; j += kPack<TD>) load_pack(dst + p * kW + j, x + j);
-#pragma unroll
-      for (int j = 0; j < kW; j += kPack<TS>) load_pack(src + p * kW + j, y + j);
-#pragma unroll
-      for (int j = 0; j < kW; ++j) x[j] += y[j];
-#pragma unroll
-      for (int j = 0; j < kW; j += kPack<TD>) store_pack(dst + p * kW + j, x + j);
-    }
-    done = packs * kW;
-  }
-  for (int64_t i = done + first; i < n; i += stride) {
-    store_f32(dst + i, load_f32(dst + i) + load_f32(src + i));
-  }
-}
-// Second level of the accumulate dispatch: the destination type is fixed to D.
+// dst += src: the sum in fp32 of dst's value and src's, stored as D.
 template <typename D>
 struct AccumulateInto {
   template <typename S>
   static cudaError_t run(cudaStream_t s, void* dst, const void* src, int64_t n) {
-    const bool packed = aligned16({dst, src});
-    const int64_t items = packed ? (n + kMapPack<D, S> - 1) / kMapPack<D, S> : n;
-    accumulate_kernel<D, S><<<grid_for(items, kThreads), kThreads, 0, s>>>(
-        static_cast<D*>(dst), static_cast<const S*>(src), n, packed);
-    return launch_result();
+    return map<D, D, S>(s, dst, dst, src, n, AddOp{});
   }
 };
 struct Accumulate {

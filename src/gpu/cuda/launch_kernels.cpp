@@ -41,6 +41,16 @@ Status check_count(const char* op, const char* name, int64_t value, int64_t min_
 
 Status launched(cudaError_t err, const char* op) { return cuda_status(err, op); }
 
+// The checks of an op from src of one dtype to dst of another (cast, accumulate): both dtypes,
+// n >= 0 and, when n > 0, both pointers.
+Status check_conversion(const char* op, const void* dst, DType dst_dtype, const void* src,
+                        DType src_dtype, int64_t n) {
+  if (!valid_dtype(dst_dtype)) return dtype_error(op, dst_dtype);
+  if (!valid_dtype(src_dtype)) return dtype_error(op, src_dtype);
+  STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
+  return n == 0 ? ok_status() : check_pointers(op, {dst, src});
+}
+
 }  // namespace
 
 Status LaunchKernels::check_matmul(const MatmulArgs& args) {
@@ -365,11 +375,8 @@ Status LaunchKernels::scale(Stream& s, void* x, float factor, int64_t n, DType d
 Status LaunchKernels::cast(Stream& s, void* dst, DType dst_dtype, const void* src, DType src_dtype,
                            int64_t n) {
   const char* op = "cast";
-  if (!valid_dtype(dst_dtype)) return dtype_error(op, dst_dtype);
-  if (!valid_dtype(src_dtype)) return dtype_error(op, src_dtype);
-  STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
+  STRATA_RETURN_IF_ERROR(check_conversion(op, dst, dst_dtype, src, src_dtype, n));
   if (n == 0) return ok_status();
-  STRATA_RETURN_IF_ERROR(check_pointers(op, {dst, src}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
       launch_cast(target.stream, dst, elem_type(dst_dtype), src, elem_type(src_dtype), n), op);
@@ -378,11 +385,8 @@ Status LaunchKernels::cast(Stream& s, void* dst, DType dst_dtype, const void* sr
 Status LaunchKernels::accumulate(Stream& s, void* dst, DType dst_dtype, const void* src,
                                  DType src_dtype, int64_t n) {
   const char* op = "accumulate";
-  if (!valid_dtype(dst_dtype)) return dtype_error(op, dst_dtype);
-  if (!valid_dtype(src_dtype)) return dtype_error(op, src_dtype);
-  STRATA_RETURN_IF_ERROR(check_count(op, "n", n, 0));
+  STRATA_RETURN_IF_ERROR(check_conversion(op, dst, dst_dtype, src, src_dtype, n));
   if (n == 0) return ok_status();
-  STRATA_RETURN_IF_ERROR(check_pointers(op, {dst, src}));
   STRATA_ASSIGN_OR_RETURN(const LaunchTarget target, prepare(s));
   return launched(
       launch_accumulate(target.stream, dst, elem_type(dst_dtype), src, elem_type(src_dtype), n),

@@ -1,0 +1,65 @@
+// NcclWatchdog: the timeout of the collectives NcclComm enqueues on its callers' streams
+// (Communicator::enqueue, the executor's link lane). No host thread waits on those, so a dead or
+// stalled peer would hold the stream, and the step's synchronisation, forever. The watchdog
+// keeps a CUDA event recorded after each, in enqueue order, and a thread of its own polls the
+// oldest: complete, it is dropped; past its deadline, or with an asynchronous NCCL error on the
+// communicator, `on_failure` is called with a message naming the collective (NcclComm aborts
+// the job, as CommHandle::wait does past the same timeout). An event whose query fails
+// otherwise (a device fault) is dropped: the stream's synchronisation reports that.
+//
+// Ownership: owns the events and the thread; borrows the NCCL communicator (which must outlive
+// it). Thread safety: watch() from any thread; the destructor stops the thread (no call of
+// on_failure after it returns).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+
+namespace strata::comm {
+
+class NcclWatchdog {
+ public:
+  // `timeout_s` > 0; `device` the communicator's CUDA device (the thread's current device).
+  NcclWatchdog(ncclComm_t comm, int device, double timeout_s,
+               std::function<void(const Status&)> on_failure);
+  ~NcclWatchdog();
+  NcclWatchdog(const NcclWatchdog&) = delete;
+  NcclWatchdog& operator=(const NcclWatchdog&) = delete;
+
+  // Records an event on `stream` after the collective `what` just enqueued there and watches it.
+  Status watch(cudaStream_t stream, std::string what);
+  // Events still watched (for tests).
+  size_t pending() const;
+
+ private:
+  struct Watched {
+    cudaEvent_t event = nullptr;
+    std::string what;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void run();
+  // One poll of the oldest event; false when the list is empty or the oldest is not complete.
+  bool poll_oldest(std::unique_lock<std::mutex>& lock);
+
+  ncclComm_t comm_;
+  int device_;
+  double timeout_s_;
+  std::function<void(const Status&)> on_failure_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Watched> watched_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strata::comm
