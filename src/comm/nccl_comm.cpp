@@ -167,16 +167,16 @@ class NcclComm final : public Communicator {
   Status enqueue_impl(const CollectiveCall& call, uint64_t seq, void* stream) override {
     STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
     auto* s = static_cast<cudaStream_t>(stream);
-    STRATA_RETURN_IF_ERROR(issue(call, s));
-    if (options().timeout_s <= 0.0) return ok_status();
+    const double timeout_s = options().timeout_s;
+    if (timeout_s <= 0.0) return issue(call, s);
     {
       std::lock_guard<std::mutex> lock(watchdog_mutex_);
       if (watchdog_ == nullptr) {
         watchdog_ = std::make_unique<NcclWatchdog>(
-            comm_, device_, options().timeout_s, [this](const Status& failure) { abort(failure); });
+            comm_, device_, [this](const Status& failure) { abort(failure); });
       }
     }
-    return watchdog_->watch(s, describe_call(call, seq));
+    return watchdog_->watch(s, describe_call(call, seq), timeout_s, [&] { return issue(call, s); });
   }
 
  private:

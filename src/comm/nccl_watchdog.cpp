@@ -9,9 +9,9 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 }  // namespace
 
-NcclWatchdog::NcclWatchdog(ncclComm_t comm, int device, double timeout_s,
+NcclWatchdog::NcclWatchdog(ncclComm_t comm, int device,
                            std::function<void(const Status&)> on_failure)
-    : comm_(comm), device_(device), timeout_s_(timeout_s), on_failure_(std::move(on_failure)) {
+    : comm_(comm), device_(device), on_failure_(std::move(on_failure)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -22,22 +22,41 @@ NcclWatchdog::~NcclWatchdog() {
   }
   wake_.notify_all();
   thread_.join();
-  for (Watched& w : watched_) cudaEventDestroy(w.event);
+  for (Watched& w : watched_) {
+    cudaEventDestroy(w.before);
+    cudaEventDestroy(w.after);
+  }
 }
 
-Status NcclWatchdog::watch(cudaStream_t stream, std::string what) {
-  cudaEvent_t event = nullptr;
-  cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (rc == cudaSuccess) rc = cudaEventRecord(event, stream);
+Status NcclWatchdog::watch(cudaStream_t stream, std::string what, double timeout_s,
+                           const std::function<Status()>& issue) {
+  Watched w;
+  w.what = std::move(what);
+  w.timeout_s = timeout_s;
+  // Both events exist before anything is queued, so that no error below leaves the collective
+  // unwatched.
+  cudaError_t rc = cudaEventCreateWithFlags(&w.before, cudaEventDisableTiming);
+  if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&w.after, cudaEventDisableTiming);
+  if (rc == cudaSuccess) rc = cudaEventRecord(w.before, stream);
   if (rc != cudaSuccess) {
-    if (event != nullptr) cudaEventDestroy(event);
-    return make_error(ErrorCode::kCuda, "watching ", what, ": ", cudaGetErrorString(rc));
+    if (w.before != nullptr) cudaEventDestroy(w.before);
+    if (w.after != nullptr) cudaEventDestroy(w.after);
+    return make_error(ErrorCode::kCuda, "watching ", w.what, ": ", cudaGetErrorString(rc));
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_s_));
+  Status issued = issue();
+  if (issued.ok()) {
+    rc = cudaEventRecord(w.after, stream);
+    if (rc != cudaSuccess) {
+      issued = make_error(ErrorCode::kCuda, "watching ", w.what, ": ", cudaGetErrorString(rc));
+    }
+  }
+  if (!issued.ok()) {  // nothing (or nothing watchable) was queued after `before`
+    cudaEventDestroy(w.before);
+    cudaEventDestroy(w.after);
+    return issued;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  watched_.push_back(Watched{event, std::move(what), deadline});
+  watched_.push_back(std::move(w));
   return ok_status();
 }
 
@@ -59,33 +78,45 @@ void NcclWatchdog::run() {
 bool NcclWatchdog::poll_oldest(std::unique_lock<std::mutex>& lock) {
   if (watched_.empty()) return false;
   Watched& w = watched_.front();
-  const cudaError_t q = cudaEventQuery(w.event);
+  auto drop = [this] {
+    cudaEventDestroy(watched_.front().before);
+    cudaEventDestroy(watched_.front().after);
+    watched_.pop_front();
+  };
+  const cudaError_t q = cudaEventQuery(w.after);
   if (q != cudaErrorNotReady) {  // complete, or failed: the stream's synchronisation says so
     if (q != cudaSuccess) (void)cudaGetLastError();
-    cudaEventDestroy(w.event);
-    watched_.pop_front();
+    drop();
     return true;
   }
   (void)cudaGetLastError();  // not ready is no error, but it sits in the last-error slot
+  const auto now = std::chrono::steady_clock::now();
+  if (!w.started) {
+    const cudaError_t b = cudaEventQuery(w.before);
+    if (b == cudaErrorNotReady) (void)cudaGetLastError();
+    if (b != cudaErrorNotReady) {  // what was ahead of it is done: it is running (or failed)
+      w.started = true;
+      w.deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(w.timeout_s));
+    }
+  }
   Status failure;
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress) {
     failure = make_error(ErrorCode::kComm, w.what,
                          ": NCCL asynchronous error: ", ncclGetErrorString(async));
-  } else if (std::chrono::steady_clock::now() > w.deadline) {
-    failure = make_error(ErrorCode::kComm, w.what, " did not complete within ", timeout_s_,
+  } else if (w.started && now > w.deadline) {
+    failure = make_error(ErrorCode::kComm, w.what, " did not complete within ", w.timeout_s,
                          " s on its stream (a peer failed or did not call it)");
   }
   if (failure.ok()) return false;
   lock.unlock();
   on_failure_(failure);  // NcclComm's abort: does not return
   lock.lock();
-  // Reported once (a caller's on_failure that returns): the event is released when it completes.
-  if (!watched_.empty()) {
-    cudaEventDestroy(watched_.front().event);
-    watched_.pop_front();
-  }
+  // Reported once (an on_failure that returns); CUDA releases the events' resources when they
+  // complete.
+  if (!watched_.empty()) drop();
   return false;
 }
 

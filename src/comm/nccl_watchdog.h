@@ -1,11 +1,14 @@
 // NcclWatchdog: the timeout of the collectives NcclComm enqueues on its callers' streams
 // (Communicator::enqueue, the executor's link lane). No host thread waits on those, so a dead or
 // stalled peer would hold the stream, and the step's synchronisation, forever. The watchdog
-// keeps a CUDA event recorded after each, in enqueue order, and a thread of its own polls the
-// oldest: complete, it is dropped; past its deadline, or with an asynchronous NCCL error on the
-// communicator, `on_failure` is called with a message naming the collective (NcclComm aborts
-// the job, as CommHandle::wait does past the same timeout). An event whose query fails
-// otherwise (a device fault) is dropped: the stream's synchronisation reports that.
+// records a CUDA event before and after each, in enqueue order, and a thread of its own polls the
+// oldest: complete, it is dropped; its clock starts when the event before it completes (the work
+// ahead of it on the stream done: the executor enqueues a collective long before it can run, and
+// a host wait's clock starts when the collective is started); past that plus the timeout, or
+// with an asynchronous NCCL error on the communicator, `on_failure` is called with a message
+// naming the collective (NcclComm aborts the job, as CommHandle::wait does past the same
+// timeout). An event whose query fails otherwise (a device fault) is dropped: the stream's
+// synchronisation reports that.
 //
 // Ownership: owns the events and the thread; borrows the NCCL communicator (which must outlive
 // it). Thread safety: watch() from any thread; the destructor stops the thread (no call of
@@ -29,22 +32,25 @@ namespace strata::comm {
 
 class NcclWatchdog {
  public:
-  // `timeout_s` > 0; `device` the communicator's CUDA device (the thread's current device).
-  NcclWatchdog(ncclComm_t comm, int device, double timeout_s,
-               std::function<void(const Status&)> on_failure);
+  // `device`: the communicator's CUDA device (the thread's current device).
+  NcclWatchdog(ncclComm_t comm, int device, std::function<void(const Status&)> on_failure);
   ~NcclWatchdog();
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
 
-  // Records an event on `stream` after the collective `what` just enqueued there and watches it.
-  Status watch(cudaStream_t stream, std::string what);
+  // Enqueues the collective `what` on `stream` (`issue`) between two events and watches it,
+  // with `timeout_s` (> 0) from when the first completes.
+  Status watch(cudaStream_t stream, std::string what, double timeout_s,
+               const std::function<Status()>& issue);
   // Events still watched (for tests).
   size_t pending() const;
 
  private:
   struct Watched {
-    cudaEvent_t event = nullptr;
+    cudaEvent_t before = nullptr, after = nullptr;
     std::string what;
+    double timeout_s = 0.0;
+    bool started = false;  // `before` seen complete; the deadline runs
     std::chrono::steady_clock::time_point deadline;
   };
   void run();
@@ -53,7 +59,6 @@ class NcclWatchdog {
 
   ncclComm_t comm_;
   int device_;
-  double timeout_s_;
   std::function<void(const Status&)> on_failure_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -17,8 +17,9 @@ struct ZeroMemory {
   // shards at their homes at stage 3), 16-bit gradients (device blocks at stages 0-1, pinned shards
   // at 2-3) and the fp32 master, m and v (host RAM, NVMe), 12 bytes per element.
   int64_t params16 = 0, grads16 = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
-  int64_t params_device = 0;     // the part of params16 on the device (whole blocks and shards)
-  int64_t grads_device = 0;      // the part of grads16 on the device (whole blocks, stages 0-1)
+  int64_t params_device = 0;  // the part of params16 on the device (whole blocks and shards)
+  int64_t grads_device =
+      0;  // the part of grads16 on the device (whole blocks, stages 0-1; kept shards)
   int64_t params_nvme = 0;       // the part of params16 on NVMe (stage-3 shards)
   int64_t optimizer_nvme = 0;    // the part of master + m + v on NVMe
   int64_t optimizer_device = 0;  // offload_optimizer kNone: master + m + v on the device (the

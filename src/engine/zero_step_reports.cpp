@@ -10,7 +10,7 @@ ZeroMemory ZeroStep::memory() const {
   ZeroMemory z;
   const sched::Plan& plan = this->plan();
   const int64_t es = static_cast<int64_t>(dtype_size(rt_->model.dtype()));
-  int64_t pinned_homes = 0;
+  int64_t pinned_homes = 0, device_kept = 0;
   for (size_t b = 0; b < layout_.parts.num_blocks(); ++b) {
     const int64_t shard = layout_.parts.block(b).shard_numel * es;
     if (layout_.sharded(int64_t(b))) {
@@ -19,7 +19,16 @@ ZeroMemory ZeroStep::memory() const {
       if (layout_.home[b] == Home::kDevice) z.params_device += shard;
       if (layout_.home[b] == Home::kNvme) z.params_nvme += shard;
     }
-    if (options_.zero.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches add so
+    if (layout_.grads_on_device(int64_t(b)) && options_.zero.stage >= 1) {
+      // The reduced shard kept on the device for the device optimizer (stage 0: in the model's
+      // gradient).
+      const auto kept =
+          static_cast<int64_t>(options_.zero.stage == 1 ? layout_.shard_bytes(int64_t(b))
+                                                        : layout_.acc_shard_bytes(int64_t(b)));
+      z.grads16 += kept;
+      device_kept += kept;
+    } else if (options_.zero.stage >= 2) {  // the reduced shard, in fp32 when the micro-batches
+                                            // add so
       const int64_t acc = layout_.parts.block(b).shard_numel * (options_.fp32_grad_accum ? 4 : es);
       z.grads16 += acc;
       pinned_homes += acc;
@@ -28,7 +37,7 @@ ZeroMemory ZeroStep::memory() const {
   z.params16 += static_cast<int64_t>(rt_->model.param_bytes());
   z.params_device += static_cast<int64_t>(rt_->model.param_bytes());
   z.grads16 += static_cast<int64_t>(rt_->model.grad_bytes());
-  z.grads_device = static_cast<int64_t>(rt_->model.grad_bytes());
+  z.grads_device = static_cast<int64_t>(rt_->model.grad_bytes()) + device_kept;
   int64_t elements = 0;
   for (size_t p = 0; p < rt_->opt.num_partitions(); ++p) elements += rt_->opt.numel(p);
   z.master = z.exp_avg = z.exp_avg_sq = 4 * elements;
@@ -37,7 +46,8 @@ ZeroMemory ZeroStep::memory() const {
   z.device_activations = static_cast<int64_t>(rt_->model.device_bytes() - rt_->model.param_bytes() -
                                               rt_->model.grad_bytes());
   z.device_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kDevice)) -
-                     (z.params_device - static_cast<int64_t>(rt_->model.param_bytes()));
+                     (z.params_device - static_cast<int64_t>(rt_->model.param_bytes())) -
+                     device_kept;
   z.pinned_working = static_cast<int64_t>(plan.peak_bytes(sched::Tier::kPinnedHost)) - pinned_homes;
   // Each kind's own peak along the plan's order.
   auto peak = [&](zero::BufferKind kind, sched::Tier tier) {

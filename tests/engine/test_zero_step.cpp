@@ -1658,7 +1658,7 @@ void expect_stage_zero_bits_on_cuda(comm::Communicator* nccl) {
     c.offload_activations = Home::kPinned;
     cases.push_back(c);
     c = base;  // the optimizer on the device: the gradients kept, added up and checked there
-    for (int stage : {0, 2, 3}) {
+    for (int stage : {0, 1, 2, 3}) {
       c.stage = stage;
       c.device_optimizer = true;
       c.offload_param = stage == 3 ? Home::kDevice : Home::kPinned;

@@ -29,7 +29,7 @@ sched::Budgets plan_budgets(const Layout& lay, const HostBuffers& hb, const Budg
       ck_pinned + hb.pinned + hb.in_flight +
       static_cast<uint64_t>(in.staging_slots) * (in.slot_bytes + hb.largest_moving) +
       (in.gathers ? (in.depth + 2) * (round_page(hb.largest) + hb.largest_nvme) : 0);
-  if (lay.stage >= 2 || in.largest_opt > 0) {
+  if (lay.stage >= 2 || in.largest_opt > 0 || hb.device_grads > 0) {
     const uint64_t k = static_cast<uint64_t>(in.checkpoint_interval);
     const uint64_t segment = k == 0 ? uint64_t(lay.layers) : k;
     const uint64_t grads = in.micros <= 1  ? 3

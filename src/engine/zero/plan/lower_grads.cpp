@@ -175,19 +175,19 @@ TaskId GradLowering::reduce_in_device_buffer(int64_t gb, int slot, TaskId t, Buf
   TaskId before = t;
   if (stage <= 1) {
     dbuf = dbucket_[size_t(gb)];
-    before =
-        plan.add("grad bucket " + what, Lane::kCompute,
-                 [rt = rt_, gb, dbuf, bytes, padded, es, skip](const TaskContext& c) -> Status {
-                   if (skip(c)) return ok_status();
-                   auto* d = static_cast<std::byte*>(c.buffer(dbuf));
-                   STRATA_RETURN_IF_ERROR(c.stream->copy(d, rt->model.grad_block(gb), bytes,
-                                                         gpu::CopyKind::kDeviceToDevice));
-                   if (padded > bytes)
-                     STRATA_RETURN_IF_ERROR(c.stream->memset(d + bytes, 0, padded - bytes));
-                   if (gb != 0 || c.args<Replay>().step != rt->inject_inf_step) return ok_status();
-                   return write_inf_on_device(*c.stream, d, rt->model.dtype());
-                 },
-                 {t});
+    before = plan.add("grad bucket " + what, Lane::kCompute,
+                      [rt = rt_, gb, dbuf, bytes, padded, skip](const TaskContext& c) -> Status {
+                        if (skip(c)) return ok_status();
+                        auto* d = static_cast<std::byte*>(c.buffer(dbuf));
+                        STRATA_RETURN_IF_ERROR(c.stream->copy(d, rt->model.grad_block(gb), bytes,
+                                                              gpu::CopyKind::kDeviceToDevice));
+                        if (padded > bytes)
+                          STRATA_RETURN_IF_ERROR(c.stream->memset(d + bytes, 0, padded - bytes));
+                        if (gb != 0 || c.args<Replay>().step != rt->inject_inf_step)
+                          return ok_status();
+                        return write_inf_on_device(*c.stream, d, rt->model.dtype());
+                      },
+                      {t});
     pb_.task_runs_when(before, RunsWhen::kLastMicro);
     plan.acquire(before, dbuf);
     plan.writes(before, dbuf);
@@ -323,12 +323,12 @@ void GradLowering::keep_on_device(int64_t gb, int slot, TaskId t) {
     plan.release(keep, dbuf);
     return;
   }
-  // Stage 1: the rank's shard kept. Stages 2-3: added into the kept shard (from the second
-  // micro-batch on; converted to fp32 with fp32 accumulation), as the host does otherwise.
+  // Stage 1: the rank's shard kept (in dt). Stages 2-3: added into the kept shard, in acc (from
+  // the second micro-batch on; converted to fp32 with fp32 accumulation), as the host does.
   const int fixed = lay_.slots > 1 ? slot : -1;
   const TaskId keep =
       plan.add((stage == 1 ? "keep grad shard " : "add grad shard ") + what, Lane::kD2H,
-               [rt = rt_, dbuf, dg, own, c16, gb, dt, acc = lay_.acc, stage,
+               [rt = rt_, dbuf, dg, own, c16, gb, dt, acc = stage == 1 ? dt : lay_.acc, stage,
                 fixed](const TaskContext& c) -> Status {
                  if (no_gradient(c, stage)) return ok_status();
                  auto* shard = static_cast<std::byte*>(c.buffer(dbuf)) + own;
