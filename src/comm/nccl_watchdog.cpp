@@ -60,11 +60,6 @@ Status NcclWatchdog::watch(cudaStream_t stream, std::string what, double timeout
   return ok_status();
 }
 
-size_t NcclWatchdog::pending() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return watched_.size();
-}
-
 void NcclWatchdog::run() {
   cudaSetDevice(device_);
   std::unique_lock<std::mutex> lock(mutex_);

@@ -42,8 +42,6 @@ class NcclWatchdog {
   // with `timeout_s` (> 0) from when the first completes.
   Status watch(cudaStream_t stream, std::string what, double timeout_s,
                const std::function<Status()>& issue);
-  // Events still watched (for tests).
-  size_t pending() const;
 
  private:
   struct Watched {
@@ -60,7 +58,7 @@ class NcclWatchdog {
   ncclComm_t comm_;
   int device_;
   std::function<void(const Status&)> on_failure_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Watched> watched_;
   bool stopping_ = false;

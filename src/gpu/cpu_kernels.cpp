@@ -1,6 +1,7 @@
 // CpuKernels: launch, conversion helpers, and the elementwise ops and reductions.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "cpu/cpu_adam.h"
@@ -91,6 +92,21 @@ float gelu_grad_f(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kS * (1.0f + 3.0f * 0.044715f * x2);
 }
 
+// out = op(a, b) elementwise, in fp32 and rounded once to out's dtype (out may be a).
+template <typename Op>
+void map2_in_fp32(void* out, DType out_dtype, const void* a, DType a_dtype, const void* b,
+                  DType b_dtype, int64_t n, Op op) {
+  parallel_chunks(n, kElemChunk, [&](int64_t lo, int64_t hi) {
+    const size_t len = static_cast<size_t>(hi - lo);
+    float* x = scratch(0, len);
+    float* y = scratch(1, len);
+    load_f32(a, a_dtype, lo, len, x);
+    load_f32(b, b_dtype, lo, len, y);
+    for (size_t i = 0; i < len; ++i) x[i] = op(x[i], y[i]);
+    store_f32(x, out, out_dtype, lo, len);
+  });
+}
+
 }  // namespace
 
 CpuKernels::CpuKernels(CpuDevice* device) : device_(device) { make_blas_single_threaded(); }
@@ -135,15 +151,7 @@ Status CpuKernels::add(Stream& s, void* out, const void* a, const void* b, int64
   STRATA_RETURN_IF_ERROR(check_pointer("add", "a", a));
   STRATA_RETURN_IF_ERROR(check_pointer("add", "b", b));
   return launch(s, "add", [=](CpuStream&) {
-    parallel_chunks(n, kElemChunk, [&](int64_t lo, int64_t hi) {
-      const size_t len = static_cast<size_t>(hi - lo);
-      float* x = scratch(0, len);
-      float* y = scratch(1, len);
-      load_f32(a, dtype, lo, len, x);
-      load_f32(b, dtype, lo, len, y);
-      for (size_t i = 0; i < len; ++i) x[i] += y[i];
-      store_f32(x, out, dtype, lo, len);
-    });
+    map2_in_fp32(out, dtype, a, dtype, b, dtype, n, std::plus<float>());
     return ok_status();
   });
 }
@@ -157,15 +165,7 @@ Status CpuKernels::accumulate(Stream& s, void* dst, DType dst_dtype, const void*
   STRATA_RETURN_IF_ERROR(check_pointer("accumulate", "dst", dst));
   STRATA_RETURN_IF_ERROR(check_pointer("accumulate", "src", src));
   return launch(s, "accumulate", [=](CpuStream&) {
-    parallel_chunks(n, kElemChunk, [&](int64_t lo, int64_t hi) {
-      const size_t len = static_cast<size_t>(hi - lo);
-      float* x = scratch(0, len);
-      float* y = scratch(1, len);
-      load_f32(dst, dst_dtype, lo, len, x);
-      load_f32(src, src_dtype, lo, len, y);
-      for (size_t i = 0; i < len; ++i) x[i] += y[i];
-      store_f32(x, dst, dst_dtype, lo, len);
-    });
+    map2_in_fp32(dst, dst_dtype, dst, dst_dtype, src, src_dtype, n, std::plus<float>());
     return ok_status();
   });
 }
@@ -239,15 +239,8 @@ Status CpuKernels::gelu_backward(Stream& s, void* dinp, const void* inp, const v
   STRATA_RETURN_IF_ERROR(check_pointer("gelu_backward", "inp", inp));
   STRATA_RETURN_IF_ERROR(check_pointer("gelu_backward", "dout", dout));
   return launch(s, "gelu_backward", [=](CpuStream&) {
-    parallel_chunks(n, kElemChunk, [&](int64_t lo, int64_t hi) {
-      const size_t len = static_cast<size_t>(hi - lo);
-      float* x = scratch(0, len);
-      float* g = scratch(1, len);
-      load_f32(inp, dtype, lo, len, x);
-      load_f32(dout, dtype, lo, len, g);
-      for (size_t i = 0; i < len; ++i) x[i] = gelu_grad_f(x[i]) * g[i];
-      store_f32(x, dinp, dtype, lo, len);
-    });
+    map2_in_fp32(dinp, dtype, inp, dtype, dout, dtype, n,
+                 [](float x, float g) { return gelu_grad_f(x) * g; });
     return ok_status();
   });
 }

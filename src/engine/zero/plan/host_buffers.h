@@ -26,7 +26,7 @@ struct HostBuffers {
   std::vector<sched::BufferId> pbuf;    // by block
   std::vector<sched::BufferId> dshard;  // by block (-1: no device home)
   std::vector<sched::BufferId> dgrad;   // by block (-1: the gradient not kept on the device)
-  // [rank][block][2] doubles as Runtime::stats (-1: no gradient kept on the device).
+  // [block][rank][2] doubles (Runtime::stats is [rank][block][2]; -1: no gradient kept there).
   sched::BufferId dstats = -1, hstats = -1;
   // For the budgets: the pinned bytes of the step-long buffers, the gradients awaiting their
   // reduction (stages 2-3), the device homes, the largest padded block, and the largest shard

@@ -363,27 +363,26 @@ TaskId GradLowering::check_on_device(int64_t gb, BufferId src, DType cdt, TaskId
   const int stage = lay_.stage;
   const int rank = lay_.rank, ranks = lay_.ranks;
   const size_t c16 = static_cast<size_t>(lay_.shard(gb));
-  const size_t nb = lay_.nb();
   const BufferId ds = hb_.dstats, hs = hb_.hstats;
   TaskId& chk = checks_[size_t(gb)];
   chk = plan.add(
       "check " + lay_.name(gb) + " (device)", Lane::kD2H,
-      [rt = rt_, src, ds, hs, gb, c16, cdt, nb, stage, rank,
-       ranks](const TaskContext& c) -> Status {
+      [rt = rt_, src, ds, hs, gb, c16, cdt, stage, rank, ranks](const TaskContext& c) -> Status {
         if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
         gpu::Kernels& k = rt->model.device().kernels();
         const auto* base = static_cast<const std::byte*>(c.buffer(src));
-        for (int r = 0; r < ranks; ++r) {
-          if (stage != 0 && r != rank) continue;
+        // [block][rank][2]: stage 0's statistics of every rank's shard come down in one copy.
+        const size_t first = size_t(gb) * size_t(ranks) * 2;
+        const int lo = stage == 0 ? 0 : rank, hi = stage == 0 ? ranks : rank + 1;
+        auto* d = static_cast<double*>(c.buffer(ds)) + first;
+        for (int r = lo; r < hi; ++r) {
           const std::byte* at = stage == 0 ? base + size_t(r) * c16 * dtype_size(cdt) : base;
-          const size_t slot = (size_t(r) * nb + size_t(gb)) * 2;
-          double* d = static_cast<double*>(c.buffer(ds)) + slot;
-          STRATA_RETURN_IF_ERROR(k.grad_stats(*c.stream, d, at, int64_t(c16), cdt));
-          rt->moved(Moved::kD2H, 2 * sizeof(double));
-          STRATA_RETURN_IF_ERROR(c.stream->copy(static_cast<double*>(c.buffer(hs)) + slot, d,
-                                                2 * sizeof(double), gpu::CopyKind::kDeviceToHost));
+          STRATA_RETURN_IF_ERROR(k.grad_stats(*c.stream, d + size_t(r) * 2, at, int64_t(c16), cdt));
         }
-        return ok_status();
+        const size_t bytes = size_t(hi - lo) * 2 * sizeof(double);
+        rt->moved(Moved::kD2H, bytes);
+        return c.stream->copy(static_cast<double*>(c.buffer(hs)) + first + size_t(lo) * 2,
+                              d + size_t(lo) * 2, bytes, gpu::CopyKind::kDeviceToHost);
       },
       {after});
   pb_.task_runs_when(chk, RunsWhen::kLastMicro);
@@ -451,10 +450,12 @@ void GradLowering::norm() {
   if (!kept_checks_.empty()) {
     // The statistics of the gradients kept on the device into the host's, from pinned memory.
     const BufferId hs = hb_.hstats;
-    std::vector<size_t> slots;  // where they are, in both: [rank][block][2]
+    // (from, to): [block][rank][2] in hstats, [rank][block][2] in the step's statistics.
+    std::vector<std::pair<size_t, size_t>> slots;
     for (size_t b = 0; b < nb; ++b) {
       for (int r = 0; r < ranks && lay_.grads_on_device(int64_t(b)); ++r) {
-        if (lay_.stage == 0 || r == lay_.rank) slots.push_back((size_t(r) * nb + b) * 2);
+        if (lay_.stage == 0 || r == lay_.rank)
+          slots.emplace_back((b * size_t(ranks) + size_t(r)) * 2, (size_t(r) * nb + b) * 2);
       }
     }
     const TaskId stats = plan.add(
@@ -462,7 +463,8 @@ void GradLowering::norm() {
         [rt = rt_, hs, slots](const TaskContext& c) -> Status {
           if (c.args<Replay>().flushing || !c.args<Replay>().last_micro()) return ok_status();
           const auto* from = static_cast<const double*>(c.buffer(hs));
-          for (size_t at : slots) std::memcpy(&rt->stats.slots[at], from + at, 2 * sizeof(double));
+          for (const auto& [at, to] : slots)
+            std::memcpy(&rt->stats.slots[to], from + at, 2 * sizeof(double));
           return ok_status();
         },
         kept_checks_);
