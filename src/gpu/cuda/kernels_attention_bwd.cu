@@ -218,8 +218,9 @@ cudaError_t backward_tc(cudaStream_t s, void* dqkv, const void* dout, const void
                         const void* out, const float* lse, int64_t B, int64_t T_, int64_t C,
                         int64_t NH, int64_t NKV, float* scratch) {
   const Geo g = make_geo(qkv, dout, dqkv, T_, C, NH, NKV);
-  // D per query row and head, [B,NH,T] like lse, where the scratch holds it.
-  float* delta = B * NH * T_ <= kStreamScratchFloats ? scratch : nullptr;
+  // D per query row and head, [B,NH,T] like lse, where the scratch holds it (no scratch: D is
+  // computed where it is used).
+  float* delta = scratch != nullptr && B * NH * T_ <= kStreamScratchFloats ? scratch : nullptr;
   const size_t dq_b = dq_bytes<HS>(sizeof(T));
   const size_t dkv_b = dkv_bytes<HS>(sizeof(T));
   auto* dq = attention_backward_dq_kernel<T, HS>;

@@ -97,7 +97,8 @@ cudaError_t launch_gelu_backward(cudaStream_t stream, void* dinp, const void* in
 
 // NKV key/value heads (grouped-query attention: kernels.h). The backward keeps each query row's
 // D = dout . out in the stream's scratch (kStreamScratchFloats floats) between its two kernels
-// when B * NH * T floats fit.
+// when B * NH * T floats fit; otherwise (or with a null scratch) each kernel computes it again,
+// with the same bits.
 cudaError_t launch_attention_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
                                      int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV,
                                      ElemType t);
