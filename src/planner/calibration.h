@@ -17,7 +17,8 @@
 //   host          the gradient check over 64 MiB of 16-bit values in the cpu lane's arena
 //                 (kHostBytes);
 //   adam          CpuAdam over 4M elements in the cpu lane's arena (kAdamElements), and the
-//                 device's Adam kernel over 4M elements (kDeviceAdamElements);
+//                 device's Adam kernel over 4M elements (kDeviceAdamElements), and the
+//                 device's fp32 += bf16 sum (Kernels::accumulate) over them (kDeviceBytes);
 //   disk          (with NVMe directories) 4 objects of 32 MiB written, then read, at once
 //                 through a swap store of 144 MiB opened for it in those directories, as the
 //                 nvme lane does (kNvmeWriteBytes, kNvmeReadBytes), and a request's latency:

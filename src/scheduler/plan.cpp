@@ -48,7 +48,8 @@ std::string_view work_name(Work work) {
                                                              "device link bytes",
                                                              "device link reduce bytes",
                                                              "device collective calls",
-                                                             "device reducing calls"};
+                                                             "device reducing calls",
+                                                             "device bytes"};
   return kNames[static_cast<int>(work)];
 }
 

@@ -90,8 +90,10 @@ enum class Work : uint8_t {
   kLinkReduceBytes,
   kLinkCalls,
   kLinkReduceCalls,
+  kDeviceBytes,  // memory-bound device passes (the kept gradients' sums, casts, checks): bytes
+                 // read and written
 };
-inline constexpr int kNumWorkKinds = 18;
+inline constexpr int kNumWorkKinds = 19;
 std::string_view work_name(Work work);  // "flops", "head flops", "h2d bytes", ...
 
 struct Budgets {

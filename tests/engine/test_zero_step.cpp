@@ -622,6 +622,18 @@ TEST(ZeroStep, DeviceOptimizerKeepsTheGradientsOnTheDevice) {
       EXPECT_EQ(dev.lanes.h2d, 0u);  // the shards live on the device
     }
     expect_same_bits(host, dev);
+    // The cost model prices the passes over device memory (bf16, one micro-batch: dt throughout):
+    // each kept shard checked (read) and cast into its buffer (read and written); stage 0 checks
+    // every rank's shard and copies the reduced gradient back into the model's block.
+    const auto parts = Partitioning::create(dev.block_numels, comm.size(), 0).value();
+    double bytes = 0.0;
+    for (size_t b = 0; b < parts.num_blocks(); ++b) {
+      const double shard = double(parts.block(b).shard_numel) * 2;
+      bytes += stage == 0 ? double(comm.size()) * shard + 2.0 * double(parts.block(b).numel) * 2
+                          : 3.0 * shard;
+    }
+    EXPECT_EQ(dev.predicted.work[int(sched::Work::kDeviceBytes)], bytes);
+    EXPECT_EQ(host.predicted.work[int(sched::Work::kDeviceBytes)], 0.0);
   }
 }
 

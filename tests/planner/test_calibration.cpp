@@ -86,7 +86,11 @@ TEST_F(Calibration, EntriesAnyRankLacksAreMeasuredByEveryRankUnderItsOwnMachineK
       EXPECT_EQ(all[size_t(q) * mine.size() + k], mine[k]) << "rank " << q << ", rate " << k;
     }
   }
-  EXPECT_GT(r.rate(sched::Work::kFlops), 0.0);
+  for (const sched::Work w :
+       {sched::Work::kFlops, sched::Work::kHostBytes, sched::Work::kAdamElements,
+        sched::Work::kDeviceAdamElements, sched::Work::kDeviceBytes}) {
+    EXPECT_GT(r.rate(w), 0.0) << sched::work_name(w);
+  }
   // The network's four rates, measured with several ranks; one rank sends nothing.
   // The device links: the same measurement (no device communicator: the host one's).
   for (const sched::Work w :

@@ -36,8 +36,9 @@ TEST(CalibrationGpu, MeasuresEveryRateWithoutPageableAsyncCopies) {
   auto c = calibrate(rq);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_GT(c->measured, 0);
-  for (sched::Work w : {sched::Work::kFlops, sched::Work::kH2DBytes, sched::Work::kD2HBytes,
-                        sched::Work::kAdamElements, sched::Work::kDeviceAdamElements}) {
+  for (sched::Work w :
+       {sched::Work::kFlops, sched::Work::kH2DBytes, sched::Work::kD2HBytes,
+        sched::Work::kAdamElements, sched::Work::kDeviceAdamElements, sched::Work::kDeviceBytes}) {
     EXPECT_GT(c->rates.rate(w), 0.0) << sched::work_name(w);
   }
 #if defined(STRATA_CUDA_EMULATE) && STRATA_CUDA_EMULATE

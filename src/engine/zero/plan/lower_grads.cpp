@@ -319,6 +319,7 @@ void GradLowering::keep_on_device(int64_t gb, int slot, TaskId t) {
                                  },
                                  {chk});
     pb_.task_runs_when(keep, RunsWhen::kLastMicro);
+    pb_.work(keep, sched::Work::kDeviceBytes, double(2 * bytes));
     plan.reads(keep, dbuf);
     plan.release(keep, dbuf);
     return;
@@ -344,6 +345,11 @@ void GradLowering::keep_on_device(int64_t gb, int slot, TaskId t) {
                },
                {reduce});
   if (stage == 1) pb_.task_runs_when(keep, RunsWhen::kLastMicro);
+  // Read and written: a cast, or a sum (stages 2-3, a slot after the first; a plan replayed once
+  // a micro-batch, fixed < 0, is priced as its first replay's cast).
+  const bool sums = stage >= 2 && fixed > 0;
+  const size_t kept_es = stage == 1 ? es : lay_.acc_es();
+  pb_.work(keep, sched::Work::kDeviceBytes, double(c16 * (es + (sums ? 2 : 1) * kept_es)));
   // Segment-major, the slots add up in micro-batch order.
   TaskId& previous = added_[size_t(gb)];
   if (previous >= 0) plan.depend(keep, previous);
@@ -387,6 +393,8 @@ TaskId GradLowering::check_on_device(int64_t gb, BufferId src, DType cdt, TaskId
       {after});
   pb_.task_runs_when(chk, RunsWhen::kLastMicro);
   pb_.work(chk, sched::Work::kD2HBytes, double(16 * (stage == 0 ? ranks : 1)));
+  pb_.work(chk, sched::Work::kDeviceBytes,
+           double(c16 * dtype_size(cdt) * (stage == 0 ? ranks : 1)));
   plan.reads(chk, src);
   plan.writes(chk, ds);
   plan.writes(chk, hs);
