@@ -146,13 +146,22 @@ class NcclComm final : public Communicator {
     std::abort();
   }
 
+ private:
+  // The communicator's device current on the calling thread; cudaSetDevice only when another is
+  // (it costs a call into the runtime on every collective otherwise).
+  Status activate() const {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == device_) return ok_status();
+    return cuda_status(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
  protected:
   Status verify_call(const CollectiveCall& call, bool locally_valid) override {
     return bootstrap_->verify_call(call, locally_valid);
   }
 
   Result<std::unique_ptr<PendingOp>> start_impl(const CollectiveCall& call) override {
-    STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    STRATA_RETURN_IF_ERROR(activate());
     // The completion event exists before anything is queued, so no error return below leaves
     // NCCL working on the caller's buffers unbeknown to the caller.
     cudaEvent_t event = nullptr;
@@ -165,7 +174,7 @@ class NcclComm final : public Communicator {
   }
 
   Status enqueue_impl(const CollectiveCall& call, uint64_t seq, void* stream) override {
-    STRATA_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    STRATA_RETURN_IF_ERROR(activate());
     auto* s = static_cast<cudaStream_t>(stream);
     const double timeout_s = options().timeout_s;
     if (timeout_s <= 0.0) return issue(call, s);
@@ -176,7 +185,7 @@ class NcclComm final : public Communicator {
             comm_, device_, [this](const Status& failure) { abort(failure); });
       }
     }
-    return watchdog_->watch(s, describe_call(call, seq), timeout_s, [&] { return issue(call, s); });
+    return watchdog_->watch(s, call, seq, timeout_s, [&] { return issue(call, s); });
   }
 
  private:

@@ -26,33 +26,56 @@ NcclWatchdog::~NcclWatchdog() {
     cudaEventDestroy(w.before);
     cudaEventDestroy(w.after);
   }
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
 }
 
-Status NcclWatchdog::watch(cudaStream_t stream, std::string what, double timeout_s,
-                           const std::function<Status()>& issue) {
+cudaError_t NcclWatchdog::take_event(cudaEvent_t* event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_events_.empty()) {
+      *event = free_events_.back();
+      free_events_.pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cudaEventCreateWithFlags(event, cudaEventDisableTiming);
+}
+
+void NcclWatchdog::give_back(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_events_.push_back(event);
+}
+
+Status NcclWatchdog::watch(cudaStream_t stream, const CollectiveCall& call, uint64_t seq,
+                           double timeout_s, const std::function<Status()>& issue) {
   Watched w;
-  w.what = std::move(what);
+  w.call = call;
+  w.seq = seq;
   w.timeout_s = timeout_s;
+  auto failed = [&](cudaError_t rc) {
+    return make_error(ErrorCode::kCuda, "watching ", describe_call(call, seq), ": ",
+                      cudaGetErrorString(rc));
+  };
+  auto release = [&] {
+    if (w.before != nullptr) give_back(w.before);
+    if (w.after != nullptr) give_back(w.after);
+  };
   // Both events exist before anything is queued, so that no error below leaves the collective
   // unwatched.
-  cudaError_t rc = cudaEventCreateWithFlags(&w.before, cudaEventDisableTiming);
-  if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&w.after, cudaEventDisableTiming);
+  cudaError_t rc = take_event(&w.before);
+  if (rc == cudaSuccess) rc = take_event(&w.after);
   if (rc == cudaSuccess) rc = cudaEventRecord(w.before, stream);
   if (rc != cudaSuccess) {
-    if (w.before != nullptr) cudaEventDestroy(w.before);
-    if (w.after != nullptr) cudaEventDestroy(w.after);
-    return make_error(ErrorCode::kCuda, "watching ", w.what, ": ", cudaGetErrorString(rc));
+    release();
+    return failed(rc);
   }
   Status issued = issue();
   if (issued.ok()) {
     rc = cudaEventRecord(w.after, stream);
-    if (rc != cudaSuccess) {
-      issued = make_error(ErrorCode::kCuda, "watching ", w.what, ": ", cudaGetErrorString(rc));
-    }
+    if (rc != cudaSuccess) issued = failed(rc);
   }
   if (!issued.ok()) {  // nothing (or nothing watchable) was queued after `before`
-    cudaEventDestroy(w.before);
-    cudaEventDestroy(w.after);
+    release();
     return issued;
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -73,9 +96,9 @@ void NcclWatchdog::run() {
 bool NcclWatchdog::poll_oldest(std::unique_lock<std::mutex>& lock) {
   if (watched_.empty()) return false;
   Watched& w = watched_.front();
-  auto drop = [this] {
-    cudaEventDestroy(watched_.front().before);
-    cudaEventDestroy(watched_.front().after);
+  auto drop = [this] {  // the events back to the free list (re-recorded only once complete)
+    free_events_.push_back(watched_.front().before);
+    free_events_.push_back(watched_.front().after);
     watched_.pop_front();
   };
   const cudaError_t q = cudaEventQuery(w.after);
@@ -99,19 +122,24 @@ bool NcclWatchdog::poll_oldest(std::unique_lock<std::mutex>& lock) {
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
       async != ncclInProgress) {
-    failure = make_error(ErrorCode::kComm, w.what,
+    failure = make_error(ErrorCode::kComm, describe_call(w.call, w.seq),
                          ": NCCL asynchronous error: ", ncclGetErrorString(async));
   } else if (w.started && now > w.deadline) {
-    failure = make_error(ErrorCode::kComm, w.what, " did not complete within ", w.timeout_s,
-                         " s on its stream (a peer failed or did not call it)");
+    failure =
+        make_error(ErrorCode::kComm, describe_call(w.call, w.seq), " did not complete within ",
+                   w.timeout_s, " s on its stream (a peer failed or did not call it)");
   }
   if (failure.ok()) return false;
   lock.unlock();
   on_failure_(failure);  // NcclComm's abort: does not return
   lock.lock();
-  // Reported once (an on_failure that returns); CUDA releases the events' resources when they
-  // complete.
-  if (!watched_.empty()) drop();
+  // Reported once (an on_failure that returns); its events are not reused (they may never
+  // complete): CUDA releases their resources when they do.
+  if (!watched_.empty()) {
+    cudaEventDestroy(watched_.front().before);
+    cudaEventDestroy(watched_.front().after);
+    watched_.pop_front();
+  }
   return false;
 }
 

@@ -59,12 +59,15 @@ TEST(AttentionBackwardTc, DComputedAgainGivesTheBitsOfDKeptInTheScratch) {
                                              out.data(), lse.data(), B, T, C, NH, NKV, t, nullptr),
                 cudaSuccess)
           << simt::take_last_message();
-      size_t nonzero = 0, differ = 0;
+      const uint16_t exponent = t == ElemType::kBF16 ? 0x7f80u : 0x7c00u;  // all ones: Inf, NaN
+      size_t nonzero = 0, finite = 0, differ = 0;
       for (size_t i = 0; i < kept.size(); ++i) {
         nonzero += (kept[i] & 0x7fffu) != 0;
+        finite += (kept[i] & exponent) != exponent;
         differ += kept[i] != again[i];
       }
       EXPECT_GT(nonzero, kept.size() / 2);
+      EXPECT_EQ(finite, kept.size());
       EXPECT_EQ(differ, 0u);
     }
   }
